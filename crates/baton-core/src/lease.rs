@@ -1,0 +1,400 @@
+//! Leases: long-lived claims by a stable holder, with a rich release result.
+//!
+//! Use a lease when the holder is an identity that outlives one call (an instance id, a
+//! connection id) and needs to know on release whether it still owned the resource, for
+//! example to skip an effect only the genuine owner may fire. Re-claiming by the same holder
+//! is idempotent and extends the lease. Use [`Locks`](crate::Locks) for short critical
+//! sections: their holder is a fresh token per acquisition.
+//!
+//! Stream locks (a lease per `(stream, perspective)` taken by an instance for a `rewind`,
+//! `bootstrap` or `purge`) are leases keyed by [`stream_key`], kept alive with
+//! [`Leases::keep_alive`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::grant::{GrantState, Watch, now, spawn_watchdog};
+use crate::holder::Holder;
+use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew};
+use crate::telemetry::{self, events};
+use crate::time::{Ttl, check_keep_alive};
+
+/// Longest lease reason, in bytes.
+pub const MAX_REASON_BYTES: usize = 64;
+
+/// The answer of [`Leases::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimResult {
+    /// The lease is ours (newly granted, or re-claimed and extended).
+    Claimed {
+        /// The grant's fence; a re-claim keeps the fence of the grant it extends.
+        fence: Fence,
+        /// Monotonic deadline, measured from before the claim was sent.
+        until: Instant,
+    },
+    /// Another holder has it.
+    HeldBy {
+        /// The current holder.
+        holder: String,
+        /// When its lease runs out unless renewed (monotonic, approximate).
+        until: Instant,
+    },
+}
+
+/// The answer of [`Leases::renew`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewResult {
+    /// Extended.
+    Renewed,
+    /// We no longer hold it; nothing was changed.
+    NotHolder,
+}
+
+/// The answer of [`Leases::release`]: did we still own the lease?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoveResult {
+    /// We held it, and it is now free.
+    Removed {
+        /// The holder that released (ours).
+        holder: String,
+    },
+    /// Another holder re-claimed it after ours lapsed; it was left alone (emits
+    /// [`baton.lease.reclaim_detected`](crate::telemetry::events::LEASE_RECLAIM_DETECTED)).
+    Reclaimed {
+        /// The current holder.
+        by: String,
+    },
+    /// Nobody holds it: ours expired and nobody re-claimed it, or it was already released.
+    NoHolder,
+}
+
+/// A live lease as [`Leases::inspect`] and [`Leases::list`] report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The key as the caller gave it.
+    pub key: String,
+    /// The holder.
+    pub holder: String,
+    /// The grant's fence.
+    pub fence: Fence,
+    /// Remaining time on the store's clock.
+    pub remaining: Duration,
+    /// The reason given at claim.
+    pub reason: String,
+}
+
+impl From<HolderInfo> for LeaseInfo {
+    fn from(info: HolderInfo) -> Self {
+        LeaseInfo {
+            key: info.key.user_key().to_owned(),
+            holder: info.holder.as_str().to_owned(),
+            fence: info.fence,
+            remaining: info.remaining,
+            reason: info.reason,
+        }
+    }
+}
+
+/// The key of a stream lock: `<stream>/<perspective>`.
+///
+/// # Errors
+/// `InvalidInput` when either part is empty or the result breaks the key rules.
+pub fn stream_key(stream: &str, perspective: &str) -> Result<String> {
+    check_text("stream", stream, crate::key::MAX_KEY_BYTES)?;
+    check_text("perspective", perspective, crate::key::MAX_KEY_BYTES)?;
+    let key = format!("{stream}/{perspective}");
+    Key::new(key.clone())?;
+    Ok(key)
+}
+
+fn check_reason(reason: &str) -> Result<()> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(Error::invalid_input(format!(
+            "reason is {} bytes long; the limit is {MAX_REASON_BYTES} bytes",
+            reason.len()
+        )));
+    }
+    if reason.chars().any(char::is_control) {
+        return Err(Error::invalid_input(
+            "reason contains a control character; control characters are not allowed",
+        ));
+    }
+    Ok(())
+}
+
+/// The lease client over one store. Cheap to clone.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
+/// use std::{sync::Arc, time::Duration};
+/// use baton_core::{ClaimResult, Leases, MemoryStore, RemoveResult};
+///
+/// let leases = Leases::new(Arc::new(MemoryStore::new()));
+/// let ttl = Duration::from_secs(30);
+/// assert!(matches!(leases.claim("session:7", "instance-a", ttl, "connected").await?, ClaimResult::Claimed { .. }));
+/// assert!(matches!(leases.claim("session:7", "instance-b", ttl, "connected").await?, ClaimResult::HeldBy { .. }));
+/// match leases.release("session:7", "instance-a").await? {
+///     RemoveResult::Removed { .. } => { /* we owned it: fire the owner-only effect */ }
+///     RemoveResult::Reclaimed { .. } | RemoveResult::NoHolder => { /* skip it */ }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Leases {
+    store: Arc<dyn LeaseStore>,
+    namespace: Namespace,
+}
+
+impl fmt::Debug for Leases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leases")
+            .field("store", &self.store)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl Leases {
+    /// Leases in the default namespace.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
+        Leases::with_namespace(store, Namespace::default())
+    }
+
+    /// Leases in `namespace`.
+    pub fn with_namespace(store: Arc<dyn LeaseStore>, namespace: Namespace) -> Self {
+        Leases { store, namespace }
+    }
+
+    fn qualify(&self, key: &str) -> Result<StoreKey> {
+        Ok(self.namespace.qualify(KeyKind::Lease, &Key::new(key)?))
+    }
+
+    /// Claims `key` for `holder` for `ttl`, recording `reason`. Claiming again as the same
+    /// holder is idempotent: it extends the lease and keeps its fence.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O; `Unavailable` when the store faulted.
+    pub async fn claim(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+        reason: &str,
+    ) -> Result<ClaimResult> {
+        let key = self.qualify(key)?;
+        let holder = Holder::new(holder)?;
+        let ttl = Ttl::new(ttl)?;
+        check_reason(reason)?;
+        let sent = now();
+        Ok(match self.store.claim(&key, &holder, ttl, reason).await? {
+            Claim::Granted { fence } | Claim::Extended { fence } => ClaimResult::Claimed {
+                fence,
+                until: sent + ttl.get(),
+            },
+            Claim::Held { holder, remaining } => ClaimResult::HeldBy {
+                holder: holder.as_str().to_owned(),
+                until: now() + remaining,
+            },
+        })
+    }
+
+    /// Extends `holder`'s lease of `key` to `ttl` from now. Never revives a lapsed lease.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O; `Unavailable` when the store faulted.
+    pub async fn renew(&self, key: &str, holder: &str, ttl: Duration) -> Result<RenewResult> {
+        let key = self.qualify(key)?;
+        let holder = Holder::new(holder)?;
+        let ttl = Ttl::new(ttl)?;
+        Ok(match self.store.renew(&key, &holder, ttl).await? {
+            Renew::Renewed => RenewResult::Renewed,
+            Renew::NotHolder => RenewResult::NotHolder,
+        })
+    }
+
+    /// Releases `key` if `holder` holds it, and says whether it did.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O; `Unavailable` when the store faulted (emits
+    /// [`baton.lease.remove_failed`](crate::telemetry::events::LEASE_REMOVE_FAILED)): the
+    /// caller cannot know whether it still owned the lease, and should skip owner-only
+    /// effects.
+    pub async fn release(&self, key: &str, holder: &str) -> Result<RemoveResult> {
+        let key = self.qualify(key)?;
+        let holder = Holder::new(holder)?;
+        match self.store.release(&key, &holder).await {
+            Ok(Release::Removed) => Ok(RemoveResult::Removed {
+                holder: holder.as_str().to_owned(),
+            }),
+            Ok(Release::Reclaimed { by }) => {
+                telemetry::emit(
+                    &events::LEASE_RECLAIM_DETECTED,
+                    Some(key.as_str()),
+                    format_args!("{holder} released, but {by} had re-claimed the lease"),
+                );
+                Ok(RemoveResult::Reclaimed {
+                    by: by.as_str().to_owned(),
+                })
+            }
+            Ok(Release::NoHolder) => Ok(RemoveResult::NoHolder),
+            Err(error) => {
+                telemetry::emit(
+                    &events::LEASE_REMOVE_FAILED,
+                    Some(key.as_str()),
+                    format_args!("release by {holder} failed: {error}"),
+                );
+                Err(error)
+            }
+        }
+    }
+
+    /// Keeps `holder`'s lease of `key` alive: renews at once (which fails with `NotHolder`
+    /// semantics if the lease is not held), then every `interval` until the handle is stopped
+    /// or dropped. The handle's [`lost`](LeaseKeepAlive::lost) signal fires when a renewal
+    /// finds another holder, or when the lease's TTL passes without a successful renewal.
+    ///
+    /// `interval` must be more than zero and less than `ttl / 2`.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O; `Unavailable` when the first renewal faulted.
+    pub async fn keep_alive(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+        interval: Duration,
+    ) -> Result<LeaseKeepAlive> {
+        let key = self.qualify(key)?;
+        let holder = Holder::new(holder)?;
+        let ttl = Ttl::new(ttl)?;
+        check_keep_alive(interval, ttl)?;
+        let sent = now();
+        let renewed = self.store.renew(&key, &holder, ttl).await?;
+        let fence = match self.store.inspect(&key).await? {
+            Some(info) if info.holder == holder => info.fence,
+            _ => Fence::new(0),
+        };
+        let grant = GrantState::new(Arc::clone(&self.store), key, holder, fence, sent, ttl);
+        if renewed == Renew::NotHolder {
+            telemetry::emit(
+                &events::LEASE_LOST,
+                Some(grant.key.as_str()),
+                format_args!("keep-alive started for a lease {} does not hold", grant.holder),
+            );
+            grant.lost.cancel();
+        } else {
+            spawn_watchdog(
+                Arc::clone(&grant),
+                Watch {
+                    ttl,
+                    keep_alive: Some(interval),
+                    max_hold: None,
+                    lost_event: &events::LEASE_LOST,
+                    renew_failed_event: &events::LEASE_RENEW_FAILED,
+                    max_hold_event: None,
+                },
+            );
+        }
+        Ok(LeaseKeepAlive { grant })
+    }
+
+    /// The live lease of `key`, if any.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad key; `Unavailable` when the store faulted.
+    pub async fn inspect(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        let key = self.qualify(key)?;
+        Ok(self.store.inspect(&key).await?.map(LeaseInfo::from))
+    }
+
+    /// Live leases whose key starts with `prefix`, at most `limit`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad prefix; `Unavailable` when the store faulted.
+    pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LeaseInfo>> {
+        let prefix = self.namespace.qualify_prefix(KeyKind::Lease, prefix)?;
+        Ok(self
+            .store
+            .list(&prefix, limit)
+            .await?
+            .into_iter()
+            .map(LeaseInfo::from)
+            .collect())
+    }
+}
+
+/// A running lease keep-alive. Stops renewing when stopped or dropped; it never releases
+/// the lease (release it with [`Leases::release`] to learn whether you still owned it).
+#[must_use = "dropping the handle stops the keep-alive at once"]
+pub struct LeaseKeepAlive {
+    grant: Arc<GrantState>,
+}
+
+impl LeaseKeepAlive {
+    /// A token cancelled when the lease is known or presumed lost.
+    pub fn lost(&self) -> CancellationToken {
+        self.grant.lost.child_token()
+    }
+
+    /// Whether the lost signal has fired.
+    pub fn is_lost(&self) -> bool {
+        self.grant.lost.is_cancelled()
+    }
+
+    /// The monotonic deadline of the last successful renewal.
+    pub fn valid_until(&self) -> Instant {
+        self.grant.valid_until()
+    }
+
+    /// The fence of the lease being kept (0 if it was not held when keep-alive started).
+    pub fn fence(&self) -> Fence {
+        self.grant.fence
+    }
+
+    /// Stops renewing.
+    pub fn stop(self) {}
+}
+
+impl Drop for LeaseKeepAlive {
+    fn drop(&mut self) {
+        self.grant.stop.cancel();
+    }
+}
+
+impl fmt::Debug for LeaseKeepAlive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseKeepAlive")
+            .field("key", &self.grant.key)
+            .field("holder", &self.grant.holder)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_keys() {
+        assert_eq!(stream_key("order-1", "Orders").unwrap(), "order-1/Orders");
+        assert!(stream_key("", "Orders").is_err());
+        assert!(stream_key("s", "").is_err());
+    }
+
+    #[test]
+    fn reasons() {
+        assert!(check_reason("").is_ok());
+        assert!(check_reason("rewind").is_ok());
+        assert!(check_reason(&"r".repeat(65)).is_err());
+        assert!(check_reason("a\nb").is_err());
+    }
+}

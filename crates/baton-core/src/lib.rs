@@ -1,0 +1,42 @@
+//! Contracts, validated inputs, the policy layer and the in-memory store of baton.
+//!
+//! Not for direct use: depend on the `baton` crate, which re-exports this API and adds
+//! `baton::connect(url)`. Store crates implement [`store::LeaseStore`] and run the
+//! [`conformance`] suite (feature `conformance`).
+//!
+//! The layers:
+//! - inputs: [`Key`], [`Namespace`], [`Holder`], [`Ttl`], [`WaitTime`] — validated before any I/O;
+//! - the store interface: [`store`] — small atomic operations, expiry on the store's clock;
+//! - policy, written once: [`Locks`], [`Leases`] — waiting, keep-alive, lost signals, guards;
+//! - [`telemetry`] — the registry of every event baton emits.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+mod fence;
+mod grant;
+mod holder;
+mod key;
+mod lease;
+mod lock;
+mod memory;
+pub mod signals;
+pub mod store;
+pub mod telemetry;
+pub mod time;
+
+pub use error::{Error, ErrorKind, Result};
+pub use fence::Fence;
+pub use holder::{Holder, MAX_HOLDER_BYTES};
+pub use key::{DEFAULT_NAMESPACE, Key, KeyKind, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, Namespace, StoreKey};
+pub use lease::{
+    ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, RenewResult,
+    stream_key,
+};
+pub use lock::{AcquireError, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, ReleaseOutcome};
+pub use memory::MemoryStore;
+pub use store::HolderInfo;
+pub use time::{Ttl, WaitTime, parse_duration};

@@ -1,0 +1,422 @@
+//! Locks: non-reentrant, TTL-bounded, best-effort mutual exclusion across processes.
+//!
+//! Use a lock to collapse duplicate work (a cron job that must run on one replica, a paid
+//! API call that must not be made twice at once) whose state is not a row you could update
+//! conditionally. Never make a lock the only guard on an invariant that your database can
+//! enforce: a holder paused past its TTL loses the lock without knowing it. Every grant
+//! carries a [`Fence`](crate::Fence) for that case.
+//!
+//! Use [`Leases`](crate::Leases) instead when the holder is a stable identity (an instance
+//! id) that may re-claim what it already holds.
+
+mod guard;
+mod options;
+mod turns;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::{Instant, sleep_until};
+
+pub use guard::{LockGuard, LockHandle, ReleaseOutcome};
+pub use options::{LockOptions, MAX_HOLD_LIMIT};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::grant::{GrantState, Watch, now, spawn_watchdog};
+use crate::holder::Holder;
+use crate::key::{Key, KeyKind, Namespace, StoreKey};
+use crate::store::{Claim, LeaseStore};
+use crate::telemetry::{self, events};
+use options::ValidOptions;
+use turns::Turns;
+
+/// Why [`Locks::acquire`] did not return a guard.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// Another holder held the lock for the whole wait: steady-state contention, not an
+    /// incident.
+    Contended {
+        /// The holder seen at the last attempt, when known.
+        holder: Option<String>,
+        /// Its remaining time at the last attempt, when known.
+        remaining: Option<Duration>,
+    },
+    /// The store could not be reached: an incident (emits
+    /// [`baton.lock.unavailable`](crate::telemetry::events::LOCK_UNAVAILABLE)).
+    Unavailable(Error),
+    /// The input was rejected before any I/O.
+    InvalidInput(Error),
+}
+
+impl AcquireError {
+    /// Whether this is contention rather than a failure.
+    pub fn is_contended(&self) -> bool {
+        matches!(self, AcquireError::Contended { .. })
+    }
+
+    fn from_error(error: Error) -> Self {
+        match error.kind() {
+            ErrorKind::InvalidInput => AcquireError::InvalidInput(error),
+            _ => AcquireError::Unavailable(error),
+        }
+    }
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::Contended {
+                holder: Some(holder),
+                remaining,
+            } => {
+                write!(f, "lock is held by {holder}")?;
+                if let Some(remaining) = remaining {
+                    write!(f, " for another {}ms", remaining.as_millis())?;
+                }
+                Ok(())
+            }
+            AcquireError::Contended { holder: None, .. } => write!(f, "lock is held elsewhere"),
+            AcquireError::Unavailable(e) | AcquireError::InvalidInput(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AcquireError::Unavailable(e) | AcquireError::InvalidInput(e) => Some(e),
+            AcquireError::Contended { .. } => None,
+        }
+    }
+}
+
+impl From<Error> for AcquireError {
+    fn from(error: Error) -> Self {
+        AcquireError::from_error(error)
+    }
+}
+
+/// The lock client over one store. Cheap to clone; share one per process.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::{sync::Arc, time::Duration};
+/// use baton_core::{Locks, LockOptions, MemoryStore};
+///
+/// let locks = Locks::new(Arc::new(MemoryStore::new()));
+/// let guard = locks.acquire("nightly-report", &LockOptions::new(Duration::from_secs(30))).await?;
+/// // ... the work, passing guard.fence() to what it writes ...
+/// guard.release().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locks {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn LeaseStore>,
+    namespace: Namespace,
+    turns: Turns,
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locks")
+            .field("store", &self.inner.store)
+            .field("namespace", &self.inner.namespace)
+            .finish()
+    }
+}
+
+/// The last holder seen while waiting.
+struct Seen {
+    holder: Holder,
+    remaining: Duration,
+}
+
+impl Locks {
+    /// Locks in the default namespace.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
+        Locks::with_namespace(store, Namespace::default())
+    }
+
+    /// Locks in `namespace`.
+    pub fn with_namespace(store: Arc<dyn LeaseStore>, namespace: Namespace) -> Self {
+        Locks {
+            inner: Arc::new(Inner {
+                store,
+                namespace,
+                turns: Turns::default(),
+            }),
+        }
+    }
+
+    /// The namespace keys are qualified with.
+    pub fn namespace(&self) -> &Namespace {
+        &self.inner.namespace
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.inner.store
+    }
+
+    fn qualify(&self, key: &str) -> Result<StoreKey> {
+        Ok(self.inner.namespace.qualify(KeyKind::Lock, &Key::new(key)?))
+    }
+
+    /// Tries to take `key` for `ttl`, waiting up to `wait` for a current holder. `wait` zero
+    /// is exactly one attempt. `Ok(None)` means the lock was still held when `wait` elapsed.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O for a bad key, TTL or wait; `Unavailable` when the store
+    /// faulted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future while a claim is in flight releases what that claim may have
+    /// granted, in the background; the TTL is the backstop.
+    pub async fn try_acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<LockGuard>> {
+        match self.acquire(key, &LockOptions::new(ttl).wait(wait)).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(AcquireError::Contended { .. }) => Ok(None),
+            Err(AcquireError::Unavailable(e) | AcquireError::InvalidInput(e)) => Err(e),
+        }
+    }
+
+    /// Takes `key` with `options`, telling contention apart from a store fault.
+    ///
+    /// Waiting wakes on the store's release signal, falls back to the holder's remaining TTL
+    /// (expiry sends no signal), and polls where the store has no push. Waiters of one key in
+    /// one process queue in FIFO order and only the first of them queries the store, so a
+    /// release wakes one waiter rather than a herd, and nobody starves.
+    ///
+    /// A lock is not reentrant: asking again for a key this task holds waits for itself and
+    /// ends with [`AcquireError::Contended`].
+    ///
+    /// # Errors
+    /// See [`AcquireError`].
+    ///
+    /// # Cancel safety
+    /// As for [`Locks::try_acquire`].
+    pub async fn acquire(
+        &self,
+        key: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard, AcquireError> {
+        let options = options.checked()?;
+        let key = self.qualify(key)?;
+        let started = now();
+        let result = self.acquire_valid(key, options, started).await;
+        let outcome = match &result {
+            Ok(_) => "acquired",
+            Err(AcquireError::Contended { .. }) => "contended",
+            Err(_) => "failed",
+        };
+        telemetry::record_wait(
+            now().saturating_duration_since(started).as_secs_f64(),
+            outcome,
+        );
+        result
+    }
+
+    /// Runs `work` under the lock and releases it afterwards, also when `work` panics or
+    /// its future is dropped (the guard's drop releases in the background). `work` receives
+    /// a [`LockHandle`] with the fence and the lost signal.
+    ///
+    /// The release outcome is reported through telemetry; use [`Locks::acquire`] and
+    /// [`LockGuard::release`] to act on it.
+    ///
+    /// # Errors
+    /// As [`Locks::acquire`]; `work` does not run unless the lock was acquired.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, AcquireError>
+    where
+        F: FnOnce(LockHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(key, options).await?;
+        let value = work(guard.handle()).await;
+        guard.release().await;
+        Ok(value)
+    }
+
+    /// The current holder of lock `key`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad key; `Unavailable` when the store faulted.
+    pub async fn inspect(&self, key: &str) -> Result<Option<crate::HolderInfo>> {
+        let key = self.qualify(key)?;
+        self.inner.store.inspect(&key).await
+    }
+
+    /// Held locks whose key starts with `prefix`, at most `limit`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad prefix; `Unavailable` when the store faulted.
+    pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<crate::HolderInfo>> {
+        let prefix = self.inner.namespace.qualify_prefix(KeyKind::Lock, prefix)?;
+        self.inner.store.list(&prefix, limit).await
+    }
+
+    async fn acquire_valid(
+        &self,
+        key: StoreKey,
+        options: ValidOptions,
+        started: Instant,
+    ) -> Result<LockGuard, AcquireError> {
+        let holder = Holder::random();
+        if options.wait.is_zero() {
+            return match self.attempt(&key, &holder, options).await? {
+                Ok(guard) => Ok(guard),
+                Err(seen) => Err(contended(Some(seen))),
+            };
+        }
+        let deadline = started + options.wait.get();
+        // Queue behind this process's other waiters for the key; only the head waits on the
+        // store.
+        let Ok(_turn) = tokio::time::timeout_at(deadline, self.inner.turns.take(&key)).await
+        else {
+            return Err(contended(None));
+        };
+        let wakeups = self.inner.store.wakeups();
+        loop {
+            // Subscribe before the attempt so that a release in between is not missed.
+            let mut released = wakeups.hub.subscribe(&key);
+            let seen = match self.attempt(&key, &holder, options).await? {
+                Ok(guard) => return Ok(guard),
+                Err(seen) => seen,
+            };
+            let now = now();
+            if now >= deadline {
+                return Err(contended(Some(seen)));
+            }
+            // Expiry publishes nothing: re-check when the holder's TTL runs out.
+            let mut wake_at = (now + seen.remaining + Duration::from_millis(1)).min(deadline);
+            if let Some(poll) = wakeups.poll {
+                wake_at = wake_at.min(now + jittered(poll));
+            }
+            tokio::select! {
+                _ = released.released() => {}
+                _ = sleep_until(wake_at) => {}
+            }
+        }
+    }
+
+    /// One claim. `Ok(Err(seen))` is contention.
+    async fn attempt(
+        &self,
+        key: &StoreKey,
+        holder: &Holder,
+        options: ValidOptions,
+    ) -> Result<Result<LockGuard, Seen>, AcquireError> {
+        let store = &self.inner.store;
+        let sent = now();
+        let pending = PendingClaim {
+            store: Some(Arc::clone(store)),
+            key,
+            holder,
+        };
+        let claim = store.claim(key, holder, options.ttl, "").await;
+        pending.disarm();
+        match claim {
+            Ok(Claim::Granted { fence } | Claim::Extended { fence }) => {
+                let grant = GrantState::new(
+                    Arc::clone(store),
+                    key.clone(),
+                    holder.clone(),
+                    fence,
+                    sent,
+                    options.ttl,
+                );
+                spawn_watchdog(
+                    Arc::clone(&grant),
+                    Watch {
+                        ttl: options.ttl,
+                        keep_alive: options.keep_alive,
+                        max_hold: options.max_hold,
+                        lost_event: &events::LOCK_LOST,
+                        renew_failed_event: &events::LOCK_RENEW_FAILED,
+                        max_hold_event: Some(&events::LOCK_MAX_HOLD_REACHED),
+                    },
+                );
+                Ok(Ok(LockGuard::new(grant)))
+            }
+            Ok(Claim::Held { holder, remaining }) => Ok(Err(Seen { holder, remaining })),
+            Err(error) => {
+                telemetry::emit(
+                    &events::LOCK_UNAVAILABLE,
+                    Some(key.as_str()),
+                    format_args!("acquire failed: {error}"),
+                );
+                Err(AcquireError::from_error(error))
+            }
+        }
+    }
+}
+
+fn contended(seen: Option<Seen>) -> AcquireError {
+    match seen {
+        Some(seen) => AcquireError::Contended {
+            holder: Some(seen.holder.as_str().to_owned()),
+            remaining: Some(seen.remaining),
+        },
+        None => AcquireError::Contended {
+            holder: None,
+            remaining: None,
+        },
+    }
+}
+
+/// `interval` scaled by a random factor in [0.5, 1.0), so pollers in many processes spread out.
+fn jittered(interval: Duration) -> Duration {
+    interval.mul_f64(rand::rng().random_range(0.5..1.0))
+}
+
+/// Releases, in the background, what an in-flight claim may have granted if the acquire
+/// future is dropped before the answer arrives.
+struct PendingClaim<'a> {
+    store: Option<Arc<dyn LeaseStore>>,
+    key: &'a StoreKey,
+    holder: &'a Holder,
+}
+
+impl PendingClaim<'_> {
+    fn disarm(mut self) {
+        self.store = None;
+    }
+}
+
+impl Drop for PendingClaim<'_> {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else {
+            return;
+        };
+        telemetry::emit(
+            &events::LOCK_ACQUIRE_CANCELLED,
+            Some(self.key.as_str()),
+            format_args!("acquire cancelled with a claim in flight; releasing in the background"),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let key = self.key.clone();
+            let holder = self.holder.clone();
+            runtime.spawn(async move {
+                let _ = store.release(&key, &holder).await;
+            });
+        }
+    }
+}
