@@ -1,0 +1,2 @@
+//! The embedded SQLite store of baton. Not for direct use; see `baton`.
+#![forbid(unsafe_code)]
