@@ -287,7 +287,10 @@ impl Leases {
             telemetry::emit(
                 &events::LEASE_LOST,
                 Some(grant.key.as_str()),
-                format_args!("keep-alive started for a lease {} does not hold", grant.holder),
+                format_args!(
+                    "keep-alive started for a lease {} does not hold",
+                    grant.holder
+                ),
             );
             grant.lost.cancel();
         } else {

@@ -31,12 +31,16 @@ pub mod time;
 pub use error::{Error, ErrorKind, Result};
 pub use fence::Fence;
 pub use holder::{Holder, MAX_HOLDER_BYTES};
-pub use key::{DEFAULT_NAMESPACE, Key, KeyKind, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, Namespace, StoreKey};
+pub use key::{
+    DEFAULT_NAMESPACE, Key, KeyKind, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, Namespace, StoreKey,
+};
 pub use lease::{
     ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, RenewResult,
     stream_key,
 };
-pub use lock::{AcquireError, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, ReleaseOutcome};
+pub use lock::{
+    AcquireError, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, ReleaseOutcome,
+};
 pub use memory::MemoryStore;
 pub use store::HolderInfo;
 pub use time::{Ttl, WaitTime, parse_duration};

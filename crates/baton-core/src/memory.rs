@@ -100,6 +100,21 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Removes the grant of `key` regardless of its holder, as an operator breaking a stuck
+    /// lock would. Its holder learns of it at its next renewal. Returns whether a live grant
+    /// was removed.
+    pub fn evict(&self, key: &StoreKey) -> bool {
+        let now = self.clock.now();
+        let removed = {
+            let mut state = self.state();
+            state.live(key, now).is_some() && state.grants.remove(key).is_some()
+        };
+        if removed {
+            self.hub.notify(key);
+        }
+        removed
+    }
+
     fn warn_once(&self, key: &StoreKey) {
         if !self.warned.swap(true, Ordering::Relaxed) {
             telemetry::emit(

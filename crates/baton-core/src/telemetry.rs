@@ -56,7 +56,10 @@ pub mod events {
         key: "baton.lock.unavailable",
         level: Level::WARN,
         help: "acquiring a lock failed because the store could not be reached; the guarded work did not run",
-        alarm: Alarm::AtLeast { count: 5, within: minutes(5) },
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
     };
     /// A lock was released after its grant had expired: the section was not exclusive
     /// throughout.
@@ -64,21 +67,30 @@ pub mod events {
         key: "baton.lock.release_after_expiry",
         level: Level::WARN,
         help: "a lock was released after its TTL lapsed, so the section was not exclusive for all of it; raise the TTL or enable keep-alive",
-        alarm: Alarm::AtLeast { count: 1, within: minutes(15) },
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
     };
     /// Releasing a lock failed; its TTL will free it.
     pub const LOCK_RELEASE_FAULTED: Event = Event {
         key: "baton.lock.release_faulted",
         level: Level::WARN,
         help: "releasing a lock failed because the store could not be reached; the key stays held until its TTL lapses",
-        alarm: Alarm::AtLeast { count: 5, within: minutes(5) },
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
     };
     /// A held lock is known or presumed gone while its guard was alive.
     pub const LOCK_LOST: Event = Event {
         key: "baton.lock.lost",
         level: Level::ERROR,
         help: "a held lock was lost (the store reported another holder, or no renewal succeeded before the grant expired); the guarded work is no longer exclusive",
-        alarm: Alarm::AtLeast { count: 1, within: minutes(5) },
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
     };
     /// A keep-alive renewal failed with a store fault; it will be retried until the grant
     /// expires.
@@ -86,28 +98,38 @@ pub mod events {
         key: "baton.lock.renew_failed",
         level: Level::WARN,
         help: "a lock keep-alive renewal failed because the store could not be reached; it is retried until the grant expires",
-        alarm: Alarm::AtLeast { count: 3, within: minutes(5) },
+        alarm: Alarm::AtLeast {
+            count: 3,
+            within: minutes(5),
+        },
     };
     /// Keep-alive stopped renewing because the hold reached `max_hold`.
     pub const LOCK_MAX_HOLD_REACHED: Event = Event {
         key: "baton.lock.max_hold_reached",
         level: Level::WARN,
         help: "a lock reached its max_hold and keep-alive stopped renewing it; the grant expires at the end of its current TTL",
-        alarm: Alarm::AtLeast { count: 1, within: minutes(15) },
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
     };
     /// A guard was dropped without `release`; a background release was scheduled.
     pub const LOCK_DROPPED_UNRELEASED: Event = Event {
         key: "baton.lock.dropped_unreleased",
         level: Level::DEBUG,
         help: "a lock guard was dropped without release(); a best-effort release runs in the background and the TTL is the backstop",
-        alarm: Alarm::Unmonitored { why: "dropping a guard is a supported way to release; a failed background release reports baton.lock.release_faulted" },
+        alarm: Alarm::Unmonitored {
+            why: "dropping a guard is a supported way to release; a failed background release reports baton.lock.release_faulted",
+        },
     };
     /// A guard was dropped outside a tokio runtime, so only the TTL frees the key.
     pub const LOCK_DROPPED_WITHOUT_RUNTIME: Event = Event {
         key: "baton.lock.dropped_without_runtime",
         level: Level::WARN,
         help: "a lock guard was dropped outside a tokio runtime, so no release could be scheduled; the key stays held until its TTL lapses",
-        alarm: Alarm::Unmonitored { why: "happens at process shutdown; the TTL frees the key" },
+        alarm: Alarm::Unmonitored {
+            why: "happens at process shutdown; the TTL frees the key",
+        },
     };
     /// An acquire was cancelled while its claim was in flight; the possible grant was
     /// released in the background.
@@ -115,42 +137,57 @@ pub mod events {
         key: "baton.lock.acquire_cancelled",
         level: Level::DEBUG,
         help: "an acquire was cancelled while its request was in flight; the grant it may have made is released in the background",
-        alarm: Alarm::Unmonitored { why: "cancellation is normal control flow; the TTL is the backstop" },
+        alarm: Alarm::Unmonitored {
+            why: "cancellation is normal control flow; the TTL is the backstop",
+        },
     };
     /// A lease keep-alive found the lease gone.
     pub const LEASE_LOST: Event = Event {
         key: "baton.lease.lost",
         level: Level::ERROR,
         help: "a kept-alive lease was lost (another holder has it, or no renewal succeeded before it expired)",
-        alarm: Alarm::AtLeast { count: 1, within: minutes(5) },
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
     };
     /// A lease keep-alive renewal failed with a store fault.
     pub const LEASE_RENEW_FAILED: Event = Event {
         key: "baton.lease.renew_failed",
         level: Level::WARN,
         help: "a lease keep-alive renewal failed because the store could not be reached; it is retried until the lease expires",
-        alarm: Alarm::AtLeast { count: 3, within: minutes(5) },
+        alarm: Alarm::AtLeast {
+            count: 3,
+            within: minutes(5),
+        },
     };
     /// A lease release found another holder: a sibling re-claimed it.
     pub const LEASE_RECLAIM_DETECTED: Event = Event {
         key: "baton.lease.reclaim_detected",
         level: Level::INFO,
         help: "a lease release found that another holder had re-claimed the lease (cross-instance handoff)",
-        alarm: Alarm::Unmonitored { why: "informational: handoff is expected; the caller skips the owner-only effect" },
+        alarm: Alarm::Unmonitored {
+            why: "informational: handoff is expected; the caller skips the owner-only effect",
+        },
     };
     /// A lease release failed with a store fault.
     pub const LEASE_REMOVE_FAILED: Event = Event {
         key: "baton.lease.remove_failed",
         level: Level::ERROR,
         help: "releasing a lease failed because the store could not be reached; the caller could not learn whether it still owned it",
-        alarm: Alarm::AtLeast { count: 1, within: minutes(5) },
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
     };
     /// The first grant made by a process-local store.
     pub const STORE_PROCESS_LOCAL: Event = Event {
         key: "baton.store.process_local",
         level: Level::WARN,
         help: "a lock was taken through the in-memory store, which excludes only within this process; configure a shared store (sqlite://, redis://, postgres://) for cross-process exclusion",
-        alarm: Alarm::Unmonitored { why: "warned once per store at first use; expected in tests and single-process tools" },
+        alarm: Alarm::Unmonitored {
+            why: "warned once per store at first use; expected in tests and single-process tools",
+        },
     };
 }
 

@@ -163,7 +163,12 @@ pub fn format_duration(d: Duration) -> String {
     if ms == 0 && !d.is_zero() {
         return format!("{}us", d.as_micros());
     }
-    for (unit, size) in [("d", 86_400_000u128), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+    for (unit, size) in [
+        ("d", 86_400_000u128),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
         if ms >= size && ms % size == 0 {
             return format!("{}{unit}", ms / size);
         }
@@ -231,7 +236,11 @@ mod tests {
     fn ttl_limits() {
         assert!(Ttl::new(Duration::from_millis(10)).is_ok());
         let low = Ttl::new(Duration::from_millis(9)).unwrap_err();
-        assert!(low.message().contains("ttl 9ms is below the minimum of 10ms"), "{low}");
+        assert!(
+            low.message()
+                .contains("ttl 9ms is below the minimum of 10ms"),
+            "{low}"
+        );
         assert!(Ttl::new(Duration::ZERO).is_err());
         assert!(Ttl::new(MAX_TTL).is_ok());
         let high = Ttl::new(MAX_TTL + Duration::from_millis(1)).unwrap_err();
@@ -263,7 +272,16 @@ mod tests {
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        for bad in ["", "s", "10", "1.5s", "-1s", "10x", "ms10", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "s",
+            "10",
+            "1.5s",
+            "-1s",
+            "10x",
+            "ms10",
+            "99999999999999999999d",
+        ] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.is_invalid_input(), "{bad}: {e}");
         }

@@ -289,8 +289,7 @@ impl Locks {
         let deadline = started + options.wait.get();
         // Queue behind this process's other waiters for the key; only the head waits on the
         // store.
-        let Ok(_turn) = tokio::time::timeout_at(deadline, self.inner.turns.take(&key)).await
-        else {
+        let Ok(_turn) = tokio::time::timeout_at(deadline, self.inner.turns.take(&key)).await else {
             return Err(contended(None));
         };
         let wakeups = self.inner.store.wakeups();

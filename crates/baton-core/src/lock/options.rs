@@ -125,9 +125,17 @@ mod tests {
     fn cross_field_rules() {
         let s = Duration::from_secs;
         assert!(LockOptions::new(s(30)).validate().is_ok());
-        assert!(LockOptions::new(s(30)).keep_alive(s(15)).validate().is_err());
+        assert!(
+            LockOptions::new(s(30))
+                .keep_alive(s(15))
+                .validate()
+                .is_err()
+        );
         assert!(LockOptions::new(s(30)).keep_alive(s(0)).validate().is_err());
-        let e = LockOptions::new(s(30)).max_hold(s(60)).validate().unwrap_err();
+        let e = LockOptions::new(s(30))
+            .max_hold(s(60))
+            .validate()
+            .unwrap_err();
         assert!(e.message().contains("without keep_alive"), "{e}");
         let e = LockOptions::new(s(30))
             .keep_alive(s(10))
@@ -136,6 +144,10 @@ mod tests {
             .unwrap_err();
         assert!(e.message().contains("shorter than ttl"), "{e}");
         assert!(LockOptions::new(s(30)).wait(s(86_401)).validate().is_err());
-        assert!(LockOptions::new(Duration::from_millis(5)).validate().is_err());
+        assert!(
+            LockOptions::new(Duration::from_millis(5))
+                .validate()
+                .is_err()
+        );
     }
 }
