@@ -290,7 +290,12 @@ impl Locks {
         // Queue behind this process's other waiters for the key; only the head waits on the
         // store.
         let Ok(_turn) = tokio::time::timeout_at(deadline, self.inner.turns.take(&key)).await else {
-            return Err(contended(None));
+            // Other waiters of this process kept the key's queue busy for the whole wait.
+            // One last attempt tells whether it is still held, and by whom.
+            return match self.attempt(&key, &holder, options).await? {
+                Ok(guard) => Ok(guard),
+                Err(seen) => Err(contended(Some(seen))),
+            };
         };
         let wakeups = self.inner.store.wakeups();
         loop {
