@@ -44,3 +44,23 @@ pub use lock::{
 pub use memory::MemoryStore;
 pub use store::HolderInfo;
 pub use time::{Ttl, WaitTime, parse_duration};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Public handles can move across tasks and threads.
+    #[test]
+    fn bounds() {
+        fn bounds<T: Send + Sync + 'static>() {}
+        bounds::<Locks>();
+        bounds::<Leases>();
+        bounds::<LockGuard>();
+        bounds::<LockHandle>();
+        bounds::<LeaseKeepAlive>();
+        bounds::<MemoryStore>();
+        bounds::<AcquireError>();
+        bounds::<Error>();
+        bounds::<std::sync::Arc<dyn store::LeaseStore>>();
+    }
+}
