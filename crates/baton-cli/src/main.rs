@@ -1,1 +1,98 @@
-fn main() {}
+//! The `baton` command line.
+//!
+//! Its main job is `baton run KEY -- COMMAND`: run COMMAND on exactly one machine at a time,
+//! for cron jobs that must not run on every replica. `baton lock` and `baton lease` inspect
+//! and drive the same locks and leases the library uses. The user guide is `docs/cli.md`.
+//!
+//! The modules, in the order a command flows through them:
+//! - [`cli`]: the grammar; every argument is validated while parsing, before any I/O;
+//! - [`store`]: which store to open (`--store`, `BATON_STORE`, the default SQLite file);
+//! - [`run`], [`lock_cmd`], [`lease_cmd`]: the subcommands;
+//! - [`child`], [`signals`]: COMMAND's process group, and the signals baton forwards to it;
+//! - [`output`]: tables and JSON;
+//! - [`exit`]: every exit status, in one place.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod child;
+mod cli;
+mod exit;
+mod lease_cmd;
+mod lock_cmd;
+mod output;
+mod run;
+mod signals;
+mod store;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+use crate::exit::{Failure, INTERNAL, SUCCESS, USAGE};
+
+/// The environment variable that sets baton's log level (a `tracing` filter).
+const LOG_ENV: &str = "BATON_LOG";
+/// The log level when [`LOG_ENV`] is unset: baton's warnings (a lost lock, a release after
+/// expiry, a store fault) are always visible.
+const DEFAULT_LOG: &str = "warn";
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and version go to stdout with status 0; every usage error is status 64
+            // (clap's own default is 2).
+            let status = if error.use_stderr() { USAGE } else { SUCCESS };
+            let _ = error.print();
+            return ExitCode::from(status);
+        }
+    };
+    init_logging();
+    let status = match execute(&cli) {
+        Ok(status) => status,
+        Err(failure) => {
+            eprintln!("baton: {failure}");
+            failure.status
+        }
+    };
+    ExitCode::from(status)
+}
+
+/// Runs the parsed command on a single-threaded runtime; returns baton's exit status.
+fn execute(cli: &Cli) -> Result<u8, Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(INTERNAL, format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async {
+        match &cli.command {
+            Command::Run(args) => run::run(&cli.global, args).await,
+            Command::Lock(command) => lock_cmd::run(&cli.global, command).await,
+            Command::Lease(command) => lease_cmd::run(&cli.global, command).await,
+        }
+    })
+}
+
+/// Logs to stderr, filtered by `BATON_LOG` (default `warn`).
+fn init_logging() {
+    let filter = match std::env::var(LOG_ENV) {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
+            .unwrap_or_else(|e| {
+                eprintln!(
+                    "baton: ignoring {LOG_ENV}={directives:?}: {e}; logging at {DEFAULT_LOG}"
+                );
+                EnvFilter::new(DEFAULT_LOG)
+            }),
+        _ => EnvFilter::new(DEFAULT_LOG),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+}

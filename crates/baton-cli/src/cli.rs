@@ -1,0 +1,324 @@
+//! The command line grammar: every subcommand, option, default and environment variable.
+//!
+//! Every argument is validated here, while parsing and before any store is opened, with the
+//! library's own rules (key, holder, namespace, TTL, wait), so a typo exits with status 64
+//! and changes nothing. Durations are read by [`baton::parse_duration`]: `500ms`, `30s`,
+//! `5m`, `1h`, `2d`.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use baton::Namespace;
+use baton::time::{Ttl, WaitTime};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Default `--ttl` of `baton run` and of lease claims and renewals.
+pub(crate) const DEFAULT_TTL: &str = "30s";
+/// Default `--wait` of `baton run`: one attempt.
+pub(crate) const DEFAULT_WAIT: &str = "0s";
+/// Default `--grace` of `baton run`: time between SIGTERM and SIGKILL after a lost lock.
+pub(crate) const DEFAULT_GRACE: &str = "10s";
+/// Default `--limit` of the list commands.
+pub(crate) const DEFAULT_LIST_LIMIT: usize = 1000;
+
+/// Cluster coordination from the shell: run a command on exactly one machine at a time, and
+/// inspect locks and leases.
+#[derive(Debug, Parser)]
+#[command(
+    name = "baton",
+    version,
+    propagate_version = true,
+    arg_required_else_help = true
+)]
+#[command(
+    after_help = "Exit statuses: 64 invalid arguments or input, 69 store unavailable, \
+70 internal error, 75 held by another holder, 79 lock lost while COMMAND ran; `baton run` \
+otherwise exits with COMMAND's status (127 not found, 126 not executable, 128+N killed by \
+signal N). See docs/cli.md."
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+pub(crate) struct GlobalArgs {
+    /// The store: memory://, sqlite:///path/to/file.db. [default: the SQLite file
+    /// $XDG_STATE_HOME/baton/baton.db, else ~/.local/state/baton/baton.db, created with its
+    /// directories on first use]
+    #[arg(long, env = "BATON_STORE", global = true, value_name = "URL")]
+    pub(crate) store: Option<String>,
+
+    /// The namespace every key is qualified with, so applications sharing a store never
+    /// see each other's keys.
+    #[arg(
+        long,
+        env = "BATON_NAMESPACE",
+        global = true,
+        value_name = "NS",
+        default_value = baton::DEFAULT_NAMESPACE,
+        value_parser = parse_namespace,
+    )]
+    pub(crate) namespace: Namespace,
+
+    /// Print data as JSON (one document on stdout).
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run COMMAND while holding the lock KEY: on exactly one machine at a time.
+    ///
+    /// Acquires the lock (waiting up to --wait for a current holder), runs COMMAND with
+    /// BATON_KEY and BATON_FENCE in its environment, renews the lock every ttl/3 while it
+    /// runs, releases it when COMMAND exits, and exits with COMMAND's status.
+    Run(RunArgs),
+    /// Inspect locks.
+    #[command(subcommand)]
+    Lock(LockCommand),
+    /// Claim, renew, release and inspect leases: claims by a stable holder id.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+}
+
+/// `baton run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// How long the lock survives without a renewal. baton renews it every ttl/3 while
+    /// COMMAND runs, so this bounds how long others wait after this machine dies.
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait for a current holder before giving up with status 75; 0s is one
+    /// attempt.
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_WAIT, value_parser = parse_wait)]
+    pub(crate) wait: Duration,
+
+    /// What to do to COMMAND when the lock is lost while it runs.
+    #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
+    pub(crate) on_lost: OnLost,
+
+    /// With --on-lost term: how long COMMAND has between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_GRACE, value_parser = parse_grace)]
+    pub(crate) grace: Duration,
+
+    /// The lock's key.
+    #[arg(value_name = "KEY", value_parser = parse_key)]
+    pub(crate) key: String,
+
+    /// The command and its arguments, after `--`.
+    #[arg(
+        value_name = "COMMAND",
+        last = true,
+        required = true,
+        num_args = 1..,
+        allow_hyphen_values = true
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// What `baton run` does to COMMAND when the lock is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnLost {
+    /// SIGTERM to COMMAND's process group, SIGKILL after --grace.
+    Term,
+    /// SIGKILL to COMMAND's process group at once.
+    Kill,
+    /// Let COMMAND finish; baton still exits 79.
+    Ignore,
+}
+
+/// `baton lock ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum LockCommand {
+    /// Show the holder of lock KEY, its fence and remaining time.
+    Status {
+        /// The lock's key.
+        #[arg(value_name = "KEY", value_parser = parse_key)]
+        key: String,
+    },
+    /// List held locks.
+    List(ListArgs),
+}
+
+/// `baton lease ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum LeaseCommand {
+    /// Claim lease KEY for --holder: prints Claimed, or HeldBy (status 75).
+    ///
+    /// Claiming again as the same holder is idempotent: it extends the lease and keeps its
+    /// fence.
+    Claim {
+        /// The lease's key.
+        #[arg(value_name = "KEY", value_parser = parse_key)]
+        key: String,
+        #[command(flatten)]
+        holder: HolderArg,
+        /// How long the lease lasts without a renewal.
+        #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
+        ttl: Duration,
+        /// Why the lease is held, shown by status and list (at most 64 bytes).
+        #[arg(long, value_name = "TEXT", default_value = "")]
+        reason: String,
+    },
+    /// Extend --holder's lease KEY to --ttl from now: prints Renewed, or NotHolder
+    /// (status 75).
+    Renew {
+        /// The lease's key.
+        #[arg(value_name = "KEY", value_parser = parse_key)]
+        key: String,
+        #[command(flatten)]
+        holder: HolderArg,
+        /// The new time to live, from now.
+        #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
+        ttl: Duration,
+    },
+    /// Release --holder's lease KEY: prints Removed, NoHolder, or Reclaimed (status 75).
+    Release {
+        /// The lease's key.
+        #[arg(value_name = "KEY", value_parser = parse_key)]
+        key: String,
+        #[command(flatten)]
+        holder: HolderArg,
+    },
+    /// Show the holder of lease KEY, its fence, remaining time and reason.
+    Status {
+        /// The lease's key.
+        #[arg(value_name = "KEY", value_parser = parse_key)]
+        key: String,
+    },
+    /// List live leases.
+    List(ListArgs),
+}
+
+/// `--holder`.
+#[derive(Debug, Args)]
+pub(crate) struct HolderArg {
+    /// The holder id: a stable identity such as a host or instance name.
+    #[arg(long = "holder", env = "BATON_HOLDER", value_name = "ID", value_parser = parse_holder)]
+    pub(crate) id: String,
+}
+
+/// Options of the list commands.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only keys that start with this prefix.
+    #[arg(long, value_name = "P", default_value = "")]
+    pub(crate) prefix: String,
+    /// At most this many entries.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIST_LIMIT)]
+    pub(crate) limit: usize,
+}
+
+fn parse_key(text: &str) -> Result<String, String> {
+    baton::Key::new(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.message().to_owned())
+}
+
+fn parse_holder(text: &str) -> Result<String, String> {
+    baton::Holder::new(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.message().to_owned())
+}
+
+fn parse_namespace(text: &str) -> Result<Namespace, String> {
+    Namespace::new(text).map_err(|e| e.message().to_owned())
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    baton::parse_duration(text).map_err(|e| e.message().to_owned())
+}
+
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    Ttl::new(ttl).map_err(|e| e.message().to_owned())?;
+    Ok(ttl)
+}
+
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    let wait = parse_duration(text)?;
+    WaitTime::new(wait).map_err(|e| e.message().to_owned())?;
+    Ok(wait)
+}
+
+fn parse_grace(text: &str) -> Result<Duration, String> {
+    parse_duration(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("baton").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_defaults() {
+        let cli = parse(&["run", "job", "--", "echo", "-n", "hi"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.ttl, Duration::from_secs(30));
+        assert_eq!(run.wait, Duration::ZERO);
+        assert_eq!(run.grace, Duration::from_secs(10));
+        assert_eq!(run.on_lost, OnLost::Term);
+        assert_eq!(run.key, "job");
+        assert_eq!(run.command, ["echo", "-n", "hi"]);
+        assert_eq!(cli.global.namespace.as_str(), "baton");
+    }
+
+    #[test]
+    fn options_after_the_command_belong_to_the_command() {
+        let cli = parse(&["run", "--ttl", "5m", "job", "--", "cmd", "--ttl", "1s"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.ttl, Duration::from_secs(300));
+        assert_eq!(run.command, ["cmd", "--ttl", "1s"]);
+    }
+
+    #[test]
+    fn global_options_go_anywhere() {
+        let cli = parse(&["lock", "list", "--json", "--namespace", "app"]).unwrap();
+        assert!(cli.global.json);
+        assert_eq!(cli.global.namespace.as_str(), "app");
+    }
+
+    #[test]
+    fn bad_input_is_rejected_while_parsing() {
+        for args in [
+            &["run", "job"][..],
+            &["run", "job", "--"],
+            &["run", "job", "echo"],
+            &["run", "", "--", "true"],
+            &["run", "a\u{1}b", "--", "true"],
+            &["run", "--ttl", "30", "job", "--", "true"],
+            &["run", "--ttl", "5ms", "job", "--", "true"],
+            &["run", "--wait", "2d", "job", "--", "true"],
+            &["run", "--grace", "soon", "job", "--", "true"],
+            &["run", "--on-lost", "panic", "job", "--", "true"],
+            &["--namespace", "a:b", "lock", "list"],
+            &["lease", "claim", "k"],
+            &["lease", "claim", "k", "--holder", ""],
+        ] {
+            let err = parse(args).expect_err(&format!("{args:?} parsed"));
+            assert!(err.use_stderr(), "{args:?}: {err}");
+            assert_ne!(err.kind(), ErrorKind::DisplayHelp);
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Exit statuses of `baton`, all in one place, and the failure type that carries them.
+//!
+//! The numbers follow `sysexits.h` where one fits, so that cron, systemd and shell scripts
+//! can tell "someone else has it" from "the store is down" from "you typed it wrong":
+//!
+//! | status | constant | meaning |
+//! |---|---|---|
+//! | COMMAND's own | | `baton run`: COMMAND ran while the lock was held throughout |
+//! | 0 | [`SUCCESS`] | the other commands: done |
+//! | 64 | [`USAGE`] | invalid arguments or input (`EX_USAGE`); nothing was changed |
+//! | 69 | [`UNAVAILABLE`] | the store could not be opened or did not answer (`EX_UNAVAILABLE`) |
+//! | 70 | [`INTERNAL`] | baton itself failed: no signal handlers, lost track of COMMAND (`EX_SOFTWARE`) |
+//! | 75 | [`CONTENDED`] | held by another holder (`EX_TEMPFAIL`: try again later) |
+//! | 79 | [`LOCK_LOST`] | `baton run`: the lock was lost while COMMAND ran |
+//! | 126 | [`CANNOT_EXECUTE`] | COMMAND was found but could not be executed (as shells do) |
+//! | 127 | [`NOT_FOUND`] | COMMAND was not found (as shells do) |
+//! | 128+N | [`SIGNAL_BASE`] | COMMAND was killed by signal N (as shells do) |
+
+use std::fmt;
+
+use baton::{Error, ErrorKind};
+
+/// Done.
+pub(crate) const SUCCESS: u8 = 0;
+/// Invalid arguments or input: a clap usage error, a bad duration, key, holder, namespace or
+/// store URL, a store scheme this build does not support, a missing COMMAND.
+pub(crate) const USAGE: u8 = 64;
+/// The store could not be opened or did not answer.
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// baton itself failed: it could not install its signal handlers, or lost track of COMMAND.
+pub(crate) const INTERNAL: u8 = 70;
+/// Another holder holds the key (a lock still held after `--wait`; a lease held by someone
+/// else, or no longer ours).
+pub(crate) const CONTENDED: u8 = 75;
+/// The lock was lost (or had expired) while COMMAND ran: the run was not exclusive
+/// throughout.
+pub(crate) const LOCK_LOST: u8 = 79;
+/// COMMAND exists but could not be executed (permission denied, not an executable).
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// COMMAND was not found.
+pub(crate) const NOT_FOUND: u8 = 127;
+/// COMMAND was killed by signal N: the status is `SIGNAL_BASE + N`.
+pub(crate) const SIGNAL_BASE: u8 = 128;
+
+/// Why a subcommand stopped early: an exit status and one line for stderr.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// The exit status.
+    pub(crate) status: u8,
+    /// The line printed on stderr after `baton: `.
+    pub(crate) message: String,
+}
+
+impl Failure {
+    /// A failure with `status`.
+    pub(crate) fn new(status: u8, message: impl Into<String>) -> Self {
+        Failure {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// Invalid arguments or input.
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Failure::new(USAGE, message)
+    }
+}
+
+impl From<Error> for Failure {
+    /// Maps a library error to its exit status: input the library rejected, and a store
+    /// this build cannot open, are usage errors (running again will not help); everything
+    /// else means the store could not be used.
+    fn from(error: Error) -> Self {
+        let status = match error.kind() {
+            ErrorKind::InvalidInput | ErrorKind::Unsupported => USAGE,
+            _ => UNAVAILABLE,
+        };
+        Failure::new(status, error.to_string())
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_errors_map_to_statuses() {
+        assert_eq!(Failure::from(Error::invalid_input("x")).status, USAGE);
+        assert_eq!(Failure::from(Error::unsupported("x")).status, USAGE);
+        assert_eq!(Failure::from(Error::unavailable("x")).status, UNAVAILABLE);
+        assert_eq!(Failure::from(Error::internal("x")).status, UNAVAILABLE);
+    }
+
+    #[test]
+    fn statuses_are_distinct() {
+        let all = [
+            SUCCESS,
+            USAGE,
+            UNAVAILABLE,
+            INTERNAL,
+            CONTENDED,
+            LOCK_LOST,
+            CANNOT_EXECUTE,
+            NOT_FOUND,
+            SIGNAL_BASE,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! `baton lease claim|renew|release|status|list`: leases held by a stable holder id, from
+//! shell scripts.
+//!
+//! Each command prints the library's answer by its variant name (`Claimed`, `HeldBy`,
+//! `Renewed`, `NotHolder`, `Removed`, `Reclaimed`, `NoHolder`), as the first word of a line
+//! or as the `result` field of the JSON document. The exit status answers "may I act as the
+//! owner?":
+//!
+//! | answer | status | why |
+//! |---|---|---|
+//! | `Claimed`, `Renewed`, `Removed` | 0 | the lease is (or was, until this release) ours |
+//! | `NoHolder` | 0 | nobody holds it: release is idempotent, so a second release is fine |
+//! | `HeldBy` | 75 | another holder has it |
+//! | `NotHolder` | 75 | we no longer hold it (it lapsed, or another holder has it); stop acting as owner |
+//! | `Reclaimed` | 75 | ours lapsed and another holder re-claimed it: skip owner-only effects |
+//!
+//! `NoHolder` on release also means ours had lapsed before the release; a script that fires
+//! an owner-only effect after releasing should check for `Removed`, not only the status.
+
+use std::time::Duration;
+
+use baton::{ClaimResult, LeaseInfo, RemoveResult, RenewResult};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::cli::{GlobalArgs, LeaseCommand, ListArgs};
+use crate::exit::{CONTENDED, Failure, SUCCESS};
+use crate::output::{human_duration, millis, print_json, print_line, print_table, write_failure};
+use crate::store;
+
+/// The answer of one lease command, as printed.
+#[derive(Debug, Serialize)]
+#[serde(tag = "result")]
+enum Answer {
+    Claimed {
+        key: String,
+        holder: String,
+        fence: u64,
+        ttl_ms: u64,
+    },
+    HeldBy {
+        key: String,
+        holder: String,
+        remaining_ms: u64,
+    },
+    Renewed {
+        key: String,
+        holder: String,
+        ttl_ms: u64,
+    },
+    NotHolder {
+        key: String,
+        holder: String,
+    },
+    Removed {
+        key: String,
+        holder: String,
+    },
+    Reclaimed {
+        key: String,
+        by: String,
+    },
+    NoHolder {
+        key: String,
+    },
+}
+
+impl Answer {
+    /// The exit status of this answer (see the module docs).
+    fn status(&self) -> u8 {
+        match self {
+            Answer::Claimed { .. }
+            | Answer::Renewed { .. }
+            | Answer::Removed { .. }
+            | Answer::NoHolder { .. } => SUCCESS,
+            Answer::HeldBy { .. } | Answer::NotHolder { .. } | Answer::Reclaimed { .. } => {
+                CONTENDED
+            }
+        }
+    }
+
+    /// One line for people: the variant, the key, then `name=value` fields.
+    fn line(&self) -> String {
+        let ms = Duration::from_millis;
+        match self {
+            Answer::Claimed {
+                key,
+                holder,
+                fence,
+                ttl_ms,
+            } => format!(
+                "Claimed {key} holder={holder} fence={fence} ttl={}",
+                human_duration(ms(*ttl_ms))
+            ),
+            Answer::HeldBy {
+                key,
+                holder,
+                remaining_ms,
+            } => format!(
+                "HeldBy {key} holder={holder} remaining={}",
+                human_duration(ms(*remaining_ms))
+            ),
+            Answer::Renewed {
+                key,
+                holder,
+                ttl_ms,
+            } => format!(
+                "Renewed {key} holder={holder} ttl={}",
+                human_duration(ms(*ttl_ms))
+            ),
+            Answer::NotHolder { key, holder } => format!("NotHolder {key} holder={holder}"),
+            Answer::Removed { key, holder } => format!("Removed {key} holder={holder}"),
+            Answer::Reclaimed { key, by } => format!("Reclaimed {key} by={by}"),
+            Answer::NoHolder { key } => format!("NoHolder {key}"),
+        }
+    }
+}
+
+/// One live lease, as printed by status and list.
+#[derive(Debug, Serialize)]
+struct LeaseRow {
+    key: String,
+    holder: String,
+    fence: u64,
+    remaining_ms: u64,
+    reason: String,
+}
+
+impl From<LeaseInfo> for LeaseRow {
+    fn from(info: LeaseInfo) -> Self {
+        LeaseRow {
+            key: info.key,
+            holder: info.holder,
+            fence: info.fence.get(),
+            remaining_ms: millis(info.remaining),
+            reason: info.reason,
+        }
+    }
+}
+
+/// `baton lease status --json`: `held`, and the lease's fields when held.
+#[derive(Debug, Serialize)]
+struct LeaseStatus {
+    key: String,
+    held: bool,
+    #[serde(flatten)]
+    lease: Option<LeaseFields>,
+}
+
+/// The fields of a held lease in [`LeaseStatus`].
+#[derive(Debug, Serialize)]
+struct LeaseFields {
+    holder: String,
+    fence: u64,
+    remaining_ms: u64,
+    reason: String,
+}
+
+const HEADER: [&str; 5] = ["KEY", "HOLDER", "FENCE", "REMAINING", "REASON"];
+
+/// Runs `baton lease ...`; returns baton's exit status.
+pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u8, Failure> {
+    let baton = store::connect(global).await?;
+    let leases = baton.leases();
+    let answer = match command {
+        LeaseCommand::Claim {
+            key,
+            holder,
+            ttl,
+            reason,
+        } => match leases.claim(key, &holder.id, *ttl, reason).await? {
+            ClaimResult::Claimed { fence, .. } => Answer::Claimed {
+                key: key.clone(),
+                holder: holder.id.clone(),
+                fence: fence.get(),
+                ttl_ms: millis(*ttl),
+            },
+            ClaimResult::HeldBy { holder, until } => Answer::HeldBy {
+                key: key.clone(),
+                holder,
+                remaining_ms: millis(until.saturating_duration_since(Instant::now())),
+            },
+        },
+        LeaseCommand::Renew { key, holder, ttl } => {
+            match leases.renew(key, &holder.id, *ttl).await? {
+                RenewResult::Renewed => Answer::Renewed {
+                    key: key.clone(),
+                    holder: holder.id.clone(),
+                    ttl_ms: millis(*ttl),
+                },
+                RenewResult::NotHolder => Answer::NotHolder {
+                    key: key.clone(),
+                    holder: holder.id.clone(),
+                },
+            }
+        }
+        LeaseCommand::Release { key, holder } => match leases.release(key, &holder.id).await? {
+            RemoveResult::Removed { holder } => Answer::Removed {
+                key: key.clone(),
+                holder,
+            },
+            RemoveResult::Reclaimed { by } => Answer::Reclaimed {
+                key: key.clone(),
+                by,
+            },
+            RemoveResult::NoHolder => Answer::NoHolder { key: key.clone() },
+        },
+        LeaseCommand::Status { key } => {
+            let row = leases.inspect(key).await?.map(LeaseRow::from);
+            print_status(global, key, row).map_err(write_failure)?;
+            return Ok(SUCCESS);
+        }
+        LeaseCommand::List(ListArgs { prefix, limit }) => {
+            let rows: Vec<LeaseRow> = leases
+                .list(prefix, *limit)
+                .await?
+                .into_iter()
+                .map(LeaseRow::from)
+                .collect();
+            if global.json {
+                print_json(&rows)
+            } else {
+                print_table(&HEADER, &rows.into_iter().map(cells).collect::<Vec<_>>())
+            }
+            .map_err(write_failure)?;
+            return Ok(SUCCESS);
+        }
+    };
+    if global.json {
+        print_json(&answer)
+    } else {
+        print_line(&answer.line())
+    }
+    .map_err(write_failure)?;
+    Ok(answer.status())
+}
+
+fn print_status(global: &GlobalArgs, key: &str, row: Option<LeaseRow>) -> std::io::Result<()> {
+    if global.json {
+        let status = LeaseStatus {
+            key: key.to_owned(),
+            held: row.is_some(),
+            lease: row.map(|row| LeaseFields {
+                holder: row.holder,
+                fence: row.fence,
+                remaining_ms: row.remaining_ms,
+                reason: row.reason,
+            }),
+        };
+        return print_json(&status);
+    }
+    match row {
+        Some(row) => print_table(&HEADER, &[cells(row)]),
+        None => print_line(&format!("{key}: free")),
+    }
+}
+
+fn cells(row: LeaseRow) -> Vec<String> {
+    vec![
+        row.key,
+        row.holder,
+        row.fence.to_string(),
+        human_duration(Duration::from_millis(row.remaining_ms)),
+        row.reason,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contention_answers_exit_75() {
+        let key = || "k".to_owned();
+        let holder = || "h".to_owned();
+        let held = Answer::HeldBy {
+            key: key(),
+            holder: holder(),
+            remaining_ms: 1,
+        };
+        assert_eq!(held.status(), CONTENDED);
+        assert_eq!(
+            Answer::NotHolder {
+                key: key(),
+                holder: holder()
+            }
+            .status(),
+            CONTENDED
+        );
+        assert_eq!(
+            Answer::Reclaimed {
+                key: key(),
+                by: holder()
+            }
+            .status(),
+            CONTENDED
+        );
+        assert_eq!(Answer::NoHolder { key: key() }.status(), SUCCESS);
+    }
+
+    #[test]
+    fn answers_print_their_variant() {
+        let answer = Answer::Claimed {
+            key: "k".into(),
+            holder: "h".into(),
+            fence: 7,
+            ttl_ms: 30_000,
+        };
+        assert_eq!(answer.line(), "Claimed k holder=h fence=7 ttl=30s");
+        let json = serde_json::to_value(&answer).unwrap();
+        assert_eq!(json["result"], "Claimed");
+        assert_eq!(json["fence"], 7);
+    }
+}

@@ -1,0 +1,296 @@
+//! `baton run KEY -- COMMAND`: run COMMAND while holding the lock KEY.
+//!
+//! ## Behavior
+//! - Acquire: one attempt, or waiting up to `--wait` for the current holder. Still held:
+//!   one line on stderr naming the holder, status 75. Store down: status 69.
+//! - Run: COMMAND gets `BATON_KEY` and `BATON_FENCE` in its environment and runs in its own
+//!   process group (see [`crate::child`]). The lock is renewed every [`keep_alive_interval`]
+//!   (`ttl / 3`) while it runs.
+//! - Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton are forwarded once to
+//!   COMMAND's group; baton keeps the lock until COMMAND exits, then releases it.
+//! - Lost lock (the store reports another holder, or the TTL passes without a successful
+//!   renewal): `--on-lost term` sends SIGTERM to COMMAND's group and SIGKILL after `--grace`;
+//!   `kill` sends SIGKILL at once; `ignore` lets COMMAND finish. baton exits 79 in every
+//!   case, because the run was not exclusive throughout.
+//! - Exit: COMMAND's status (128+N when a signal N killed it), after releasing the lock. A
+//!   release that finds the lock already expired also means the run was not exclusive: 79.
+
+use std::future::pending;
+use std::time::Duration;
+
+use baton::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
+use nix::sys::signal::Signal;
+use tokio::time::{Instant, sleep_until};
+
+use crate::child::{Child, shell_status};
+use crate::cli::{GlobalArgs, OnLost, RunArgs};
+use crate::exit::{CONTENDED, Failure, INTERNAL, LOCK_LOST, SIGNAL_BASE};
+use crate::output::human_duration;
+use crate::signals::Forwarded;
+use crate::store;
+
+/// How often the lock is renewed while COMMAND runs: a third of the TTL. The library
+/// requires an interval below `ttl / 2`, so that one failed renewal can be retried before
+/// the grant expires; a third leaves room for two.
+pub(crate) fn keep_alive_interval(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
+/// `<host>:<pid>`: prefixed to each acquisition's random token so that `lock status` and the
+/// "held by" line name the machine and process that holds a lock.
+pub(crate) fn holder_label() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty() && !h.chars().any(char::is_control))
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    let mut label = format!("{host}:{}", std::process::id());
+    if label.len() > baton::MAX_LABEL_BYTES {
+        let mut cut = baton::MAX_LABEL_BYTES;
+        while !label.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        label.truncate(cut);
+    }
+    label
+}
+
+/// Runs `baton run`; returns baton's exit status.
+pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failure> {
+    let options = LockOptions::new(args.ttl)
+        .wait(args.wait)
+        .keep_alive(keep_alive_interval(args.ttl))
+        .holder_label(holder_label());
+    options.validate()?;
+    // Catch signals before anything is held, so that none can end baton between taking the
+    // lock and handing the signal on.
+    let mut signals = Forwarded::install()
+        .map_err(|e| Failure::new(INTERNAL, format!("cannot install signal handlers: {e}")))?;
+
+    let acquire = async {
+        let baton = store::connect(global).await?;
+        baton
+            .locks()
+            .acquire(&args.key, &options)
+            .await
+            .map_err(|e| acquire_failure(&args.key, args.wait, e))
+    };
+    let guard = tokio::select! {
+        guard = acquire => guard?,
+        signal = signals.recv() => {
+            return Err(Failure::new(
+                SIGNAL_BASE + signal as u8,
+                format!("{signal} received while waiting for lock {:?}; COMMAND did not run", args.key),
+            ));
+        }
+    };
+
+    let env = [
+        ("BATON_KEY", args.key.clone()),
+        ("BATON_FENCE", guard.fence().to_string()),
+    ];
+    let child = match Child::spawn(&args.command, &env) {
+        Ok(child) => child,
+        Err(failure) => {
+            guard.release().await;
+            return Err(failure);
+        }
+    };
+    tracing::debug!(key = %args.key, fence = %guard.fence(), command = child.name(), "running");
+    let ran = supervise(child, &mut signals, &guard, args).await;
+    let fence = guard.fence();
+    let released = guard.release().await;
+    finish(args, fence, ran, released)
+}
+
+/// How COMMAND's run ended.
+struct Ran {
+    /// COMMAND's status as a shell reports it, or why it is unknown.
+    status: Result<u8, Failure>,
+    /// Whether the lock was lost while COMMAND ran.
+    lost: bool,
+    /// COMMAND's name.
+    name: String,
+}
+
+/// Waits for COMMAND to exit, forwarding signals and acting on a lost lock.
+async fn supervise(
+    mut child: Child,
+    signals: &mut Forwarded,
+    guard: &LockGuard,
+    args: &RunArgs,
+) -> Ran {
+    let lost = guard.lost();
+    let mut lost_seen = false;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        let kill_timer = async {
+            match kill_at {
+                Some(at) => sleep_until(at).await,
+                None => pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait() => break status,
+            signal = signals.recv() => child.signal(signal),
+            () = lost.cancelled(), if !lost_seen => {
+                lost_seen = true;
+                let action = match args.on_lost {
+                    OnLost::Term => {
+                        child.signal(Signal::SIGTERM);
+                        kill_at = Some(Instant::now() + args.grace);
+                        format!("sent SIGTERM to {}, SIGKILL follows in {}", child.name(), human_duration(args.grace))
+                    }
+                    OnLost::Kill => {
+                        child.signal(Signal::SIGKILL);
+                        format!("sent SIGKILL to {}", child.name())
+                    }
+                    OnLost::Ignore => format!("letting {} finish (--on-lost ignore)", child.name()),
+                };
+                eprintln!(
+                    "baton: lost the lock {:?} (fence {}) while {} ran; {action}",
+                    args.key, guard.fence(), child.name()
+                );
+            }
+            () = kill_timer => {
+                kill_at = None;
+                eprintln!(
+                    "baton: {} still running {} after SIGTERM; sending SIGKILL",
+                    child.name(), human_duration(args.grace)
+                );
+                child.signal(Signal::SIGKILL);
+            }
+        }
+    };
+    Ran {
+        status: status.map(shell_status).map_err(|e| {
+            Failure::new(
+                INTERNAL,
+                format!("lost track of {}: {e}; the lock is released", child.name()),
+            )
+        }),
+        lost: lost_seen,
+        name: child.name().to_owned(),
+    }
+}
+
+/// baton's exit status once COMMAND has exited and the lock was released.
+fn finish(
+    args: &RunArgs,
+    fence: baton::Fence,
+    ran: Ran,
+    released: ReleaseOutcome,
+) -> Result<u8, Failure> {
+    let status = ran.status?;
+    if ran.lost {
+        return Err(Failure::new(
+            LOCK_LOST,
+            format!(
+                "{} exited with status {status} after the lock {:?} was lost; exiting with {LOCK_LOST}",
+                ran.name, args.key
+            ),
+        ));
+    }
+    match released {
+        ReleaseOutcome::Expired => Err(Failure::new(
+            LOCK_LOST,
+            format!(
+                "the lock {:?} (fence {fence}) had expired before {} exited with status {status}: the run was not exclusive throughout; exiting with {LOCK_LOST}",
+                args.key, ran.name
+            ),
+        )),
+        ReleaseOutcome::Faulted => {
+            eprintln!(
+                "baton: could not release the lock {:?}; it stays held until its TTL ({}) lapses",
+                args.key,
+                human_duration(args.ttl)
+            );
+            Ok(status)
+        }
+        _ => Ok(status),
+    }
+}
+
+/// The failure for a lock `baton run` could not take.
+fn acquire_failure(key: &str, wait: Duration, error: AcquireError) -> Failure {
+    match error {
+        AcquireError::Contended { holder, remaining } => {
+            let holder = match holder {
+                Some(holder) => format!("held by {holder}"),
+                None => "held elsewhere".to_owned(),
+            };
+            let expires = match remaining {
+                Some(remaining) => format!(
+                    ", which expires in {} unless renewed",
+                    human_duration(remaining)
+                ),
+                None => String::new(),
+            };
+            let waited = if wait.is_zero() {
+                "gave up at once (--wait 0s)".to_owned()
+            } else {
+                format!("gave up after waiting {}", human_duration(wait))
+            };
+            Failure::new(
+                CONTENDED,
+                format!("lock {key:?} is still {holder}{expires}; {waited}; COMMAND did not run"),
+            )
+        }
+        AcquireError::Unavailable(error) | AcquireError::InvalidInput(error) => {
+            let mut failure = Failure::from(error);
+            failure.message = format!("cannot acquire lock {key:?}: {}", failure.message);
+            failure
+        }
+        other => Failure::new(INTERNAL, format!("cannot acquire lock {key:?}: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::{UNAVAILABLE, USAGE};
+    use baton::time::Ttl;
+
+    #[test]
+    fn the_keep_alive_interval_is_valid_for_every_ttl() {
+        for ms in [10, 11, 29, 30, 500, 30_000, 2_592_000_000] {
+            let ttl = Duration::from_millis(ms);
+            Ttl::new(ttl).unwrap();
+            LockOptions::new(ttl)
+                .keep_alive(keep_alive_interval(ttl))
+                .validate()
+                .unwrap_or_else(|e| panic!("ttl {ms}ms: {e}"));
+        }
+    }
+
+    #[test]
+    fn contention_names_the_holder() {
+        let failure = acquire_failure(
+            "job",
+            Duration::ZERO,
+            AcquireError::Contended {
+                holder: Some("abc123".into()),
+                remaining: Some(Duration::from_millis(27_500)),
+            },
+        );
+        assert_eq!(failure.status, CONTENDED);
+        assert!(failure.message.contains("held by abc123"), "{failure}");
+        assert!(failure.message.contains("27.5s"), "{failure}");
+    }
+
+    #[test]
+    fn acquire_errors_keep_their_status() {
+        let unavailable = acquire_failure(
+            "job",
+            Duration::ZERO,
+            AcquireError::Unavailable(baton::Error::unavailable("down")),
+        );
+        assert_eq!(unavailable.status, UNAVAILABLE);
+        let invalid = acquire_failure(
+            "job",
+            Duration::ZERO,
+            AcquireError::InvalidInput(baton::Error::invalid_input("bad")),
+        );
+        assert_eq!(invalid.status, USAGE);
+    }
+}

@@ -1,0 +1,23 @@
+//! Which store a command talks to: `--store`, else `BATON_STORE`, else the default SQLite
+//! file under the user's state directory (`baton::default_store_url`), which the SQLite store
+//! creates, with its directories, on first use.
+
+use baton::Baton;
+
+use crate::cli::GlobalArgs;
+use crate::exit::Failure;
+
+/// Opens the store the global options name.
+///
+/// # Errors
+/// Status 64 for a malformed URL, an unknown scheme or one this build does not support, or
+/// no default location (neither `XDG_STATE_HOME` nor `HOME` set); status 69 when the store
+/// cannot be opened.
+pub(crate) async fn connect(global: &GlobalArgs) -> Result<Baton, Failure> {
+    let url = match &global.store {
+        Some(url) => url.clone(),
+        None => baton::default_store_url()?,
+    };
+    tracing::debug!(store = %url, namespace = %global.namespace, "opening store");
+    Ok(baton::connect_with(&url, global.namespace.clone()).await?)
+}
