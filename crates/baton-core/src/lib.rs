@@ -39,7 +39,8 @@ pub use lease::{
     stream_key,
 };
 pub use lock::{
-    AcquireError, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, ReleaseOutcome,
+    AcquireError, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, MAX_LABEL_BYTES,
+    ReleaseOutcome,
 };
 pub use memory::MemoryStore;
 pub use store::HolderInfo;

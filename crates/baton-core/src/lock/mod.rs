@@ -22,7 +22,7 @@ use rand::Rng;
 use tokio::time::{Instant, sleep_until};
 
 pub use guard::{LockGuard, LockHandle, ReleaseOutcome};
-pub use options::{LockOptions, MAX_HOLD_LIMIT};
+pub use options::{LockOptions, MAX_HOLD_LIMIT, MAX_LABEL_BYTES};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::grant::{GrantState, Watch, now, spawn_watchdog};
@@ -214,10 +214,11 @@ impl Locks {
         key: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, AcquireError> {
-        let options = options.checked()?;
+        let valid = options.checked()?;
         let key = self.qualify(key)?;
         let started = now();
-        let result = self.acquire_valid(key, options, started).await;
+        let holder = options.new_holder();
+        let result = self.acquire_valid(key, holder, valid, started).await;
         let outcome = match &result {
             Ok(_) => "acquired",
             Err(AcquireError::Contended { .. }) => "contended",
@@ -276,10 +277,10 @@ impl Locks {
     async fn acquire_valid(
         &self,
         key: StoreKey,
+        holder: Holder,
         options: ValidOptions,
         started: Instant,
     ) -> Result<LockGuard, AcquireError> {
-        let holder = Holder::random();
         if options.wait.is_zero() {
             return match self.attempt(&key, &holder, options).await? {
                 Ok(guard) => Ok(guard),

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::holder::Holder;
+use crate::key::check_text;
 use crate::time::{Ttl, WaitTime, check_keep_alive, format_duration};
 
 /// Longest `max_hold`.
@@ -25,14 +27,18 @@ pub const MAX_HOLD_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 ///     .max_hold(Duration::from_secs(3600));
 /// assert!(options.validate().is_ok());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "options do nothing until passed to acquire"]
 pub struct LockOptions {
     ttl: Duration,
     wait: Duration,
     keep_alive: Option<Duration>,
     max_hold: Option<Duration>,
+    label: Option<String>,
 }
+
+/// Longest holder label, in bytes.
+pub const MAX_LABEL_BYTES: usize = 200;
 
 /// [`LockOptions`] after validation.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +57,23 @@ impl LockOptions {
             wait: Duration::ZERO,
             keep_alive: None,
             max_hold: None,
+            label: None,
+        }
+    }
+
+    /// Prefixes each acquisition's random holder token with `label` (for example
+    /// `host:pid`), so that `inspect`, `list` and contention reports say *who* holds a lock.
+    /// The holder stays unique per acquisition: `<label>/<128-bit random hex>`.
+    pub fn holder_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// A fresh holder for one acquisition with these options.
+    pub(crate) fn new_holder(&self) -> Holder {
+        match &self.label {
+            Some(label) => Holder::from_stored(format!("{label}/{}", Holder::random())),
+            None => Holder::random(),
         }
     }
 
@@ -84,6 +107,9 @@ impl LockOptions {
     pub(crate) fn checked(&self) -> Result<ValidOptions> {
         let ttl = Ttl::new(self.ttl)?;
         let wait = WaitTime::new(self.wait)?;
+        if let Some(label) = &self.label {
+            check_text("holder label", label, MAX_LABEL_BYTES)?;
+        }
         if let Some(interval) = self.keep_alive {
             check_keep_alive(interval, ttl)?;
         }
