@@ -1,2 +1,32 @@
-//! The embedded SQLite store of baton. Not for direct use; see `baton`.
+//! The embedded SQLite store of baton: leases and locks in one file, safe across the
+//! processes of one host. Not for direct use; see `baton`, which opens it for
+//! `sqlite://` URLs and makes it the default store.
+//!
+//! Use it when every process that must be excluded runs on one machine (several workers, a
+//! cron job and the CLI), or whenever you want coordination without running a server.
+//! Grants and their fences live in the file, so they survive restarts. For processes on
+//! several hosts use a server store (Redis, PostgreSQL); for a single process in tests,
+//! `memory://`.
+//!
+//! - [`SqliteStore`]: the store; [`SqliteOptions`]: how it is opened.
+//! - [`sql`]: every statement it runs, for benchmarks and operators.
+//! - [`clock`]: which clock decides expiry, and why.
+//!
+//! The user guide page is `docs/sqlite.md`.
+
 #![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod busy;
+pub mod clock;
+mod error;
+mod hubs;
+mod options;
+mod pool;
+mod schema;
+pub mod sql;
+mod store;
+mod url;
+
+pub use options::{DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, SqliteOptions, Synchronous};
+pub use store::SqliteStore;

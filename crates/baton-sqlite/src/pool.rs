@@ -1,0 +1,165 @@
+//! Running SQLite statements without blocking the async executor.
+//!
+//! rusqlite is synchronous, and a statement may wait for another process's lock (up to
+//! `busy_timeout`) or for the disk. Every operation therefore runs on tokio's blocking
+//! threads (`spawn_blocking`) with a connection taken from a small pool:
+//!
+//! - **one writer connection** per store for claim, renew, release, evict and prune. SQLite
+//!   admits one writer per file at a time anyway; queueing this process's writers on a fair
+//!   async semaphore costs nothing, where letting them collide inside SQLite would put them
+//!   to sleep and retry. Other processes (and other stores on the same file) wait in the
+//!   busy handler, up to `busy_timeout` (see `busy`).
+//! - **up to [`READERS`] reader connections** for inspect and list. In WAL mode readers
+//!   never wait for the writer.
+//!
+//! Connections are opened lazily and kept. A connection left inside a transaction by a
+//! failure is dropped rather than reused. When the store is dropped, its connections are
+//! closed on a blocking thread (the last connection to a file checkpoints the log, which
+//! is disk I/O).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use baton_core::signals::ReleaseHub;
+use baton_core::{Error, Result};
+use rusqlite::Connection;
+use tokio::sync::Semaphore;
+
+use crate::busy;
+use crate::error::OpError;
+use crate::options::SqliteOptions;
+use crate::schema;
+
+/// Most reader connections one store opens.
+pub(crate) const READERS: usize = 2;
+
+/// Which connections an operation needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Role {
+    /// A write transaction.
+    Write,
+    /// A read.
+    Read,
+}
+
+#[derive(Debug)]
+struct Pool {
+    permits: Arc<Semaphore>,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Pool {
+    fn new(size: usize) -> Self {
+        Pool {
+            permits: Arc::new(Semaphore::new(size)),
+            idle: Mutex::new(Vec::with_capacity(size)),
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One open database file: its connections, options and release hub.
+#[derive(Debug)]
+pub(crate) struct Database {
+    /// The path as given to open.
+    pub(crate) path: PathBuf,
+    /// The options it was opened with.
+    pub(crate) options: SqliteOptions,
+    /// The release hub shared by every store on this file in this process.
+    pub(crate) hub: Arc<ReleaseHub>,
+    writer: Pool,
+    readers: Pool,
+}
+
+impl Database {
+    /// A database whose first writer connection is `writer` (already prepared).
+    pub(crate) fn new(
+        path: PathBuf,
+        options: SqliteOptions,
+        hub: Arc<ReleaseHub>,
+        writer: Connection,
+    ) -> Self {
+        let db = Database {
+            path,
+            options,
+            hub,
+            writer: Pool::new(1),
+            readers: Pool::new(READERS),
+        };
+        db.writer.idle().push(writer);
+        db
+    }
+
+    fn pool(&self, role: Role) -> &Pool {
+        match role {
+            Role::Write => &self.writer,
+            Role::Read => &self.readers,
+        }
+    }
+
+    /// Runs `op` with a connection of `role` on a blocking thread. `what` names the
+    /// operation in errors.
+    ///
+    /// # Cancel safety
+    /// Once `op` has started it runs to its end (commit or rollback) even if this future is
+    /// dropped; only the answer is lost.
+    pub(crate) async fn run<T, F>(
+        self: &Arc<Self>,
+        role: Role,
+        what: &'static str,
+        op: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(&Connection, &Database) -> Result<T, OpError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let permit = Arc::clone(&self.pool(role).permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::internal("the SQLite connection pool was closed"))?;
+        let db = Arc::clone(self);
+        let joined = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            busy::within(db.options.get_busy_timeout(), || {
+                let pool = db.pool(role);
+                let taken = pool.idle().pop();
+                let conn = match taken {
+                    Some(conn) => conn,
+                    None => schema::connect(&db.path, &db.options)
+                        .map_err(|e| e.into_error("opening a connection", &db.path))?,
+                };
+                let result = op(&conn, &db);
+                if conn.is_autocommit() {
+                    pool.idle().push(conn);
+                }
+                result.map_err(|e| e.into_error(what, &db.path))
+            })
+        })
+        .await;
+        match joined {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(Error::unavailable(format!(
+                "{what} on SQLite file {} was cancelled: the runtime is shutting down",
+                self.path.display()
+            ))
+            .with_source(e)),
+        }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let mut connections = std::mem::take(&mut *self.writer.idle());
+        connections.append(&mut self.readers.idle());
+        if connections.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(move || drop(connections));
+        }
+    }
+}
