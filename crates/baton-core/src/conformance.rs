@@ -66,6 +66,7 @@ macro_rules! conformance_tests {
             invalid_input_is_rejected_before_io,
             dropped_guard_is_released_in_background,
             cancelled_acquire_leaves_no_lock,
+            cancelled_release_still_releases,
             lease_reclaim_is_idempotent_and_extends,
             lease_release_reports_ownership,
             late_renewal_never_revives,
@@ -775,6 +776,27 @@ pub async fn cancelled_acquire_leaves_no_lock(h: &dyn Harness) {
     guard.release().await;
 }
 
+/// Cancelling a release before the store answered still releases, in the background.
+pub async fn cancelled_release_still_releases(h: &dyn Harness) {
+    let ns = fresh_namespace();
+    let store = Arc::new(FaultyStore::new(h.open().await));
+    let locks = locks(store.clone(), &ns);
+    let guard = locks
+        .acquire("k", &LockOptions::new(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    store.set_request_delay(ms(300));
+    assert!(
+        timeout(ms(50), guard.release()).await.is_err(),
+        "the release was cancelled before the store saw it"
+    );
+    store.set_request_delay(Duration::ZERO);
+    eventually(Duration::from_secs(5), "background release", || async {
+        locks.inspect("k").await.unwrap().is_none()
+    })
+    .await;
+}
+
 /// Re-claiming a lease as its holder extends it and keeps the fence; others see `HeldBy`.
 pub async fn lease_reclaim_is_idempotent_and_extends(h: &dyn Harness) {
     let ns = fresh_namespace();
@@ -964,6 +986,7 @@ pub struct FaultyStore {
     inner: Arc<dyn LeaseStore>,
     failing: AtomicBool,
     delay_ms: AtomicU64,
+    request_delay_ms: AtomicU64,
     calls: AtomicUsize,
     claims: AtomicUsize,
 }
@@ -975,6 +998,7 @@ impl FaultyStore {
             inner,
             failing: AtomicBool::new(false),
             delay_ms: AtomicU64::new(0),
+            request_delay_ms: AtomicU64::new(0),
             calls: AtomicUsize::new(0),
             claims: AtomicUsize::new(0),
         }
@@ -991,6 +1015,12 @@ impl FaultyStore {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Delays every request by `delay` before it reaches the store.
+    pub fn set_request_delay(&self, delay: Duration) {
+        self.request_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Calls made so far, of any operation.
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
@@ -1003,6 +1033,10 @@ impl FaultyStore {
 
     async fn enter(&self) -> Result<()> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let delay = self.request_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            sleep(ms(delay)).await;
+        }
         if self.failing.load(Ordering::SeqCst) {
             return Err(Error::unavailable("injected fault"));
         }

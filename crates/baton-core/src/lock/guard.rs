@@ -141,9 +141,29 @@ impl LockGuard {
         self.released = true;
         let grant = Arc::clone(&self.handle.grant);
         drop(self);
-        // Run the release to completion even if our caller is cancelled.
-        let outcome = tokio::spawn(release_grant(grant)).await;
-        outcome.unwrap_or(ReleaseOutcome::Faulted)
+        // Released inline; if this future is dropped mid-release, the guard below hands the
+        // release to a background task (a second release of the same token is harmless).
+        let pending = PendingRelease(Some(Arc::clone(&grant)));
+        let outcome = release_grant(grant).await;
+        pending.disarm();
+        outcome
+    }
+}
+
+/// Finishes a release in the background if the future running it is dropped.
+struct PendingRelease(Option<Arc<GrantState>>);
+
+impl PendingRelease {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for PendingRelease {
+    fn drop(&mut self) {
+        if let (Some(grant), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(release_grant(grant));
+        }
     }
 }
 
