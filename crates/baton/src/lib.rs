@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `memory://` | process-local, for tests (warns once that it excludes only within the process) |
 //! | `sqlite:///path/to/file.db` | embedded, one file, safe across the processes of one host |
+//! | `redis://[user:password@]host[:port][/db]`, `rediss://...` | a Redis server (TLS with `rediss://`) shared by replicas on many hosts |
 //!
 //! Every lock is best-effort, as every lease-based lock is: a holder paused past its TTL
 //! loses the lock without knowing it. baton gives you what you need to stay correct anyway:
@@ -45,13 +46,23 @@ pub use baton_core::{
     MAX_REASON_BYTES, MemoryStore, Namespace, ReleaseOutcome, RemoveResult, RenewResult, Result,
     StoreKey, Ttl, WaitTime, parse_duration, stream_key, telemetry, time,
 };
+#[cfg(feature = "redis")]
+pub use baton_redis::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use baton_sqlite::SqliteStore;
 
+mod backend;
+
+pub use backend::Backend;
+
 /// A connection to one store, with the clients of every primitive in one namespace.
+///
+/// Primitives beyond locks and leases are handed out by methods that check, when the client
+/// is built, that the store offers the capability (`Unsupported` otherwise, never at call
+/// time).
 #[derive(Debug, Clone)]
 pub struct Baton {
-    store: Arc<dyn LeaseStore>,
+    backend: Backend,
     namespace: Namespace,
     locks: Locks,
     leases: Leases,
@@ -59,13 +70,19 @@ pub struct Baton {
 
 impl Baton {
     /// Wraps an already-opened store.
-    pub fn from_store(store: Arc<dyn LeaseStore>, namespace: Namespace) -> Self {
+    pub fn from_backend(backend: Backend, namespace: Namespace) -> Self {
+        let store = backend.lease_store();
         Baton {
             locks: Locks::with_namespace(Arc::clone(&store), namespace.clone()),
-            leases: Leases::with_namespace(Arc::clone(&store), namespace.clone()),
-            store,
+            leases: Leases::with_namespace(store, namespace.clone()),
+            backend,
             namespace,
         }
+    }
+
+    /// Wraps a lease store of your own (for example a wrapper that injects faults).
+    pub fn from_store(store: Arc<dyn LeaseStore>, namespace: Namespace) -> Self {
+        Baton::from_backend(Backend::Custom(store), namespace)
     }
 
     /// The lock client.
@@ -78,9 +95,14 @@ impl Baton {
         &self.leases
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn LeaseStore> {
-        &self.store
+    /// The lease store.
+    pub fn store(&self) -> Arc<dyn LeaseStore> {
+        self.backend.lease_store()
+    }
+
+    /// The concrete store behind this connection.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// The namespace every key is qualified with.
@@ -104,15 +126,22 @@ pub async fn connect(url: &str) -> Result<Baton> {
 /// # Errors
 /// As [`connect`].
 pub async fn connect_with(url: &str, namespace: Namespace) -> Result<Baton> {
-    let store = open_store(url).await?;
-    Ok(Baton::from_store(store, namespace))
+    Ok(Baton::from_backend(open_backend(url).await?, namespace))
+}
+
+/// Opens the lease store named by `url`.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn open_store(url: &str) -> Result<Arc<dyn LeaseStore>> {
+    Ok(open_backend(url).await?.lease_store())
 }
 
 /// Opens the store named by `url`.
 ///
 /// # Errors
 /// As [`connect`].
-pub async fn open_store(url: &str) -> Result<Arc<dyn LeaseStore>> {
+pub async fn open_backend(url: &str) -> Result<Backend> {
     let Some((scheme, _rest)) = url.split_once("://") else {
         return Err(Error::invalid_input(format!(
             "store URL {url:?} has no scheme; expected one of {KNOWN_SCHEMES}"
@@ -125,17 +154,20 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn LeaseStore>> {
                     "store URL {url:?}: the memory store takes no path or options; use memory://"
                 )));
             }
-            Ok(Arc::new(MemoryStore::new()))
+            Ok(Backend::Memory(Arc::new(MemoryStore::new())))
         }
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(SqliteStore::connect(url).await?)),
+        "sqlite" => Ok(Backend::Sqlite(Arc::new(SqliteStore::connect(url).await?))),
         #[cfg(not(feature = "sqlite"))]
         "sqlite" => Err(Error::unsupported(
             "this build of baton has no SQLite store; enable the `sqlite` feature",
         )),
-        "redis" | "rediss" => Err(Error::unsupported(format!(
-            "store URL scheme {scheme}:// is not supported by this version of baton yet; use sqlite:// or memory://"
-        ))),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Backend::Redis(Arc::new(RedisStore::connect(url).await?))),
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" => Err(Error::unsupported(
+            "this build of baton has no Redis store; enable the `redis` feature",
+        )),
         "postgres" | "postgresql" => Err(Error::unsupported(format!(
             "store URL scheme {scheme}:// is not supported by this version of baton yet; use sqlite:// or memory://"
         ))),
