@@ -1,1 +1,56 @@
-//! Test-only helpers of baton.
+//! Test-only helpers of baton. Not for direct use.
+//!
+//! What is here, and when to use it:
+//! - [`time`]: [`MonoTime`], a reading of the host's `CLOCK_MONOTONIC` that is comparable
+//!   across the processes of one host and serializable, for histories recorded by several
+//!   OS processes.
+//! - [`history`]: the [`Recorder`] of per-key events (acquired, released, written, effect)
+//!   that contenders append to, written as JSON lines so child processes can hand their
+//!   histories to the parent, which merges them into one [`History`].
+//! - [`check`]: the checkers a history must pass — no two holders with overlapping
+//!   believed validity, fences strictly increasing, no stale fence accepted, every side
+//!   effect exactly once — each returning a list of [`Violation`]s.
+//! - [`register`]: [`FencedRegister`], a resource that accepts a write only with a fence at
+//!   least as large as every fence it has seen, in memory or in a file shared by processes.
+//! - [`workload`]: [`LockWorkload`], the standard contention workload (acquire, hold,
+//!   fenced read-modify-write, release) that every store's history test runs.
+//! - [`process`]: child test processes (re-executing the test binary with a role), signals
+//!   (SIGSTOP, SIGCONT, SIGKILL) and waiting for a condition with a timeout.
+//! - [`redis`]: private `redis-server` processes on free loopback ports, to kill, pause and
+//!   restart.
+//! - [`proxy`]: a TCP fault proxy (latency, blackhole, reset, dropped replies).
+//! - [`postgres`]: private PostgreSQL servers (`initdb` + `postgres` in a temp dir, as the
+//!   `postgres` user when the tests run as root), to stop, crash and restart.
+//!
+//! # Examples
+//! ```
+//! use baton_testkit::{History, OpKind, Outcome, Recorder, check};
+//! use baton_testkit::time::MonoTime;
+//!
+//! let recorder = Recorder::new(1);
+//! let t = MonoTime::from_nanos(1_000);
+//! let ms = std::time::Duration::from_millis(1);
+//! recorder.record(0, "k", t, OpKind::Acquired { fence: 7, requested: t, valid_until: t + 10 * ms });
+//! recorder.record(0, "k", t + ms, OpKind::Released { fence: 7, outcome: Outcome::Released });
+//! let history: History = recorder.history();
+//! assert!(check::all(&history).is_empty());
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod check;
+pub mod history;
+pub mod postgres;
+pub mod process;
+pub mod proxy;
+pub mod redis;
+pub mod register;
+pub mod time;
+pub mod workload;
+
+pub use check::Violation;
+pub use history::{ContenderLog, Grant, History, Op, OpKind, Outcome, Recorder};
+pub use register::{FencedRegister, WriteRecord};
+pub use time::MonoTime;
+pub use workload::{LockWorkload, WorkloadReport};

@@ -1,0 +1,182 @@
+//! (a) No two holders of one key with overlapping believed windows.
+
+use std::collections::BTreeMap;
+
+use super::{Rule, Violation};
+use crate::history::{Grant, History, Op, OpKind};
+
+/// Finds grants of one key whose believed windows overlap.
+///
+/// A holder believes it holds a grant from when `acquire` returned until the earlier of
+/// when it sent the release and `valid_until` ([`Grant::believed_until`]). Two such windows
+/// of one key must not overlap; touching (one ends exactly when the next begins) is fine.
+/// A grant re-claimed by the same holder with the same fence is one grant, not two.
+pub fn no_overlap(history: &History) -> Vec<Violation> {
+    let mut by_key: BTreeMap<String, Vec<Grant>> = BTreeMap::new();
+    for grant in history.grants() {
+        if grant.is_believed() {
+            by_key.entry(grant.key.clone()).or_default().push(grant);
+        }
+    }
+    let mut found = Vec::new();
+    for (key, grants) in by_key {
+        // Sorted by start; compare each with the earlier grant that ends last.
+        let mut latest: Option<&Grant> = None;
+        for grant in &grants {
+            if let Some(earlier) = latest
+                && grant.acquired < earlier.believed_until()
+                && !grant.same_holder(earlier)
+            {
+                let overlap = earlier
+                    .believed_until()
+                    .min(grant.believed_until())
+                    .saturating_since(grant.acquired);
+                found.push(Violation::new(
+                    Rule::Overlap,
+                    &key,
+                    format!("two holders for {overlap:?}: {earlier}; and {grant}"),
+                    grant_ops(history, &[earlier, grant]),
+                ));
+            }
+            if latest.is_none_or(|l| grant.believed_until() > l.believed_until()) {
+                latest = Some(grant);
+            }
+        }
+    }
+    found
+}
+
+/// The acquire and release ops of `grants`.
+pub(super) fn grant_ops(history: &History, grants: &[&Grant]) -> Vec<Op> {
+    history
+        .ops()
+        .iter()
+        .filter(|op| {
+            let fence = match op.kind {
+                OpKind::Acquired { fence, .. } | OpKind::Released { fence, .. } => fence,
+                _ => return false,
+            };
+            grants.iter().any(|g| {
+                g.process == op.process
+                    && g.contender == op.contender
+                    && g.key == op.key
+                    && g.fence == fence
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::tests::{held, t};
+    use crate::history::{OpKind, Recorder};
+
+    #[test]
+    fn back_to_back_holders_pass() {
+        let r = Recorder::new(1);
+        held(&r, 0, "k", 1, 0, 10);
+        held(&r, 1, "k", 2, 10, 20);
+        held(&r, 2, "k", 3, 25, 30);
+        held(&r, 3, "j", 1, 5, 28);
+        assert!(no_overlap(&r.history()).is_empty());
+    }
+
+    #[test]
+    fn overlapping_holders_are_reported_with_their_ops() {
+        let r = Recorder::new(1);
+        held(&r, 0, "k", 1, 0, 10);
+        held(&r, 1, "k", 2, 9, 20);
+        let found = no_overlap(&r.history());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].rule, Rule::Overlap);
+        assert_eq!(found[0].key, "k");
+        assert_eq!(found[0].ops.len(), 4);
+        assert!(found[0].detail.contains("1ms"), "{}", found[0].detail);
+        assert!(
+            found[0].detail.contains("fence 1 held by p1/c0"),
+            "{}",
+            found[0].detail
+        );
+    }
+
+    #[test]
+    fn a_long_holder_overlaps_later_short_ones() {
+        let r = Recorder::new(1);
+        held(&r, 0, "k", 1, 0, 100);
+        held(&r, 1, "k", 2, 10, 20);
+        held(&r, 2, "k", 3, 30, 40);
+        assert_eq!(no_overlap(&r.history()).len(), 2);
+    }
+
+    #[test]
+    fn the_window_ends_at_valid_until_when_the_release_is_late() {
+        let r = Recorder::new(1);
+        r.record(
+            0,
+            "k",
+            t(0),
+            OpKind::Acquired {
+                fence: 1,
+                requested: t(0),
+                valid_until: t(50),
+            },
+        );
+        // Released long after its deadline: it stopped believing at 50.
+        r.record(
+            0,
+            "k",
+            t(200),
+            OpKind::Released {
+                fence: 1,
+                outcome: crate::history::Outcome::Expired,
+            },
+        );
+        held(&r, 1, "k", 2, 60, 70);
+        assert!(no_overlap(&r.history()).is_empty());
+
+        // Never released at all: believed until valid_until.
+        let r = Recorder::new(1);
+        r.record(
+            0,
+            "k",
+            t(0),
+            OpKind::Acquired {
+                fence: 1,
+                requested: t(0),
+                valid_until: t(50),
+            },
+        );
+        held(&r, 1, "k", 2, 40, 70);
+        assert_eq!(no_overlap(&r.history()).len(), 1);
+    }
+
+    #[test]
+    fn a_grant_never_believed_overlaps_nothing() {
+        let r = Recorder::new(1);
+        held(&r, 1, "k", 2, 10, 70);
+        // Its acquire returned after its deadline (paused holder).
+        r.record(
+            0,
+            "k",
+            t(60),
+            OpKind::Acquired {
+                fence: 1,
+                requested: t(0),
+                valid_until: t(5),
+            },
+        );
+        assert!(no_overlap(&r.history()).is_empty());
+    }
+
+    #[test]
+    fn holders_in_different_processes_are_compared() {
+        let a = Recorder::new(1);
+        let b = Recorder::new(2);
+        held(&a, 0, "k", 1, 0, 10);
+        held(&b, 0, "k", 2, 5, 15);
+        let merged = History::merge([a.history(), b.history()]);
+        assert_eq!(no_overlap(&merged).len(), 1);
+    }
+}

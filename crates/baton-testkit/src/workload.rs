@@ -1,0 +1,200 @@
+//! [`LockWorkload`]: the standard contention workload of the recorded-history tests.
+//!
+//! Every contender loops: acquire the key, read the [`FencedRegister`]'s counter, hold the
+//! lock a moment, write the counter plus one with the grant's fence, record the new value
+//! as an effect when the register accepted it, release, and stay away a moment. Everything
+//! goes to a [`Recorder`], so the [checkers](crate::check) can judge the run afterwards:
+//! with exclusion intact, every counter value is produced exactly once
+//! ([`LockWorkload::expected_effects`]), and with it broken, the unfenced read-modify-write
+//! doubles a value.
+//!
+//! The same workload runs over every store, in one process or in several (each with its
+//! own contender ids), so a store's history test is a few lines.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::{AcquireError, LockOptions, Locks, ReleaseOutcome};
+
+use crate::history::Recorder;
+use crate::register::FencedRegister;
+use crate::time::MonoTime;
+
+/// How many contenders loop how often, holding for how long.
+#[derive(Debug, Clone)]
+#[must_use = "a workload does nothing until run"]
+pub struct LockWorkload {
+    key: String,
+    contenders: u32,
+    first_contender: u32,
+    rounds: u32,
+    ttl: Duration,
+    wait: Duration,
+    hold: Duration,
+    away: Duration,
+    overstay: Option<(u32, Duration)>,
+}
+
+/// What a run did, beyond what its history shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkloadReport {
+    /// Grants taken.
+    pub grants: u64,
+    /// Releases that answered `Released`.
+    pub released: u64,
+    /// Releases that answered `Expired`.
+    pub expired: u64,
+    /// Releases that answered `Faulted` (or an outcome this testkit does not know).
+    pub faulted: u64,
+    /// Acquires that ended contended (the wait ran out).
+    pub contended: u64,
+    /// Acquires that failed, with their errors.
+    pub errors: Vec<String>,
+}
+
+impl WorkloadReport {
+    fn add(&mut self, other: WorkloadReport) {
+        self.grants += other.grants;
+        self.released += other.released;
+        self.expired += other.expired;
+        self.faulted += other.faulted;
+        self.contended += other.contended;
+        self.errors.extend(other.errors);
+    }
+}
+
+impl LockWorkload {
+    /// Eight contenders, twenty rounds each, on `key`: TTL 10 s (never reached), wait up
+    /// to 120 s, hold 1 ms, 1 ms away between rounds.
+    pub fn new(key: impl Into<String>) -> Self {
+        LockWorkload {
+            key: key.into(),
+            contenders: 8,
+            first_contender: 0,
+            rounds: 20,
+            ttl: Duration::from_secs(10),
+            wait: Duration::from_secs(120),
+            hold: Duration::from_millis(1),
+            away: Duration::from_millis(1),
+            overstay: None,
+        }
+    }
+
+    /// How many contenders run at once, and the id of the first (the others follow), so
+    /// that several processes can use distinct ids.
+    pub fn contenders(mut self, count: u32, first_id: u32) -> Self {
+        self.contenders = count;
+        self.first_contender = first_id;
+        self
+    }
+
+    /// Rounds per contender.
+    pub fn rounds(mut self, rounds: u32) -> Self {
+        self.rounds = rounds;
+        self
+    }
+
+    /// The lock's TTL.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long each acquire may wait.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// How long each holder holds, and stays away between rounds.
+    pub fn hold(mut self, hold: Duration, away: Duration) -> Self {
+        self.hold = hold;
+        self.away = away;
+        self
+    }
+
+    /// Every `every`-th round of each contender holds for `hold` instead, ignoring its
+    /// deadline the way a paused process would (choose `hold` above the TTL to force
+    /// expiries). Counter values may then double: check effects only without overstays.
+    pub fn overstay(mut self, every: u32, hold: Duration) -> Self {
+        self.overstay = Some((every.max(1), hold));
+        self
+    }
+
+    /// The effects a run with intact exclusion produces: every counter value from one to
+    /// the register's final value, once.
+    pub fn expected_effects(register: &FencedRegister) -> impl Iterator<Item = String> {
+        (1..=register.read()).map(|v| v.to_string())
+    }
+
+    /// Runs every contender to completion on the current runtime.
+    ///
+    /// # Panics
+    /// When a contender task panics.
+    pub async fn run(
+        &self,
+        locks: &Locks,
+        recorder: &Recorder,
+        register: &Arc<FencedRegister>,
+    ) -> WorkloadReport {
+        let mut tasks = Vec::new();
+        for i in 0..self.contenders {
+            let (workload, locks, register) = (self.clone(), locks.clone(), Arc::clone(register));
+            let log = recorder.contender(self.first_contender + i);
+            tasks.push(tokio::spawn(async move {
+                workload.contend(&locks, &log, &register).await
+            }));
+        }
+        let mut report = WorkloadReport::default();
+        for task in tasks {
+            report.add(task.await.expect("a contender panicked"));
+        }
+        report
+    }
+
+    async fn contend(
+        &self,
+        locks: &Locks,
+        log: &crate::history::ContenderLog,
+        register: &FencedRegister,
+    ) -> WorkloadReport {
+        let mut report = WorkloadReport::default();
+        let options = LockOptions::new(self.ttl).wait(self.wait);
+        for round in 1..=self.rounds {
+            let requested = MonoTime::now();
+            let guard = match locks.acquire(&self.key, &options).await {
+                Ok(guard) => guard,
+                Err(AcquireError::Contended { .. }) => {
+                    report.contended += 1;
+                    continue;
+                }
+                Err(error) => {
+                    report.errors.push(error.to_string());
+                    tokio::time::sleep(self.away).await;
+                    continue;
+                }
+            };
+            log.acquired(&guard, requested);
+            report.grants += 1;
+            let value = register.read() + 1;
+            let hold = match self.overstay {
+                Some((every, hold)) if round % every == 0 => hold,
+                _ => self.hold,
+            };
+            tokio::time::sleep(hold).await;
+            if log
+                .write(register, &self.key, guard.fence(), value)
+                .accepted
+            {
+                log.effect(&self.key, value.to_string());
+            }
+            match log.release(guard).await {
+                ReleaseOutcome::Released => report.released += 1,
+                ReleaseOutcome::Expired => report.expired += 1,
+                _ => report.faulted += 1,
+            }
+            tokio::time::sleep(self.away).await;
+        }
+        report
+    }
+}
