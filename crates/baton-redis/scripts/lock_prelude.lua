@@ -1,0 +1,137 @@
+-- lock_prelude.lua: the helpers of the lock scripts. scripts.rs puts this text in front of
+-- claim.lua, renew.lua, release.lua, inspect.lua and pass.lua, so each is still one
+-- self-contained script (one SHA, one EVALSHA).
+--
+-- The grant of qualified key Q is one string at "{Q}", with a PX expiry of the grant's TTL:
+--     "<fence>:<holder>"             when the reason is empty (every lock)
+--     "<fence>:<holder>\n<reason>"   otherwise (a lease claimed with a reason)
+-- preceded by "*" once some store has queued for the key during this grant: its release
+-- then hands the key on instead of deleting it. A fence is digits and neither holders nor
+-- reasons contain control characters, so the first ':' and the first newline after it split
+-- the value.
+--
+-- Each store instance listens on a channel of its own, "baton:wake:<db>:<random id>", and
+-- that channel name is also its name in the scripts ("store" below). Two messages:
+--     "h<Q>"         it is your turn: Q is reserved for you (handoff)
+--     "w<ms>:<Q>"    you are next: if nothing else wakes you, look at Q again in <ms> ms (watch)
+--
+-- A handoff reservation is the string "handoff:<store>" at "{Q}", with a short PX expiry: the
+-- key is free, but only a claim from that store may take it until the reservation ends.
+--
+-- The queue of stores waiting for Q is the sorted set "{Q}:queue": member = store, score = the
+-- server time (microseconds) it joined, so ZPOPMIN takes the store that waited longest.
+--
+-- The protocol's durations, in milliseconds. A unit test in scripts.rs checks that they
+-- equal the Rust constants of the same names (store.rs, pubsub.rs).
+local FENCE_RETENTION_MS = 3600000 -- a seeded counter lives this long beyond the grant's TTL
+local QUEUE_GRACE_MS = 5000 -- a queue outlives the holder's remaining time by this much
+local HANDOFF_RESERVATION_MS = 250 -- a released key waits this long for the next store
+
+-- The qualified key of a grant's Redis key "{Q}": the wake-up messages' payload.
+local function qualified(grant)
+    return string.sub(grant, 2, -2)
+end
+
+-- The helpers are made by calling helpers(), only on the paths that need them: making a Lua
+-- function costs every call that runs the definition, and the uncontended claim and release
+-- need none.
+local function helpers()
+    local lib = {}
+
+    -- Splits a stored value: fence, holder, reason, marked for a grant; or false, nil, nil,
+    -- false, store for a handoff reservation. Anything else is not baton's: an error.
+    function lib.read(key, value)
+        if string.sub(value, 1, 8) == 'handoff:' then
+            return false, nil, nil, false, string.sub(value, 9)
+        end
+        local marked = string.byte(value, 1) == 42 -- '*'
+        local from = marked and 2 or 1
+        local colon = string.find(value, ':', from, true)
+        local fence = colon and string.sub(value, from, colon - 1)
+        if not fence or not string.find(fence, '^%d+$') then
+            error({ err = 'BATONCORRUPT ' .. key .. ' does not hold a baton grant' })
+        end
+        local newline = string.find(value, '\n', colon + 1, true)
+        if newline then
+            return fence, string.sub(value, colon + 1, newline - 1), string.sub(value, newline + 1),
+                marked
+        end
+        return fence, string.sub(value, colon + 1), '', marked
+    end
+
+    -- The stored string of a grant.
+    function lib.grant_value(fence, holder, reason, marked)
+        local value = fence .. ':' .. holder
+        if reason ~= '' then
+            value = value .. '\n' .. reason
+        end
+        if marked then
+            value = '*' .. value
+        end
+        return value
+    end
+
+    -- Marks the unmarked grant `value` at `grant`: a store is queued, so its release hands on.
+    function lib.mark(grant, value)
+        redis.call('SET', grant, '*' .. value, 'KEEPTTL')
+    end
+
+    -- Tells the store at the head of the queue of `grant` to look at the key again in `ms`
+    -- milliseconds if nothing wakes it before: the head's waiters may be asleep on a timer set
+    -- for an earlier holder, so after every change of holder the head keeps a timer that ends
+    -- no later than the current one. Returns whether anybody is queued.
+    function lib.watch_head(grant, queue, ms)
+        local head = redis.call('ZRANGE', queue, 0, 0)[1]
+        if not head then
+            return false
+        end
+        redis.call('PUBLISH', head, 'w' .. string.format('%d', ms) .. ':' .. qualified(grant))
+        return true
+    end
+
+    -- Puts `store` at the end of the queue unless it is already in it, and keeps the queue for
+    -- at least `keep_ms` (the holder's remaining time plus a grace: waiters look again by then).
+    function lib.enqueue(queue, store, keep_ms)
+        if not redis.call('ZSCORE', queue, store) then
+            local time = redis.call('TIME')
+            local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+            redis.call('ZADD', queue, string.format('%d', now_us), store)
+        end
+        if redis.call('PTTL', queue) < keep_ms then
+            redis.call('PEXPIRE', queue, keep_ms)
+        end
+    end
+
+    -- Hands the key, which the caller is freeing, to the store that waited longest and can
+    -- still be reached: reserves the key for it and tells it so. A store whose pub/sub
+    -- connection is gone (PUBLISH reaches nobody: the process died or lost its connection) is
+    -- dropped from the queue and the next one is tried. `me` is the calling store, reached
+    -- without a message when `me_waiting` is '1' (one of its waiters waits for the key now).
+    -- Returns the store the key is reserved for, or false when nobody can take it (the caller
+    -- then deletes the key).
+    function lib.hand_off(grant, queue, me, me_waiting)
+        while true do
+            local store = redis.call('ZPOPMIN', queue)[1]
+            if not store then
+                return false
+            end
+            local reached
+            if store == me then
+                reached = me_waiting == '1'
+            else
+                reached = redis.call('PUBLISH', store, 'h' .. qualified(grant)) > 0
+            end
+            if reached then
+                redis.call('SET', grant, 'handoff:' .. store, 'PX', HANDOFF_RESERVATION_MS)
+                -- The next store in line looks again when the reservation ends: if the store
+                -- whose turn it is stalls (paused, partitioned), it finds the key free; if that
+                -- store's grant outlasts the reservation, its waiter sets its timer by it.
+                lib.watch_head(grant, queue, HANDOFF_RESERVATION_MS)
+                return store
+            end
+        end
+    end
+
+    return lib
+end
+

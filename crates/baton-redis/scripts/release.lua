@@ -1,0 +1,45 @@
+-- release: free a grant, only if the holder still holds it. If stores queued for the key
+-- during the grant (it is marked), the key is not deleted but reserved for the store that
+-- waited longest, and only that store is told; otherwise nothing is published.
+-- (Runs after lock_prelude.lua: constants, qualified() and helpers().)
+--
+-- KEYS[1]  the grant: "{<qualified key>}"
+-- KEYS[2]  the queue of waiting stores: "{<qualified key>}:queue"
+-- ARGV[1]  holder
+-- ARGV[2]  this store: its wake-up channel
+-- ARGV[3]  '1' when a waiter of this store waits for the key, else '0'
+--
+-- Returns 0 removed, 1 removed and reserved for this store's own waiter (which the caller
+-- wakes), 2 nobody holds it, or the holder (a string) when another holder holds it (left
+-- alone). The fence counter is left alone: the next grant must still see it.
+local value = redis.call('GET', KEYS[1])
+if not value then
+    return 2
+end
+-- The uncontended case, without making the helpers: an unmarked "<fence>:<holder>" (it
+-- starts with a digit) whose holder is ARGV[1].
+local first = string.byte(value, 1)
+local colon = string.find(value, ':', 1, true)
+if first >= 48 and first <= 57 and colon and #value == colon + #ARGV[1]
+    and string.find(value, ARGV[1], colon + 1, true) then
+    redis.call('DEL', KEYS[1])
+    return 0
+end
+local lib = helpers()
+local fence, holder, _, marked = lib.read(KEYS[1], value)
+if not fence then
+    -- Reserved for a waiter after an earlier release: nobody holds it.
+    return 2
+end
+if holder ~= ARGV[1] then
+    return holder
+end
+local to = marked and lib.hand_off(KEYS[1], KEYS[2], ARGV[2], ARGV[3])
+if not to then
+    redis.call('DEL', KEYS[1])
+    return 0
+end
+if to == ARGV[2] then
+    return 1
+end
+return 0

@@ -1,0 +1,269 @@
+//! The idempotency atoms as Lua scripts: one script per call, on one hash per record.
+//!
+//! A record of qualified key `Q` is the hash `{Q}` (the same wrapping as a lock grant, see
+//! `docs/redis.md`; the `idempotency` segment of `Q` keeps it apart from grants), with a
+//! `PX` expiry of the record's TTL:
+//!
+//! | field | holds |
+//! |---|---|
+//! | `status` | `pending`, `completed` or `failed` |
+//! | `owner` | the owning attempt's random token |
+//! | `attempt` | the owning attempt's number, from 1 |
+//! | `fingerprint` | the request fingerprint (may be empty) |
+//! | `metadata` | what finalize stored (bytes) |
+//! | `lease_until` | end of the owner's lease: server `TIME`, milliseconds |
+//! | `previous` | the status the owning attempt took over (empty for a new record) |
+//!
+//! Expiry and leases are both on the server's clock. Each script is sent with `EVALSHA` and
+//! loaded again on `NOSCRIPT`, like the lock scripts. Every call is safe to retry after a
+//! dropped connection: a retried acquire finds its own token and answers acquired again, a
+//! retried finalize finds the record finalized by its owner and answers the same.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::idempotency::store::{
+    AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord,
+};
+use baton_core::idempotency::{Outcome, Status};
+use baton_core::store::Renew;
+use baton_core::{Holder, Result, StoreKey, Ttl};
+use redis::{Script, Value};
+
+use crate::keys;
+use crate::store::RedisStore;
+
+/// Inserts a pending record, takes over a lapsed or failed one, or reports the record.
+pub const ACQUIRE: &str = include_str!("../scripts/idempotency_acquire.lua");
+/// Finalizes the owner's pending record.
+pub const FINALIZE: &str = include_str!("../scripts/idempotency_finalize.lua");
+/// Restarts the owner's lease.
+pub const RENEW: &str = include_str!("../scripts/idempotency_renew.lua");
+/// Reads the live record.
+pub const GET: &str = include_str!("../scripts/idempotency_get.lua");
+
+struct Scripts {
+    acquire: Script,
+    finalize: Script,
+    renew: Script,
+    get: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: Script::new(ACQUIRE),
+    finalize: Script::new(FINALIZE),
+    renew: Script::new(RENEW),
+    get: Script::new(GET),
+});
+
+#[async_trait]
+impl IdempotencyStore for RedisStore {
+    async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
+        let mut invocation = SCRIPTS.acquire.prepare_invoke();
+        invocation
+            .key(keys::grant_key(key))
+            .arg(request.attempt.as_str())
+            .arg(request.fingerprint)
+            .arg(request.ttl.as_millis())
+            .arg(request.lease.as_millis())
+            .arg(if request.retry_failed { "1" } else { "0" });
+        let what = || format!("idempotency acquire of {key}");
+        self.call(what, &invocation, parse_acquire, |_| true).await
+    }
+
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+        let mut invocation = SCRIPTS.renew.prepare_invoke();
+        invocation
+            .key(keys::grant_key(key))
+            .arg(owner.as_str())
+            .arg(lease.as_millis());
+        let what = || format!("idempotency renewal of {key}");
+        let parse = |v: &Value| match int(v)? {
+            1 => Some(Renew::Renewed),
+            0 => Some(Renew::NotHolder),
+            _ => None,
+        };
+        self.call(what, &invocation, parse, |_| true).await
+    }
+
+    async fn finalize(
+        &self,
+        key: &StoreKey,
+        owner: &Holder,
+        outcome: Outcome,
+        metadata: &[u8],
+    ) -> Result<FinalizeAnswer> {
+        let mut invocation = SCRIPTS.finalize.prepare_invoke();
+        invocation
+            .key(keys::grant_key(key))
+            .arg(owner.as_str())
+            .arg(outcome.status().as_str())
+            .arg(metadata);
+        let what = || format!("idempotency finalize of {key}");
+        let parse = |v: &Value| parse_finalize(v, owner, metadata);
+        self.call(what, &invocation, parse, |_| true).await
+    }
+
+    async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
+        let mut invocation = SCRIPTS.get.prepare_invoke();
+        invocation.key(keys::grant_key(key));
+        let what = || format!("idempotency read of {key}");
+        self.call(what, &invocation, parse_get, |_| true).await
+    }
+}
+
+/// `{kind, previous, status, owner, attempt, fingerprint, metadata, pttl, lease ms}`.
+fn parse_acquire(value: &Value) -> Option<AcquireAnswer> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    if items.len() != 9 {
+        return None;
+    }
+    let record = StoredRecord {
+        status: Status::parse(&text(&items[2])?)?,
+        owner: Holder::from_stored(text(&items[3])?),
+        attempt: attempt(&items[4])?,
+        fingerprint: text(&items[5])?,
+        metadata: bytes(&items[6])?,
+        expires_in: millis(&items[7])?,
+        lease_remaining: millis(&items[8])?,
+    };
+    match int(&items[0])? {
+        0 => {
+            let previous = text(&items[1])?;
+            let previous = if previous.is_empty() {
+                None
+            } else {
+                Some(Status::parse(&previous)?)
+            };
+            Some(AcquireAnswer::Acquired { record, previous })
+        }
+        2 => Some(AcquireAnswer::Duplicate(record)),
+        _ => None,
+    }
+}
+
+/// `{1}` or `{0, changed, status, attempt, fingerprint, pttl, metadata}`.
+fn parse_finalize(value: &Value, owner: &Holder, sent: &[u8]) -> Option<FinalizeAnswer> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    match (int(items.first()?)?, items.len()) {
+        (1, 1) => Some(FinalizeAnswer::NotOwner),
+        (0, 7) => {
+            let changed = int(&items[1])? == 1;
+            Some(FinalizeAnswer::Finalized(StoredRecord {
+                status: Status::parse(&text(&items[2])?)?,
+                owner: owner.clone(),
+                attempt: attempt(&items[3])?,
+                fingerprint: text(&items[4])?,
+                expires_in: millis(&items[5])?,
+                metadata: if changed {
+                    sent.to_vec()
+                } else {
+                    bytes(&items[6])?
+                },
+                lease_remaining: Duration::ZERO,
+            }))
+        }
+        _ => None,
+    }
+}
+
+/// nil, or `{status, owner, attempt, fingerprint, metadata, pttl, lease ms}`.
+fn parse_get(value: &Value) -> Option<Option<StoredRecord>> {
+    match value {
+        Value::Nil => Some(None),
+        Value::Array(items) if items.len() == 7 => Some(Some(StoredRecord {
+            status: Status::parse(&text(&items[0])?)?,
+            owner: Holder::from_stored(text(&items[1])?),
+            attempt: attempt(&items[2])?,
+            fingerprint: text(&items[3])?,
+            metadata: bytes(&items[4])?,
+            expires_in: millis(&items[5])?,
+            lease_remaining: millis(&items[6])?,
+        })),
+        _ => None,
+    }
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn bytes(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.as_bytes().to_vec()),
+        Value::Nil => Some(Vec::new()),
+        _ => None,
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    String::from_utf8(bytes(value)?).ok()
+}
+
+fn attempt(value: &Value) -> Option<u32> {
+    u32::try_from(int(value)?).ok().filter(|a| *a >= 1)
+}
+
+/// A non-negative number of milliseconds (a `PTTL` of a live record, or a lease).
+fn millis(value: &Value) -> Option<Duration> {
+    Some(Duration::from_millis(u64::try_from(int(value)?).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn scripts_take_keys_and_values_only_as_arguments() {
+        for text in [ACQUIRE, FINALIZE, RENEW, GET] {
+            assert!(text.contains("KEYS[1]"));
+            assert!(!text.contains("{{"));
+        }
+    }
+
+    #[test]
+    fn replies() {
+        let acquired = Value::Array(vec![
+            Value::Int(0),
+            bulk("failed"),
+            bulk("pending"),
+            bulk("tok"),
+            Value::Int(3),
+            bulk("fp"),
+            bulk(""),
+            Value::Int(1000),
+            Value::Int(500),
+        ]);
+        let Some(AcquireAnswer::Acquired { record, previous }) = parse_acquire(&acquired) else {
+            panic!("parsed");
+        };
+        assert_eq!(previous, Some(Status::Failed));
+        assert_eq!((record.attempt, record.owner.as_str()), (3, "tok"));
+        assert_eq!(record.lease_remaining, Duration::from_millis(500));
+        let mut bad = acquired.clone();
+        if let Value::Array(items) = &mut bad {
+            items[7] = Value::Int(-2);
+        }
+        assert!(parse_acquire(&bad).is_none(), "a record without expiry");
+        assert_eq!(
+            parse_finalize(&Value::Array(vec![Value::Int(1)]), &Holder::random(), b""),
+            Some(FinalizeAnswer::NotOwner)
+        );
+        assert_eq!(parse_get(&Value::Nil), Some(None));
+        assert!(parse_get(&Value::Int(3)).is_none());
+    }
+}

@@ -1,0 +1,54 @@
+//! The Redis store of baton: locks and leases as Lua-script atoms on one Redis server, with
+//! pub/sub wake-ups. Not for direct use; see `baton`, which opens it for `redis://` and
+//! `rediss://` URLs.
+//!
+//! Use it when the processes to exclude run on several hosts and a Redis server is already
+//! part of the deployment. Expiry is decided by Redis, fences are seeded from the server
+//! clock so they keep increasing across restarts, and waiting processes take turns: a release
+//! hands the key to the one that waited longest. Like every single-primary Redis lock it is
+//! best-effort under failover: read the trade-offs in `docs/redis.md` before you rely on it.
+//!
+//! - [`RedisStore`]: the store; [`RedisOptions`]: its timeouts.
+//! - [`scripts`]: the Lua scripts it runs, for operators and benchmarks.
+//! - [`idempotency`]: the idempotency log's record layout and scripts.
+//! - [`pubsub`]: who a release wakes (the queue of waiting processes, handoffs), and what
+//!   happens when pub/sub drops.
+//! - [`limit`], [`cache`], [`broadcast`]: rate limits (one script), the cache, and
+//!   broadcast over a dedicated pub/sub connection.
+//! - [`ServerInfo`]: what the store checks about its server (the eviction policy).
+//! - [`doctor`]: what `baton doctor` reads about a server.
+//!
+//! The user guide page is `docs/redis.md`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod broadcast;
+pub mod cache;
+pub mod doctor;
+mod error;
+pub mod idempotency;
+mod keys;
+pub mod limit;
+mod options;
+pub mod pubsub;
+pub mod scripts;
+mod server;
+mod store;
+mod url;
+
+pub use options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisOptions};
+pub use server::ServerInfo;
+pub use store::{FENCE_RETENTION, RedisStore};
+
+#[cfg(test)]
+mod tests {
+    /// Public handles can move across tasks and threads.
+    #[test]
+    fn bounds() {
+        fn bounds<T: Send + Sync + 'static>() {}
+        bounds::<super::RedisStore>();
+        bounds::<super::RedisOptions>();
+        bounds::<super::ServerInfo>();
+    }
+}

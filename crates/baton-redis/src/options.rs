@@ -1,0 +1,171 @@
+//! How a Redis store connects: [`RedisOptions`].
+//!
+//! Start from [`RedisOptions::new`] (the defaults suit most uses) and change what you need;
+//! the same options can be given in a `redis://` URL's query
+//! (`?connect_timeout=1s&response_timeout=500ms`). Values are checked when the store is
+//! opened, before any I/O.
+
+use std::time::Duration;
+
+use baton_core::time::format_duration;
+use baton_core::{Error, Result, parse_duration};
+
+/// Default of [`RedisOptions::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default of [`RedisOptions::response_timeout`].
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The option names a URL query may hold, for error messages.
+pub(crate) const KNOWN_OPTIONS: &str = "connect_timeout and response_timeout";
+
+/// Options of a Redis store. Every value has a default; see each setter.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use baton_redis::RedisOptions;
+///
+/// let options = RedisOptions::new().response_timeout(Duration::from_millis(500));
+/// assert_eq!(options.get_connect_timeout(), Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "options do nothing until passed to RedisStore::open"]
+pub struct RedisOptions {
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The defaults: 2s connect timeout, 2s response timeout.
+    pub fn new() -> Self {
+        RedisOptions::default()
+    }
+
+    /// How long one attempt to open a connection (TCP, TLS, `AUTH`, `SELECT`) may take
+    /// before it fails with `Unavailable` (default 2s; 1ms to 5m).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a request may wait for its answer before it fails with `Unavailable`
+    /// (default 2s; 1ms to 5m). A call that has to reconnect first may take up to
+    /// `connect_timeout + response_timeout`, never longer. Keep it well below your lock
+    /// TTLs: a renewal that waits longer than the TTL cannot save the grant.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The response timeout.
+    pub fn get_response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
+    /// The longest any one store call may take: a reconnect plus a request.
+    pub(crate) fn call_deadline(&self) -> Duration {
+        self.connect_timeout + self.response_timeout
+    }
+
+    /// Sets the option `name` from its URL text.
+    pub(crate) fn set(self, name: &str, value: &str) -> Result<Self> {
+        match name {
+            "connect_timeout" => Ok(self.connect_timeout(parse_timeout(name, value)?)),
+            "response_timeout" => Ok(self.response_timeout(parse_timeout(name, value)?)),
+            _ => Err(Error::invalid_input(format!(
+                "unknown redis:// option {name:?}; the options are {KNOWN_OPTIONS}"
+            ))),
+        }
+    }
+
+    /// Checks every value against its range.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the option and its range.
+    pub(crate) fn validate(&self) -> Result<()> {
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        check_timeout("response_timeout", self.response_timeout)
+    }
+}
+
+fn parse_timeout(name: &str, value: &str) -> Result<Duration> {
+    let timeout = parse_duration(value)
+        .map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))?;
+    check_timeout(name, timeout)?;
+    Ok(timeout)
+}
+
+fn check_timeout(name: &str, timeout: Duration) -> Result<()> {
+    if timeout < MIN_TIMEOUT || timeout > MAX_TIMEOUT {
+        return Err(Error::invalid_input(format!(
+            "{name} {} is out of range; it must be between {} and {}",
+            format_duration(timeout),
+            format_duration(MIN_TIMEOUT),
+            format_duration(MAX_TIMEOUT),
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_setters() {
+        let options = RedisOptions::new();
+        assert_eq!(options.get_connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(options.get_response_timeout(), DEFAULT_RESPONSE_TIMEOUT);
+        assert_eq!(options.call_deadline(), Duration::from_secs(4));
+        let options = options
+            .set("connect_timeout", "250ms")
+            .unwrap()
+            .set("response_timeout", "1s")
+            .unwrap();
+        assert_eq!(options.get_connect_timeout(), Duration::from_millis(250));
+        assert_eq!(options.get_response_timeout(), Duration::from_secs(1));
+        assert!(options.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        let e = RedisOptions::new().set("connect_timeout", "5").unwrap_err();
+        assert!(e.is_invalid_input());
+        assert!(e.message().contains("connect_timeout"), "{e}");
+        let e = RedisOptions::new()
+            .set("response_timeout", "0")
+            .unwrap_err();
+        assert!(e.message().contains("out of range"), "{e}");
+        let e = RedisOptions::new()
+            .set("response_timeout", "6m")
+            .unwrap_err();
+        assert!(e.message().contains("between 1ms and 5m"), "{e}");
+        let e = RedisOptions::new().set("timeout", "1s").unwrap_err();
+        assert!(
+            e.message().contains("unknown redis:// option \"timeout\""),
+            "{e}"
+        );
+        let e = RedisOptions::new()
+            .connect_timeout(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(e.message().contains("connect_timeout 0ms"), "{e}");
+    }
+}

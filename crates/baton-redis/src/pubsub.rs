@@ -1,0 +1,388 @@
+//! The pub/sub connection that turns wake-up messages into wake-ups, and the queue protocol
+//! that decides who is woken.
+//!
+//! Each store instance has a random id and keeps one pub/sub connection subscribed, for as
+//! long as the store lives, to a channel of its own: `baton:wake:<db>:<id>`. Nothing is
+//! published for a release nobody waits for. When a claim finds a key held and a waiter of
+//! this process waits for it, the claim script puts the store in the key's queue
+//! (`{Q}:queue`, oldest first, once per store). A release then reserves the key for the
+//! store that waited longest for [`HANDOFF_RESERVATION`] and sends it alone an `h<Q>`
+//! message ("your turn"); this connection's task wakes the store's waiters of `Q` through
+//! [`ReleaseHub::notify`], and in the core only the first of them claims. So a release wakes
+//! one waiter in one process, and processes take turns in the order they started waiting.
+//! Because the subscription is permanent, a waiter's subscribe-before-attempt is a local
+//! operation and a handoff costs no `SUBSCRIBE` round trip.
+//!
+//! ## Behavior
+//! - Told it is its turn while none of its waiters wants the key any more (they gave up or
+//!   were cancelled), the task gives the turn away at once (`pass.lua`): the store leaves the
+//!   queue and the reservation goes to the next store.
+//! - A store whose connection is gone (its process exited or was killed) is skipped by the
+//!   release: `PUBLISH` reaches nobody, and the next store in the queue is tried.
+//! - A store that is reached but never claims (paused, partitioned, overloaded) costs at
+//!   most [`HANDOFF_RESERVATION`]: with every handoff the next store in the queue gets a
+//!   `w<ms>:<Q>` message ("you are next; look again in `ms`") and keeps a timer,
+//!   [`WATCH_SLACK`] later than the reservation's end. When it fires with no turn in between,
+//!   the store's waiters claim again: they find the key free, or set their timers by the new
+//!   holder's grant (or the store passes, if it has no waiters). The waiters' own timer at
+//!   the holder's remaining TTL stays the backstop.
+//! - The connection is checked with `PING` every [`PING_EVERY`], so a connection that went
+//!   silent (a half-open TCP connection) is noticed, not just one the server closed.
+//! - When it is lost, the task emits
+//!   [`baton.store.push_lost`](baton_core::telemetry::events::STORE_PUSH_LOST), wakes every
+//!   waiter of this process ([`ReleaseHub::notify_all`]) so they re-check, and reconnects:
+//!   at once, then with a backoff doubling from 50ms to 2s. Releases skip the store while it
+//!   is disconnected; its waiters queue again when they re-check.
+//! - Once subscribed again it emits
+//!   [`baton.store.push_restored`](baton_core::telemetry::events::STORE_PUSH_RESTORED) and
+//!   wakes every waiter again: a turn given during the gap was missed, and the re-check
+//!   finds it.
+//! - While it is down the store reports a poll interval in its wake-ups and signals its own
+//!   releases locally, so waiters keep moving; a missed wake-up never costs more than the
+//!   holder's remaining TTL.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use baton_core::StoreKey;
+use baton_core::signals::ReleaseHub;
+use baton_core::telemetry::{self, events};
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, PubSubSink, PubSubStream};
+use redis::{Client, RedisError, Value};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+
+use crate::error::{redis_error, timed_out};
+use crate::keys;
+use crate::options::RedisOptions;
+use crate::scripts::SCRIPTS;
+
+/// How often the pub/sub connection is checked with `PING`.
+pub const PING_EVERY: Duration = Duration::from_secs(5);
+/// How often waiters re-check while the pub/sub connection is down.
+pub const DEGRADED_POLL: Duration = Duration::from_millis(200);
+/// How long a released key stays reserved for the store whose turn it is. Only a claim from
+/// that store takes the key meanwhile; others are answered "held" with the reservation's
+/// remaining time. A store that does not claim in time (paused, partitioned) loses its turn.
+pub const HANDOFF_RESERVATION: Duration = Duration::from_millis(250);
+/// How long a key's queue of waiting stores outlives the holder's remaining time: waiters
+/// look again by the holder's expiry, and queue again if they are still waiting.
+pub const QUEUE_GRACE: Duration = Duration::from_secs(5);
+/// How much later than the end it was told of a watch timer fires, so that on the server
+/// that end has passed.
+pub const WATCH_SLACK: Duration = Duration::from_millis(10);
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The store's pub/sub connection and its task. Dropping it stops the task and closes the
+/// connection.
+#[derive(Debug)]
+pub(crate) struct PushChannel {
+    healthy: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for PushChannel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Who the store is on the wake-up protocol, and how it gives up a turn.
+#[derive(Clone)]
+pub(crate) struct Identity {
+    /// The channel the store listens on, `baton:wake:<db>:<random id>`: also its name in
+    /// the queues.
+    pub(crate) channel: String,
+    /// The store's multiplexed connection, for `pass.lua`.
+    pub(crate) conn: ConnectionManager,
+    /// The server, for messages.
+    pub(crate) server: String,
+}
+
+impl Identity {
+    /// Gives up this store's place in `key`'s queue and a reservation made for it, in the
+    /// background. A failure is only logged: the next store's watch timer and its waiters'
+    /// TTL timers still move the key on.
+    fn pass(&self, key: StoreKey, deadline: Duration) {
+        let identity = self.clone();
+        tokio::spawn(async move {
+            let mut invocation = SCRIPTS.pass.prepare_invoke();
+            invocation
+                .key(keys::grant_key(&key))
+                .key(keys::queue_key(&key))
+                .arg(&identity.channel);
+            let mut conn = identity.conn.clone();
+            let what = format!("giving up the turn for {key}");
+            match timeout(deadline, invocation.invoke_async::<Value>(&mut conn)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    let e = redis_error(e, &what, &identity.server);
+                    tracing::debug!(error = %e, "pass failed; the next store's watch moves the key on");
+                }
+                Err(_) => {
+                    let e = timed_out(&what, &identity.server, deadline);
+                    tracing::debug!(error = %e, "pass failed; the next store's watch moves the key on");
+                }
+            }
+        });
+    }
+}
+
+impl PushChannel {
+    /// Subscribes to the store's channel and starts the task that feeds `hub`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the first subscription fails (including a user whose ACL may not
+    /// subscribe to the channel): a store that cannot push wake-ups says so at connect.
+    pub(crate) async fn start(
+        client: Client,
+        identity: Identity,
+        hub: Arc<ReleaseHub>,
+        options: RedisOptions,
+    ) -> baton_core::Result<Self> {
+        let channel = identity.channel.clone();
+        let connection = subscribe(&client, &channel, &options)
+            .await
+            .map_err(|e| e.into_error(&channel, &identity.server))?;
+        let healthy = Arc::new(AtomicBool::new(true));
+        let task = tokio::spawn(run(
+            Listener {
+                client,
+                channel,
+                identity,
+                hub,
+                options,
+                healthy: Arc::clone(&healthy),
+                watches: HashMap::new(),
+            },
+            connection,
+        ));
+        Ok(PushChannel { healthy, task })
+    }
+
+    /// Whether the connection is subscribed now.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+}
+
+struct Listener {
+    client: Client,
+    channel: String,
+    identity: Identity,
+    hub: Arc<ReleaseHub>,
+    options: RedisOptions,
+    healthy: Arc<AtomicBool>,
+    /// Keys this store is next in line for, with when to look at them again.
+    watches: HashMap<StoreKey, Instant>,
+}
+
+/// A wake-up message, as the lock scripts publish them.
+#[derive(Debug, PartialEq, Eq)]
+enum Message {
+    /// `h<Q>`: the key is reserved for this store.
+    Turn(StoreKey),
+    /// `w<ms>:<Q>`: this store is next for the key; look again in `ms` unless woken before.
+    Watch(StoreKey, Duration),
+}
+
+impl Message {
+    fn parse(payload: &[u8]) -> Option<Message> {
+        let text = std::str::from_utf8(payload).ok()?;
+        if let Some(key) = text.strip_prefix('h') {
+            return Some(Message::Turn(StoreKey::from_stored(key.to_owned())));
+        }
+        let (ms, key) = text.strip_prefix('w')?.split_once(':')?;
+        let ms: u64 = ms.parse().ok()?;
+        Some(Message::Watch(
+            StoreKey::from_stored(key.to_owned()),
+            Duration::from_millis(ms),
+        ))
+    }
+}
+
+impl Listener {
+    fn on_message(&mut self, payload: &[u8]) {
+        match Message::parse(payload) {
+            Some(Message::Turn(key)) => {
+                self.watches.remove(&key);
+                self.look_again(key);
+            }
+            Some(Message::Watch(key, after)) => {
+                self.watches
+                    .insert(key, Instant::now() + after + WATCH_SLACK);
+            }
+            None => tracing::debug!(
+                channel = %self.channel,
+                "ignored a wake-up message this version does not know"
+            ),
+        }
+    }
+
+    /// Wakes this store's waiters of `key`; with none, gives the store's turn away.
+    fn look_again(&self, key: StoreKey) {
+        if self.hub.has_waiters(&key) {
+            self.hub.notify(&key);
+        } else {
+            self.identity.pass(key, self.options.call_deadline());
+        }
+    }
+
+    /// The earliest watch deadline.
+    fn next_watch(&self) -> Option<Instant> {
+        self.watches.values().min().copied()
+    }
+
+    /// Acts on every watch whose time has come.
+    fn fire_watches(&mut self) {
+        let now = Instant::now();
+        let due: Vec<StoreKey> = self
+            .watches
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in due {
+            self.watches.remove(&key);
+            self.look_again(key);
+        }
+    }
+}
+
+type Connection = (PubSubSink, PubSubStream);
+
+async fn run(mut listener: Listener, mut connection: Connection) {
+    loop {
+        let why = listen(&mut listener, &mut connection).await;
+        drop(connection);
+        listener.healthy.store(false, Ordering::Release);
+        telemetry::emit(
+            &events::STORE_PUSH_LOST,
+            None,
+            format_args!(
+                "pub/sub connection to redis at {} lost ({why}); waiters re-check now and fall back to TTL timers and polling until it is back",
+                listener.identity.server
+            ),
+        );
+        listener.hub.notify_all();
+        connection = reconnect(&listener).await;
+        listener.healthy.store(true, Ordering::Release);
+        telemetry::emit(
+            &events::STORE_PUSH_RESTORED,
+            None,
+            format_args!(
+                "pub/sub connection to redis at {} subscribed again to {}; waiters re-check for releases missed in the gap",
+                listener.identity.server, listener.channel
+            ),
+        );
+        listener.hub.notify_all();
+    }
+}
+
+/// Feeds the hub until the connection is lost; returns why.
+async fn listen(listener: &mut Listener, (sink, stream): &mut Connection) -> String {
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    loop {
+        let watch = listener.next_watch();
+        tokio::select! {
+            message = stream.next() => match message {
+                Some(message) => listener.on_message(message.get_payload_bytes()),
+                None => return "the server closed it".to_owned(),
+            },
+            _ = ping.tick() => {
+                let response = listener.options.get_response_timeout();
+                match timeout(response, sink.ping::<Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return format!("PING failed: {e}"),
+                    Err(_) => return format!("no answer to PING within {response:?}"),
+                }
+            }
+            _ = sleep_until(watch.unwrap_or_else(Instant::now)), if watch.is_some() => {
+                listener.fire_watches();
+            }
+        }
+    }
+}
+
+/// Subscribes again, retrying until it works: at once, then with a doubling backoff.
+async fn reconnect(listener: &Listener) -> Connection {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        match subscribe(&listener.client, &listener.channel, &listener.options).await {
+            Ok(connection) => return connection,
+            Err(e) => {
+                let e = e.into_error(&listener.channel, &listener.identity.server);
+                tracing::debug!(error = %e, retry_in = ?backoff, "pub/sub reconnect failed");
+            }
+        }
+        sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+enum SubscribeError {
+    Redis(RedisError),
+    TimedOut(Duration),
+}
+
+impl SubscribeError {
+    fn into_error(self, channel: &str, server: &str) -> baton_core::Error {
+        let what = format!("subscribing to {channel}");
+        match self {
+            SubscribeError::Redis(e) => redis_error(e, &what, server),
+            SubscribeError::TimedOut(after) => timed_out(&what, server, after),
+        }
+    }
+}
+
+async fn subscribe(
+    client: &Client,
+    channel: &str,
+    options: &RedisOptions,
+) -> Result<Connection, SubscribeError> {
+    let connect = options.get_connect_timeout();
+    let pubsub = timeout(connect, client.get_async_pubsub())
+        .await
+        .map_err(|_| SubscribeError::TimedOut(connect))?
+        .map_err(SubscribeError::Redis)?;
+    let (mut sink, stream) = pubsub.split();
+    let response = options.get_response_timeout();
+    timeout(response, sink.subscribe(channel))
+        .await
+        .map_err(|_| SubscribeError::TimedOut(response))?
+        .map_err(SubscribeError::Redis)?;
+    Ok((sink, stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages() {
+        let key = |s: &str| StoreKey::from_stored(s.to_owned());
+        assert_eq!(
+            Message::parse(b"hns:lock:a:b"),
+            Some(Message::Turn(key("ns:lock:a:b")))
+        );
+        assert_eq!(
+            Message::parse(b"w250:ns:lock:a:b"),
+            Some(Message::Watch(
+                key("ns:lock:a:b"),
+                Duration::from_millis(250)
+            ))
+        );
+        assert_eq!(Message::parse(b"w-1:ns:lock:a"), None);
+        assert_eq!(Message::parse(b"wx:ns:lock:a"), None);
+        assert_eq!(Message::parse(b"x"), None);
+        assert_eq!(Message::parse(b""), None);
+        assert_eq!(Message::parse(b"h\xff"), None);
+    }
+}

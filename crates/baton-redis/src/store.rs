@@ -1,0 +1,655 @@
+//! [`RedisStore`]: the atoms of [`LeaseStore`] as Lua scripts on one Redis server.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::signals::ReleaseHub;
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::TcpSettings;
+use redis::{Client, IntoConnectionInfo, RedisError, ScriptInvocation, Value};
+use tokio::time::timeout;
+
+use crate::error::{redis_error, timed_out, unexpected};
+use crate::keys;
+use crate::options::RedisOptions;
+use crate::pubsub::{DEGRADED_POLL, Identity, PushChannel};
+use crate::scripts::SCRIPTS;
+use crate::server::{self, ServerInfo};
+use crate::url::{self, Target};
+
+/// How long a key's fence counter lives after it was seeded, beyond the TTL of the grant
+/// that seeded it.
+///
+/// Each grant takes the next fence from the counter (`INCR`); a missing counter is seeded
+/// from the server's `TIME` in microseconds. The counter advances by one per grant and never
+/// overtakes the clock, so fences keep increasing after it is gone and re-seeded; while it
+/// exists, it also guards against the server clock stepping back. Longer retention costs one
+/// small key per recently used lock key.
+pub const FENCE_RETENTION: Duration = Duration::from_secs(3600);
+
+/// How many keys `list` reads per `SCAN` step and per pipelined batch of reads.
+const SCAN_BATCH: usize = 500;
+
+/// A [`LeaseStore`] on one Redis server (a single primary, possibly with replicas and
+/// Sentinel in front; not Redis Cluster).
+///
+/// Use it when the processes to exclude run on several hosts and you already run Redis. For
+/// processes on one host, the embedded SQLite store needs no server; for exclusion that
+/// must survive a Redis failover, see the trade-offs in `docs/redis.md`.
+///
+/// Open it with [`RedisStore::connect`] (a URL, options in the query) or
+/// [`RedisStore::open`] (a URL and [`RedisOptions`]); most code opens it through
+/// `baton::connect("redis://...")`.
+///
+/// ## Behavior
+/// - One multiplexed connection carries every request of the store, pipelined; it
+///   reconnects by itself after the server restarts or the connection drops. One more
+///   connection is subscribed to the store's own wake-up channel (see [`crate::pubsub`]).
+/// - Waiting processes queue per key in Redis: a release hands the key to the process
+///   that waited longest and wakes only that one; with nobody waiting it publishes nothing.
+/// - Every call answers within `connect_timeout + response_timeout` or fails with
+///   `Unavailable`; a call that found the connection refused is tried once more on the new
+///   connection, and so is an idempotent call (everything but `release`) whose connection
+///   dropped.
+/// - Expiry is Redis's (`PEXPIRE`, `PTTL`); fences come from a per-key counter seeded from
+///   the server's `TIME`, so they keep increasing after a restart without persistence.
+/// - Connecting checks `maxmemory-policy` and emits a registered warning unless it is
+///   `noeviction` (see [`ServerInfo`]).
+///
+/// Dropping the store closes both connections.
+pub struct RedisStore {
+    conn: ConnectionManager,
+    target: Target,
+    options: RedisOptions,
+    /// The channel this store listens on, `baton:wake:<db>:<random id>`; also its name in
+    /// the queues of waiting stores.
+    channel: String,
+    hub: Arc<ReleaseHub>,
+    push: PushChannel,
+    /// The broadcast subscriber connection, started by the first subscription.
+    broadcast: crate::broadcast::HubCell,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.target.redacted)
+            .field("options", &self.options)
+            .field("channel", &self.channel)
+            .field("pubsub_healthy", &self.push.is_healthy())
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// Opens the store named by a `redis://` or `rediss://` URL, with options in its query:
+    /// `redis://[[user]:password@]host[:port][/db][?connect_timeout=2s&response_timeout=2s]`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a malformed URL or option (before any I/O); `Unsupported` for
+    /// `rediss://` in a build without the `tls` feature; `Unavailable` when the server cannot
+    /// be reached, refuses the credentials, or cannot subscribe to the release channel.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn example() -> baton_core::Result<()> {
+    /// let store = baton_redis::RedisStore::connect("redis://cache.internal:6379/0?response_timeout=500ms").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self> {
+        let (target, options) = url::parse(url)?;
+        RedisStore::start(target, options).await
+    }
+
+    /// Opens the store at `url` (which may not carry options in its query) with `options`.
+    ///
+    /// # Errors
+    /// As [`RedisStore::connect`]; also `InvalidInput` when the URL has a query.
+    pub async fn open(url: &str, options: RedisOptions) -> Result<Self> {
+        let (target, from_url) = url::parse(url)?;
+        if from_url != RedisOptions::new() || url.contains('?') {
+            return Err(Error::invalid_input(format!(
+                "store URL {:?} carries options; pass options either in the URL (RedisStore::connect) or as RedisOptions, not both",
+                target.redacted
+            )));
+        }
+        options.validate()?;
+        RedisStore::start(target, options).await
+    }
+
+    async fn start(target: Target, options: RedisOptions) -> Result<Self> {
+        let client = client(&target)?;
+        let server = target.redacted.clone();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.get_connect_timeout()))
+            .set_response_timeout(Some(options.get_response_timeout()))
+            // One attempt per reconnect: a call never waits through a backoff series. The
+            // next call after a failed attempt triggers the next attempt.
+            .set_number_of_retries(0);
+        let deadline = options.call_deadline();
+        let connecting = async {
+            let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+            let mut load = redis::pipe();
+            for script in SCRIPTS.all() {
+                load.load_script(script);
+            }
+            load.query_async::<Vec<String>>(&mut conn).await?;
+            let info = server::read(&mut conn).await?;
+            Ok::<_, RedisError>((conn, info))
+        };
+        let (conn, info) = match timeout(deadline, connecting).await {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(e)) => return Err(redis_error(e, "connecting", &server)),
+            Err(_) => return Err(timed_out("connecting", &server, deadline)),
+        };
+        server::report_eviction_policy(&info, &server);
+        let identity = Identity {
+            // 64 random bits: the channels of the stores on one server never meet.
+            channel: keys::wake_channel(target.db, &Holder::random().as_str()[..16]),
+            conn: conn.clone(),
+            server,
+        };
+        let channel = identity.channel.clone();
+        let hub = Arc::new(ReleaseHub::new());
+        let push = PushChannel::start(client, identity, Arc::clone(&hub), options.clone()).await?;
+        Ok(RedisStore {
+            conn,
+            target,
+            options,
+            channel,
+            hub,
+            push,
+            broadcast: Default::default(),
+        })
+    }
+
+    /// The server's version and eviction policy, read now; for health checks such as
+    /// `baton doctor`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the server cannot be reached. A server that refuses `CONFIG` is
+    /// not an error: [`ServerInfo::maxmemory_policy`] is `None` then.
+    pub async fn server_info(&self) -> Result<ServerInfo> {
+        let mut conn = self.conn.clone();
+        self.within("reading server info", server::read(&mut conn))
+            .await
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    /// Runs one script invocation and parses its answer, within the call deadline.
+    ///
+    /// A call that found the connection refused never reached the server, and is tried once
+    /// more on the connection the manager is opening by then. A call whose connection
+    /// dropped may or may not have run: it is tried once more too, and the second answer is
+    /// taken only if `trust_retry` says it means the same whether or not the first attempt
+    /// ran (always, for the idempotent atoms); otherwise the first error stands.
+    pub(crate) async fn call<T>(
+        &self,
+        what: impl Fn() -> String,
+        invocation: &ScriptInvocation<'_>,
+        parse: impl Fn(&Value) -> Option<T>,
+        trust_retry: impl Fn(&T) -> bool,
+    ) -> Result<T> {
+        let deadline = self.options.call_deadline();
+        let server = &self.target.redacted;
+        let attempts = async {
+            let mut conn = self.conn.clone();
+            let first = invocation.invoke_async::<Value>(&mut conn).await;
+            let error = match first {
+                Err(e) if e.is_connection_refusal() || e.is_connection_dropped() => e,
+                answer => return answer.map(|v| (v, None)),
+            };
+            let again = invocation.invoke_async::<Value>(&mut conn).await;
+            match again {
+                Ok(value) if error.is_connection_refusal() => Ok((value, None)),
+                Ok(value) => Ok((value, Some(error))),
+                Err(_) => Err(error),
+            }
+        };
+        let (value, dropped) = match timeout(deadline, attempts).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => return Err(redis_error(e, &what(), server)),
+            Err(_) => return Err(timed_out(&what(), server, deadline)),
+        };
+        let parsed =
+            parse(&value).ok_or_else(|| unexpected(&what(), server, format!("{value:?}")))?;
+        match dropped {
+            Some(error) if !trust_retry(&parsed) => Err(redis_error(error, &what(), server)),
+            _ => Ok(parsed),
+        }
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<BTreeSet<StoreKey>> {
+        let pattern = keys::grant_pattern(prefix);
+        let mut found = BTreeSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut conn = self.conn.clone();
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_BATCH);
+            let step = scan.query_async::<(u64, Vec<String>)>(&mut conn);
+            let (next, batch) = self.within("listing", step).await?;
+            found.extend(
+                batch
+                    .iter()
+                    .filter_map(|k| keys::from_grant_key(k))
+                    .filter(|k| k.as_str().starts_with(prefix)),
+            );
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Awaits one plain request within the call deadline.
+    pub(crate) async fn within<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        let deadline = self.options.call_deadline();
+        match timeout(deadline, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(redis_error(e, what, &self.target.redacted)),
+            Err(_) => Err(timed_out(what, &self.target.redacted, deadline)),
+        }
+    }
+}
+
+/// What the other capabilities' atoms in this crate need (`cache`, `broadcast`).
+impl RedisStore {
+    /// The multiplexed connection.
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// The server, as messages name it (password redacted).
+    pub(crate) fn server(&self) -> &str {
+        &self.target.redacted
+    }
+
+    /// The database number.
+    pub(crate) fn db(&self) -> i64 {
+        self.target.db
+    }
+
+    /// A new client for a dedicated connection.
+    pub(crate) fn new_client(&self) -> Result<Client> {
+        client(&self.target)
+    }
+
+    /// The broadcast subscriber connection's cell.
+    pub(crate) fn broadcast_hub(&self) -> &crate::broadcast::HubCell {
+        &self.broadcast
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn claim(
+        &self,
+        key: &StoreKey,
+        holder: &Holder,
+        ttl: Ttl,
+        reason: &str,
+    ) -> Result<Claim> {
+        // A waiter of this process subscribes before it claims, so this tells whether the
+        // store should queue for the key if it is held.
+        let waiting = self.hub.has_waiters(key);
+        let mut invocation = SCRIPTS.claim.prepare_invoke();
+        invocation
+            .key(keys::grant_key(key))
+            .key(keys::fence_key(key))
+            .key(keys::queue_key(key))
+            .arg(holder.as_str())
+            .arg(ttl.as_millis())
+            .arg(&self.channel)
+            .arg(if waiting { "1" } else { "0" });
+        if !reason.is_empty() {
+            invocation.arg(reason);
+        }
+        let what = || format!("claim of {key}");
+        self.call(what, &invocation, parse_claim, |_| true).await
+    }
+
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+        let mut invocation = SCRIPTS.renew.prepare_invoke();
+        invocation
+            .key(keys::grant_key(key))
+            .arg(holder.as_str())
+            .arg(ttl.as_millis());
+        let what = || format!("renewal of {key}");
+        let parse = |v: &Value| match int(v)? {
+            1 => Some(Renew::Renewed),
+            0 => Some(Renew::NotHolder),
+            _ => None,
+        };
+        self.call(what, &invocation, parse, |_| true).await
+    }
+
+    async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let mut invocation = SCRIPTS.release.prepare_invoke();
+        invocation
+            .key(keys::grant_key(key))
+            .key(keys::queue_key(key))
+            .arg(holder.as_str())
+            .arg(&self.channel)
+            .arg(if self.hub.has_waiters(key) { "1" } else { "0" });
+        let what = || format!("release of {key}");
+        // A release retried after its connection dropped answers NoHolder if the first
+        // attempt had removed the grant: that answer would report an expiry that did not
+        // happen, so the fault is reported instead. Removed and Reclaimed are true either way.
+        let trust = |r: &Released| r.release != Release::NoHolder;
+        let released = match self.call(what, &invocation, parse_release, trust).await {
+            Ok(released) => released,
+            Err(e) => {
+                // The release may have run and reserved the key for a waiter of this process,
+                // which no message would wake: have this process's waiters look again.
+                self.hub.notify(key);
+                return Err(e);
+            }
+        };
+        if released.to_this_store
+            || (released.release == Release::Removed && !self.push.is_healthy())
+        {
+            // The key is reserved for a waiter of this process, which no message will wake;
+            // or pub/sub is down and this process's waiters would not hear of a handoff.
+            self.hub.notify(key);
+        }
+        Ok(released.release)
+    }
+
+    async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
+        let mut invocation = SCRIPTS.inspect.prepare_invoke();
+        invocation.key(keys::grant_key(key));
+        let what = || format!("inspection of {key}");
+        self.call(what, &invocation, |v| holder_info(key, v), |_| true)
+            .await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let candidates: Vec<StoreKey> = self.scan(prefix).await?.into_iter().collect();
+        let mut found = Vec::new();
+        for batch in candidates.chunks(SCAN_BATCH) {
+            let invocations: Vec<ScriptInvocation<'_>> = batch
+                .iter()
+                .map(|key| {
+                    let mut invocation = SCRIPTS.inspect.prepare_invoke();
+                    invocation.key(keys::grant_key(key));
+                    invocation
+                })
+                .collect();
+            // Load the script in the same pipeline, so a SCRIPT FLUSH cannot fail the batch.
+            let mut pipe = redis::pipe();
+            pipe.load_script(&SCRIPTS.inspect).ignore();
+            for invocation in &invocations {
+                pipe.invoke_script(invocation);
+            }
+            let mut conn = self.conn.clone();
+            let answers = self
+                .within("listing", pipe.query_async::<Vec<Value>>(&mut conn))
+                .await?;
+            if answers.len() != batch.len() {
+                return Err(unexpected(
+                    "listing",
+                    &self.target.redacted,
+                    format!("{} answers to {} reads", answers.len(), batch.len()),
+                ));
+            }
+            for (key, answer) in batch.iter().zip(&answers) {
+                let info = holder_info(key, answer).ok_or_else(|| {
+                    unexpected("listing", &self.target.redacted, format!("{answer:?}"))
+                })?;
+                // A grant that expired between the scan and the read is simply not listed.
+                found.extend(info);
+                if found.len() == limit {
+                    return Ok(found);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn wakeups(&self) -> Wakeups {
+        Wakeups {
+            hub: Arc::clone(&self.hub),
+            poll: (!self.push.is_healthy()).then_some(DEGRADED_POLL),
+        }
+    }
+}
+
+/// Builds the redis client for `target`: `TCP_NODELAY`, TLS when `rediss://`.
+fn client(target: &Target) -> Result<Client> {
+    if target.tls {
+        #[cfg(not(feature = "tls"))]
+        return Err(Error::unsupported(format!(
+            "store URL {:?} asks for TLS, but this build of baton-redis has no TLS support; enable its `tls` feature (on by default)",
+            target.redacted
+        )));
+        #[cfg(feature = "tls")]
+        {
+            // rustls needs a process-wide crypto provider; install ring unless the
+            // application installed one already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    }
+    let info = target
+        .client_url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| redis_error(e, "parsing the URL", &target.redacted))?
+        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    Client::open(info).map_err(|e| redis_error(e, "opening a client", &target.redacted))
+}
+
+/// The answer of the claim script: the fence alone when granted.
+fn parse_claim(value: &Value) -> Option<Claim> {
+    let items = match value {
+        Value::Int(_) => {
+            return Some(Claim::Granted {
+                fence: fence(value)?,
+            });
+        }
+        Value::Array(items) => items,
+        _ => return None,
+    };
+    match (int(items.first()?)?, items.len()) {
+        (1, 2) => Some(Claim::Extended {
+            fence: fence(&items[1])?,
+        }),
+        (2, 3) => Some(Claim::Held {
+            holder: Holder::from_stored(text(&items[1])?),
+            remaining: remaining(&items[2])?,
+        }),
+        _ => None,
+    }
+}
+
+/// What the release script answered: the release, and whether the key went to this store.
+#[derive(Debug, PartialEq, Eq)]
+struct Released {
+    release: Release,
+    /// The key is now reserved for a waiter of this store.
+    to_this_store: bool,
+}
+
+/// The answer of the release script: 0, 1 or 2, or the other holder's id.
+fn parse_release(value: &Value) -> Option<Released> {
+    let (release, to_this_store) = match value {
+        Value::Int(0) => (Release::Removed, false),
+        Value::Int(1) => (Release::Removed, true),
+        Value::Int(2) => (Release::NoHolder, false),
+        Value::BulkString(_) => (
+            Release::Reclaimed {
+                by: Holder::from_stored(text(value)?),
+            },
+            false,
+        ),
+        _ => return None,
+    };
+    Some(Released {
+        release,
+        to_this_store,
+    })
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn fence(value: &Value) -> Option<Fence> {
+    let n = u64::try_from(int(value)?).ok()?;
+    (n > 0).then_some(Fence::new(n))
+}
+
+/// A `PTTL` of a live grant. Negative values (no expiry, no key) are not answers the
+/// scripts give for a live grant.
+fn remaining(value: &Value) -> Option<Duration> {
+    let ms = u64::try_from(int(value)?).ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+/// The answer of the inspect script: `Some(None)` for nil, `None` for a malformed answer.
+fn holder_info(key: &StoreKey, value: &Value) -> Option<Option<HolderInfo>> {
+    match value {
+        Value::Nil => Some(None),
+        Value::Array(items) if items.len() == 4 => Some(Some(HolderInfo {
+            key: key.clone(),
+            holder: Holder::from_stored(text(&items[0])?),
+            fence: fence(&items[1])?,
+            reason: text(&items[2])?,
+            remaining: remaining(&items[3])?,
+        })),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replies() {
+        assert_eq!(
+            fence(&bulk("1700000000000001")),
+            Some(Fence::new(1_700_000_000_000_001))
+        );
+        assert_eq!(fence(&Value::Int(7)), Some(Fence::new(7)));
+        assert_eq!(fence(&bulk("0")), None);
+        assert_eq!(fence(&bulk("x")), None);
+        assert_eq!(
+            remaining(&Value::Int(1500)),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(remaining(&Value::Int(-1)), None);
+        let key = StoreKey::from_stored("ns:lock:k".into());
+        assert_eq!(holder_info(&key, &Value::Nil), Some(None));
+        let info = holder_info(
+            &key,
+            &Value::Array(vec![bulk("h"), bulk("42"), bulk(""), Value::Int(900)]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(info.holder.as_str(), "h");
+        assert_eq!(info.fence, Fence::new(42));
+        assert_eq!(info.reason, "");
+        assert_eq!(info.remaining, Duration::from_millis(900));
+        assert_eq!(holder_info(&key, &Value::Int(1)), None);
+        let array = |items: Vec<Value>| Value::Array(items);
+        assert_eq!(
+            parse_claim(&Value::Int(9)),
+            Some(Claim::Granted {
+                fence: Fence::new(9)
+            })
+        );
+        assert_eq!(parse_claim(&Value::Int(0)), None);
+        assert_eq!(
+            parse_claim(&array(vec![Value::Int(1), bulk("9")])),
+            Some(Claim::Extended {
+                fence: Fence::new(9)
+            })
+        );
+        assert_eq!(
+            parse_claim(&array(vec![Value::Int(2), bulk("h"), Value::Int(5)])),
+            Some(Claim::Held {
+                holder: Holder::from_stored("h".into()),
+                remaining: Duration::from_millis(5)
+            })
+        );
+        assert_eq!(
+            parse_claim(&array(vec![Value::Int(2), bulk("h"), Value::Int(-1)])),
+            None
+        );
+        assert_eq!(parse_claim(&array(vec![Value::Int(0), bulk("9")])), None);
+        assert_eq!(parse_claim(&Value::Nil), None);
+        let released = |release, to_this_store| {
+            Some(Released {
+                release,
+                to_this_store,
+            })
+        };
+        assert_eq!(
+            parse_release(&Value::Int(0)),
+            released(Release::Removed, false)
+        );
+        assert_eq!(
+            parse_release(&Value::Int(1)),
+            released(Release::Removed, true)
+        );
+        assert_eq!(
+            parse_release(&bulk("b")),
+            released(
+                Release::Reclaimed {
+                    by: Holder::from_stored("b".into())
+                },
+                false
+            )
+        );
+        assert_eq!(
+            parse_release(&Value::Int(2)),
+            released(Release::NoHolder, false)
+        );
+        assert_eq!(parse_release(&Value::Int(3)), None);
+        assert_eq!(parse_release(&array(vec![Value::Int(0)])), None);
+        assert_eq!(
+            holder_info(
+                &key,
+                &Value::Array(vec![bulk("h"), bulk("42"), bulk(""), Value::Int(-1)])
+            ),
+            None
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! Rate limits on the Redis store: the conformance rules (each on a private redis-server),
+//! a budget shared by two stores (two processes' worth of connections), a flushed script,
+//! and a server restart: `Unavailable` while it is down, then recovery.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::conformance::fresh_namespace;
+use baton_core::limit::conformance::LimitHarness;
+use baton_core::telemetry::events;
+use baton_core::{LimitError, RateLimiter, RateStore};
+use baton_redis::RedisStore;
+use baton_testkit::redis::RedisServer;
+use tokio::sync::OnceCell;
+use tokio::time::{Instant, sleep};
+
+struct RedisHarness {
+    server: RedisServer,
+    store: OnceCell<Arc<RedisStore>>,
+}
+
+async fn redis() -> RedisHarness {
+    RedisHarness {
+        server: common::server().await,
+        store: OnceCell::new(),
+    }
+}
+
+#[async_trait]
+impl LimitHarness for RedisHarness {
+    async fn open(&self) -> Arc<dyn RateStore> {
+        self.store
+            .get_or_init(|| async { Arc::new(common::store(&self.server).await) })
+            .await
+            .clone()
+    }
+}
+
+baton_core::rate_limit_conformance_tests!(redis());
+
+/// Two stores (as two replicas) with 32 tasks each draw from one budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_share_one_budget() {
+    let server = common::server().await;
+    let namespace = fresh_namespace();
+    let (max, window) = (15u32, Duration::from_secs(60));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let limiter =
+            RateLimiter::with_namespace(Arc::new(common::store(&server).await), namespace.clone());
+        for _ in 0..32 {
+            let limiter = limiter.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..3 {
+                    if limiter
+                        .try_acquire("shared", 1, max, window)
+                        .await
+                        .unwrap()
+                        .allowed
+                    {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert_eq!(admitted, max);
+}
+
+/// `SCRIPT FLUSH` (or a restart) forgets the script; the next call loads it again and is
+/// answered, never misread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_is_loaded_again() {
+    let server = common::server().await;
+    let limiter =
+        RateLimiter::with_namespace(Arc::new(common::store(&server).await), fresh_namespace());
+    let window = Duration::from_secs(60);
+    assert!(
+        limiter
+            .try_acquire("k", 1, 2, window)
+            .await
+            .unwrap()
+            .allowed
+    );
+    server
+        .command_ok(&["SCRIPT", "FLUSH"])
+        .expect("SCRIPT FLUSH");
+    let d = limiter.try_acquire("k", 1, 2, window).await.unwrap();
+    assert!(d.allowed && d.remaining == 0, "{d:?}");
+    assert!(
+        !limiter
+            .try_acquire("k", 1, 2, window)
+            .await
+            .unwrap()
+            .allowed
+    );
+}
+
+/// The server dies: every decision fails closed with `Unavailable` (and the registered
+/// event) within the call deadline; after a restart the same limiter decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_gives_unavailable_then_recovery() {
+    let events = common::Events::capture();
+    let server = Arc::new(common::server().await);
+    let limiter =
+        RateLimiter::with_namespace(Arc::new(common::store(&server).await), fresh_namespace());
+    let window = Duration::from_secs(60);
+    assert!(
+        limiter
+            .try_acquire("k", 1, 5, window)
+            .await
+            .unwrap()
+            .allowed
+    );
+
+    let killed = Arc::clone(&server);
+    tokio::task::spawn_blocking(move || killed.kill())
+        .await
+        .unwrap();
+    let address = format!("127.0.0.1:{}", server.port());
+    for _ in 0..3 {
+        let started = Instant::now();
+        match limiter.try_acquire("k", 1, 5, window).await {
+            Err(e @ LimitError::Unavailable(_)) => assert!(e.is_retryable(), "{e}"),
+            other => panic!("a dead server answered {other:?}"),
+        }
+        // connect_timeout + response_timeout of the test store, and a generous margin.
+        assert!(started.elapsed() < Duration::from_secs(30));
+    }
+    match limiter
+        .acquire("k", 1, 5, window, Duration::from_secs(5))
+        .await
+    {
+        Err(LimitError::Unavailable(_)) => {}
+        other => panic!("acquire against a dead server answered {other:?}"),
+    }
+    assert!(
+        events.count(events::LIMIT_UNAVAILABLE.key, &address) >= 4,
+        "{:?}",
+        events.all()
+    );
+
+    let restarted = Arc::clone(&server);
+    tokio::task::spawn_blocking(move || restarted.restart())
+        .await
+        .unwrap()
+        .expect("the server restarts on its port");
+    let started = Instant::now();
+    let d = loop {
+        match limiter.try_acquire("k", 1, 5, window).await {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "no recovery: {e}"
+                );
+                sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // No persistence: the window went with the old process.
+    assert!(d.allowed && d.remaining == 4, "{d:?}");
+}

@@ -1,0 +1,870 @@
+//! The Redis store's own behaviour, against private redis-server processes: URLs and
+//! credentials, timeouts, the key layout, fences across data loss, `SCRIPT FLUSH`, the
+//! eviction-policy check, pub/sub loss, and the facade.
+
+mod common;
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::telemetry::events;
+use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
+use baton_redis::{RedisOptions, RedisStore};
+use baton_testkit::redis::RedisOptions as ServerOptions;
+use tokio::time::{Instant, sleep, timeout};
+
+fn key(user: &str) -> StoreKey {
+    Namespace::new("t")
+        .unwrap()
+        .qualify(KeyKind::Lock, &Key::new(user).unwrap())
+}
+
+fn ttl(d: Duration) -> Ttl {
+    Ttl::new(d).unwrap()
+}
+
+const TEN_S: Duration = Duration::from_secs(10);
+
+async fn granted(store: &RedisStore, key: &StoreKey, holder: &Holder) -> u64 {
+    match store.claim(key, holder, ttl(TEN_S), "").await.unwrap() {
+        Claim::Granted { fence } => fence.get(),
+        other => panic!("expected a grant of {key}, got {other:?}"),
+    }
+}
+
+/// A port nobody listens on.
+fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn bad_urls_are_invalid_input_before_any_io() {
+    for (url, needle) in [
+        ("redis://127.0.0.1:1/abc", "is not a number"),
+        ("redis://127.0.0.1:1/-2", "is not a number"),
+        (
+            "redis://127.0.0.1:1/0?db=2",
+            "unknown redis:// option \"db\"",
+        ),
+        (
+            "redis://127.0.0.1:1/0?connect_timeout=fast",
+            "connect_timeout",
+        ),
+        ("redis://u:hunter2@127.0.0.1:1/x", "is not a number"),
+        ("redis://", "has no host"),
+    ] {
+        // Port 1 refuses connections: an I/O attempt would give Unavailable, not InvalidInput.
+        let err = RedisStore::connect(url).await.expect_err(url);
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err}");
+        assert!(err.message().contains(needle), "{url}: {err}");
+        assert!(
+            !err.to_string().contains("hunter2"),
+            "password shown: {err}"
+        );
+    }
+    let both = RedisStore::open(
+        "redis://127.0.0.1:1/0?connect_timeout=1s",
+        RedisOptions::new(),
+    )
+    .await
+    .unwrap_err();
+    assert!(both.is_invalid_input(), "{both}");
+    let bad = RedisStore::open(
+        "redis://127.0.0.1:1/0",
+        RedisOptions::new().response_timeout(Duration::ZERO),
+    )
+    .await
+    .unwrap_err();
+    assert!(bad.message().contains("response_timeout 0ms"), "{bad}");
+}
+
+#[tokio::test]
+async fn nothing_listening_is_unavailable_at_once() {
+    let url = format!(
+        "redis://127.0.0.1:{}/0?connect_timeout=500ms",
+        closed_port()
+    );
+    let started = Instant::now();
+    let err = RedisStore::connect(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("connection refused"), "{err}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the redis error is the source"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_silent_server_is_unavailable_within_the_connect_timeout() {
+    // Accepts TCP connections (the kernel completes the handshake) and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "redis://{}/0?connect_timeout=300ms&response_timeout=300ms",
+        silent.local_addr().unwrap()
+    );
+    let started = Instant::now();
+    let err = timeout(Duration::from_secs(5), RedisStore::connect(&url))
+        .await
+        .expect("connect must not hang")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_paused_server_times_out_and_the_store_recovers() {
+    let server = common::server().await;
+    let store = RedisStore::connect(&format!(
+        "{}?connect_timeout=300ms&response_timeout=300ms",
+        server.url()
+    ))
+    .await
+    .unwrap();
+    let (k, a) = (key("paused"), Holder::random());
+    granted(&store, &k, &a).await;
+    server.pause().unwrap();
+    let started = Instant::now();
+    let err = store.renew(&k, &a, ttl(TEN_S)).await.unwrap_err();
+    server.resume().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
+        Renew::Renewed
+    );
+}
+
+#[tokio::test]
+async fn user_password_and_database_from_the_url() {
+    let server = common::server().await;
+    server
+        .command_ok(&[
+            "ACL", "SETUSER", "app", "on", ">s3cret", "~*", "&*", "+@all",
+        ])
+        .unwrap();
+    let url = format!("redis://app:s3cret@{}/3?response_timeout=1s", server.addr());
+    let store = RedisStore::connect(&url).await.unwrap();
+    let (k, a) = (key("job"), Holder::random());
+    granted(&store, &k, &a).await;
+    let mut db3 = common::raw(&format!("redis://app:s3cret@{}/3", server.addr())).await;
+    let in_db3: i64 = redis::cmd("EXISTS")
+        .arg("{t:lock:job}")
+        .query_async(&mut db3)
+        .await
+        .unwrap();
+    assert_eq!(in_db3, 1, "the grant lives in database 3");
+    let mut db0 = common::raw(&server.url()).await;
+    let in_db0: i64 = redis::cmd("EXISTS")
+        .arg("{t:lock:job}")
+        .query_async(&mut db0)
+        .await
+        .unwrap();
+    assert_eq!(in_db0, 0);
+    assert!(format!("{store:?}").contains("app:***@"), "{store:?}");
+    assert!(!format!("{store:?}").contains("s3cret"), "{store:?}");
+
+    let wrong = format!("redis://app:wrong-pw@{}/0", server.addr());
+    let err = RedisStore::connect(&wrong).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("credentials"), "{err}");
+    assert!(!err.message().contains("wrong-pw"), "password shown: {err}");
+}
+
+#[tokio::test]
+async fn keys_share_a_hash_tag_and_the_counter_outlives_the_grant() {
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let mut raw = common::raw(&server.url()).await;
+    let (k, a) = (key("jobs:{nightly}"), Holder::random());
+    let fence = granted(&store, &k, &a).await;
+    let grant_ttl: i64 = redis::cmd("PTTL")
+        .arg("{t:lock:jobs:{nightly}}")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let counter_ttl: i64 = redis::cmd("PTTL")
+        .arg("{t:lock:jobs:{nightly}}:fence")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(grant_ttl > 9_000 && grant_ttl <= 10_000, "{grant_ttl}");
+    let retention = baton_redis::FENCE_RETENTION.as_millis() as i64;
+    assert!(counter_ttl > retention, "{counter_ttl}");
+    let counter: u64 = redis::cmd("GET")
+        .arg("{t:lock:jobs:{nightly}}:fence")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(counter, fence);
+    // That both keys hash to one Redis Cluster slot is checked by the unit tests of the
+    // key layout (this server has cluster support disabled, so CLUSTER KEYSLOT is refused).
+    // Fences are server microseconds (or above): comparable with the memory store's.
+    assert!(fence > 1_600_000_000_000_000, "{fence}");
+}
+
+#[tokio::test]
+async fn fences_increase_after_the_data_is_lost() {
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let k = key("k");
+    let first = granted(&store, &k, &Holder::random()).await;
+    // A restart without persistence, as far as the data goes.
+    server.command_ok(&["FLUSHALL"]).unwrap();
+    let second = granted(&store, &k, &Holder::random()).await;
+    assert!(second > first, "{second} after {first}");
+
+    // And after a real restart: the store reconnects by itself.
+    server.kill();
+    let down = store.claim(&k, &Holder::random(), ttl(TEN_S), "").await;
+    assert_eq!(down.unwrap_err().kind(), ErrorKind::Unavailable);
+    // Blocks this test's thread for the few milliseconds the server needs to start.
+    server.restart().unwrap();
+    let third = granted(&store, &k, &Holder::random()).await;
+    assert!(third > second, "{third} after {second}");
+}
+
+#[tokio::test]
+async fn script_flush_between_calls_is_not_mistaken_for_not_holder() {
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let (k, a, b) = (key("flushed"), Holder::random(), Holder::random());
+    let fence = granted(&store, &k, &a).await;
+    server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
+    assert_eq!(
+        store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
+        Renew::Renewed
+    );
+    server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
+    match store.claim(&k, &b, ttl(TEN_S), "").await.unwrap() {
+        Claim::Held { holder, .. } => assert_eq!(holder, a),
+        other => panic!("{other:?}"),
+    }
+    server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.fence.get(), fence);
+    server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
+    assert_eq!(store.list("t:lock:", 10).await.unwrap().len(), 1);
+    server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
+    assert_eq!(store.release(&k, &a).await.unwrap(), Release::Removed);
+    assert!(store.inspect(&k).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn list_takes_braces_and_glob_characters_literally() {
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let holder = Holder::random();
+    for user in ["x*", "x*y", "xy", "a}b", "{c}", "q?", "q[1]", "q\\"] {
+        granted(&store, &key(user), &holder).await;
+    }
+    let users = |prefix: &'static str| {
+        let store = &store;
+        async move {
+            store
+                .list(&format!("t:lock:{prefix}"), 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.key.user_key().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(users("x*").await, ["x*", "x*y"]);
+    assert_eq!(users("x").await, ["x*", "x*y", "xy"]);
+    assert_eq!(users("a}").await, ["a}b"]);
+    assert_eq!(users("{").await, ["{c}"]);
+    assert_eq!(users("q").await, ["q?", "q[1]", "q\\"]);
+    assert_eq!(users("q[").await, ["q[1]"]);
+    assert_eq!(users("").await.len(), 8);
+    assert_eq!(store.list("t:lock:", 3).await.unwrap().len(), 3);
+    assert!(store.list("t:lock:", 0).await.unwrap().is_empty());
+    let info = store.inspect(&key("a}b")).await.unwrap().unwrap();
+    assert_eq!(info.holder, holder);
+}
+
+#[tokio::test]
+async fn claim_extends_for_the_same_holder_with_the_same_fence() {
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let (k, a) = (key("lease"), Holder::new("instance-1").unwrap());
+    let fence = match store
+        .claim(&k, &a, ttl(Duration::from_millis(500)), "rewind")
+        .await
+        .unwrap()
+    {
+        Claim::Granted { fence } => fence,
+        other => panic!("{other:?}"),
+    };
+    match store.claim(&k, &a, ttl(TEN_S), "purge").await.unwrap() {
+        Claim::Extended { fence: again } => assert_eq!(again, fence),
+        other => panic!("{other:?}"),
+    }
+    let info = store.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.reason, "purge");
+    assert!(
+        info.remaining > Duration::from_secs(9),
+        "{:?}",
+        info.remaining
+    );
+}
+
+/// A value baton did not write (another program's key, the hash layout of an older build, a
+/// counter that is not a number) is an `Internal` error, never read as a holder or a grant.
+#[tokio::test]
+async fn foreign_values_are_internal_errors_not_answers() {
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let mut raw = common::raw(&server.url()).await;
+    let a = Holder::random();
+    for (what, setup) in [
+        (
+            "a foreign string",
+            vec!["SET", "{t:lock:foreign}", "hello:world"],
+        ),
+        ("a hash", vec!["HSET", "{t:lock:foreign}", "holder", "x"]),
+        (
+            "a corrupt counter",
+            vec!["SET", "{t:lock:foreign}:fence", "x"],
+        ),
+    ] {
+        let _: () = redis::cmd("DEL")
+            .arg("{t:lock:foreign}")
+            .arg("{t:lock:foreign}:fence")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let mut cmd = redis::cmd(setup[0]);
+        for arg in &setup[1..] {
+            cmd.arg(*arg);
+        }
+        let _: redis::Value = cmd.query_async(&mut raw).await.unwrap();
+        let err = store
+            .claim(&key("foreign"), &a, ttl(TEN_S), "")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Internal, "{what}: {err}");
+        if what != "a corrupt counter" {
+            let err = store.release(&key("foreign"), &a).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Internal, "{what}: {err}");
+        }
+    }
+}
+
+/// With an evicting policy the store warns; with CONFIG disabled it says it cannot tell.
+#[tokio::test]
+async fn the_eviction_policy_is_checked_at_connect() {
+    let events = common::Events::capture();
+    let safe = common::server().await;
+    let store = common::store(&safe).await;
+    assert_eq!(
+        store
+            .server_info()
+            .await
+            .unwrap()
+            .maxmemory_policy
+            .as_deref(),
+        Some("noeviction")
+    );
+    assert_eq!(
+        store.server_info().await.unwrap().eviction_safe(),
+        Some(true)
+    );
+    assert!(store.server_info().await.unwrap().version.is_some());
+    let at = |server: &baton_testkit::redis::RedisServer| server.addr().to_string();
+    assert_eq!(
+        events.count(events::REDIS_EVICTION_POLICY_UNSAFE.key, &at(&safe)),
+        0
+    );
+    assert_eq!(
+        events.count(events::REDIS_EVICTION_POLICY_UNKNOWN.key, &at(&safe)),
+        0
+    );
+
+    let lru =
+        common::server_with(ServerOptions::new().args(["--maxmemory-policy", "allkeys-lru"])).await;
+    let store = common::store(&lru).await;
+    assert_eq!(
+        events.count(events::REDIS_EVICTION_POLICY_UNSAFE.key, &at(&lru)),
+        1
+    );
+    assert_eq!(
+        store.server_info().await.unwrap().eviction_safe(),
+        Some(false)
+    );
+
+    let no_config =
+        common::server_with(ServerOptions::new().args(["--rename-command", "CONFIG", ""])).await;
+    let store = common::store(&no_config).await;
+    assert_eq!(
+        events.count(events::REDIS_EVICTION_POLICY_UNKNOWN.key, &at(&no_config)),
+        1
+    );
+    assert_eq!(store.server_info().await.unwrap().maxmemory_policy, None);
+    // The store works all the same.
+    granted(&store, &key("k"), &Holder::random()).await;
+}
+
+/// Killing the pub/sub connection wakes waiters at once (they re-check), and a release
+/// made while it was down is not missed: the resubscription wakes them again.
+#[tokio::test]
+async fn waiters_wake_after_the_pubsub_connection_is_killed() {
+    let events = common::Events::capture();
+    let server = common::server().await;
+    let holder_store = std::sync::Arc::new(common::store(&server).await);
+    let waiter_store = std::sync::Arc::new(common::store(&server).await);
+    let ns = Namespace::new("pubsub").unwrap();
+    let holders = Locks::with_namespace(holder_store.clone(), ns.clone());
+    let waiters = Locks::with_namespace(waiter_store.clone(), ns.clone());
+    let long = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(30));
+
+    for round in 0..3 {
+        let guard = holders.acquire("k", &long).await.unwrap();
+        let waiter = {
+            let waiters = waiters.clone();
+            let long = long.clone();
+            tokio::spawn(async move { waiters.acquire("k", &long).await })
+        };
+        sleep(Duration::from_millis(100)).await;
+        let killed = server
+            .command_ok(&["CLIENT", "KILL", "TYPE", "pubsub"])
+            .unwrap();
+        assert_eq!(
+            killed.as_integer(),
+            Some(2),
+            "both stores' pub/sub connections"
+        );
+        if round == 1 {
+            // Release inside the gap, before the connections are back.
+            guard.release().await;
+        } else {
+            sleep(Duration::from_millis(300)).await;
+            guard.release().await;
+        }
+        let next = timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter woke long before the 60s TTL")
+            .unwrap()
+            .expect("the waiter got the lock");
+        next.release().await;
+    }
+    // Each store lost and regained its connection once per round.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let at = server.addr().to_string();
+    while events.count(events::STORE_PUSH_RESTORED.key, &at) < 6 && Instant::now() < deadline {
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        events.count(events::STORE_PUSH_LOST.key, &at),
+        6,
+        "{:?}",
+        events.all()
+    );
+    assert_eq!(
+        events.count(events::STORE_PUSH_RESTORED.key, &at),
+        6,
+        "{:?}",
+        events.all()
+    );
+    assert!(
+        waiter_store.wakeups().poll.is_none(),
+        "healthy again: no polling"
+    );
+}
+
+/// A release wakes a waiter in another store (another process) through pub/sub alone, and
+/// only the store whose turn it is: stores take turns in the order they started waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_take_turns_in_the_order_they_started_waiting() {
+    let server = common::server().await;
+    let ns = Namespace::new("turns").unwrap();
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        let store = std::sync::Arc::new(common::store(&server).await);
+        stores.push(Locks::with_namespace(store, ns.clone()));
+    }
+    let long = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(30));
+    let first = stores[0].acquire("k", &long).await.unwrap();
+    // Stores 3, 1, 2 start waiting, in that order.
+    let (order, mut done) = tokio::sync::mpsc::unbounded_channel();
+    for (queued, i) in [3, 1, 2].into_iter().enumerate() {
+        let (locks, long, order) = (stores[i].clone(), long.clone(), order.clone());
+        tokio::spawn(async move {
+            let guard = locks.acquire("k", &long).await.unwrap();
+            order.send((i, guard)).unwrap();
+        });
+        // Its first claim has queued it before the next one starts.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while queue(&server, "{turns:lock:k}:queue").await.len() <= queued {
+            assert!(Instant::now() < deadline, "store {i} did not queue");
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+    first.release().await;
+    for expected in [3, 1, 2] {
+        let (i, guard) = timeout(Duration::from_secs(10), done.recv())
+            .await
+            .expect("a release wakes the next store long before the 60s TTL")
+            .unwrap();
+        assert_eq!(i, expected, "turns follow the order of waiting");
+        // Nobody else got the lock meanwhile.
+        sleep(Duration::from_millis(50)).await;
+        assert!(done.try_recv().is_err());
+        guard.release().await;
+    }
+    assert!(queue(&server, "{turns:lock:k}:queue").await.is_empty());
+}
+
+/// The stores queued for `queue_key`, oldest first.
+async fn queue(server: &baton_testkit::redis::RedisServer, queue_key: &str) -> Vec<String> {
+    let mut raw = common::raw(&server.url()).await;
+    redis::cmd("ZRANGE")
+        .arg(queue_key)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap()
+}
+
+/// How many PUBLISH commands the server has run.
+fn publishes(server: &baton_testkit::redis::RedisServer) -> u64 {
+    server
+        .command_calls()
+        .unwrap()
+        .get("publish")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// A release nobody waits for publishes nothing; one that somebody waits for publishes one
+/// message, to that waiter's store alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_release_somebody_waits_for_publishes() {
+    let server = common::server().await;
+    let ns = Namespace::new("quiet").unwrap();
+    let a = Locks::with_namespace(
+        std::sync::Arc::new(common::store(&server).await),
+        ns.clone(),
+    );
+    let b = Locks::with_namespace(
+        std::sync::Arc::new(common::store(&server).await),
+        ns.clone(),
+    );
+    let options = LockOptions::new(TEN_S);
+    let before = publishes(&server);
+    for _ in 0..20 {
+        a.acquire("k", &options).await.unwrap().release().await;
+        b.acquire("k", &options.clone().wait(TEN_S))
+            .await
+            .unwrap()
+            .release()
+            .await;
+    }
+    assert_eq!(publishes(&server), before, "nobody waited");
+
+    let guard = a.acquire("k", &options).await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire("k", &LockOptions::new(TEN_S).wait(TEN_S)).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue(&server, "{quiet:lock:k}:queue").await.is_empty() {
+        assert!(Instant::now() < deadline, "the waiter did not queue");
+        sleep(Duration::from_millis(5)).await;
+    }
+    guard.release().await;
+    let next = timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        publishes(&server),
+        before + 1,
+        "one message, to the waiter's store"
+    );
+    next.release().await;
+}
+
+/// A waiter that gave up leaves its store in the queue; when its turn comes, the store
+/// passes it on at once instead of holding the key for the reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_whose_waiter_gave_up_passes_its_turn_on() {
+    let server = common::server().await;
+    let ns = Namespace::new("gaveup").unwrap();
+    let open = || async {
+        Locks::with_namespace(
+            std::sync::Arc::new(common::store(&server).await),
+            ns.clone(),
+        )
+    };
+    let (a, b, c) = (open().await, open().await, open().await);
+    let guard = a
+        .acquire("k", &LockOptions::new(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    // b waits 300ms and gives up; c waits after it.
+    let gave_up = b
+        .acquire(
+            "k",
+            &LockOptions::new(TEN_S).wait(Duration::from_millis(300)),
+        )
+        .await;
+    assert!(
+        matches!(gave_up, Err(baton_core::AcquireError::Contended { .. })),
+        "{gave_up:?}"
+    );
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire("k", &LockOptions::new(TEN_S).wait(TEN_S)).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue(&server, "{gaveup:lock:k}:queue").await.len() < 2 {
+        assert!(Instant::now() < deadline, "b and c did not both queue");
+        sleep(Duration::from_millis(5)).await;
+    }
+    let released = Instant::now();
+    guard.release().await;
+    let next = timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    // Not a speed bound: a turn left to lapse takes the whole reservation (see the stalled
+    // store below); a turn passed on takes a few round trips.
+    assert!(
+        released.elapsed() < baton_redis::pubsub::HANDOFF_RESERVATION,
+        "b passed its turn on instead of letting it lapse: {:?}",
+        released.elapsed()
+    );
+    next.release().await;
+    assert!(queue(&server, "{gaveup:lock:k}:queue").await.is_empty());
+}
+
+/// A store that is reached but never claims (here: a bare subscriber standing in for a
+/// paused process) holds the key for the reservation only; a store whose connection is gone
+/// is skipped at once. Either way the next store gets the lock long before the holder's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_or_dead_store_in_the_queue_costs_at_most_the_reservation() {
+    use futures_util::StreamExt as _;
+
+    let server = common::server().await;
+    let ns = Namespace::new("stalled").unwrap();
+    let a = Locks::with_namespace(
+        std::sync::Arc::new(common::store(&server).await),
+        ns.clone(),
+    );
+    let c = Locks::with_namespace(
+        std::sync::Arc::new(common::store(&server).await),
+        ns.clone(),
+    );
+    let long = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(30));
+    // A "process" that subscribed to its channel and then stopped reading.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut stalled = client.get_async_pubsub().await.unwrap();
+    stalled
+        .subscribe("baton:wake:0:stalled000000000")
+        .await
+        .unwrap();
+    let mut raw = common::raw(&server.url()).await;
+
+    // Stores are named by their channels in the queues.
+    for (case, member) in [
+        ("dead", "baton:wake:0:dead000000000000"),
+        ("stalled", "baton:wake:0:stalled000000000"),
+    ] {
+        let guard = a.acquire(case, &long).await.unwrap();
+        let queue_key = format!("{{stalled:lock:{case}}}:queue");
+        // The stand-in waited first.
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&queue_key)
+            .arg(1)
+            .arg(member)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let waiter = {
+            let (c, long) = (c.clone(), long.clone());
+            tokio::spawn(async move { c.acquire(case, &long).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while queue(&server, &queue_key).await.len() < 2 {
+            assert!(Instant::now() < deadline, "c did not queue");
+            sleep(Duration::from_millis(5)).await;
+        }
+        let released = Instant::now();
+        guard.release().await;
+        let next = timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the next store got the lock long before the 60s TTL")
+            .unwrap()
+            .unwrap();
+        let took = released.elapsed();
+        if case == "stalled" {
+            assert!(
+                took >= baton_redis::pubsub::HANDOFF_RESERVATION,
+                "the stalled store had its reservation: {took:?}"
+            );
+        }
+        next.release().await;
+    }
+    // The stand-in was told it was its turn, once.
+    let message = timeout(Duration::from_secs(1), stalled.on_message().next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.get_payload_bytes(), b"hstalled:lock:stalled");
+}
+
+#[tokio::test]
+async fn the_facade_opens_redis_urls() {
+    let server = common::server().await;
+    let baton = baton::connect(&format!("{}/2?response_timeout=1s", server.url()))
+        .await
+        .unwrap();
+    let options = LockOptions::new(TEN_S);
+    let guard = baton.locks().acquire("facade", &options).await.unwrap();
+    assert!(guard.fence().get() > 0);
+    guard.release().await;
+
+    // rediss:// is TLS: against a plain-text port the handshake fails, as Unavailable.
+    let tls = format!(
+        "rediss://127.0.0.1:{}/0?connect_timeout=500ms&response_timeout=500ms",
+        server.port()
+    );
+    let err = timeout(Duration::from_secs(5), baton::open_store(&tls))
+        .await
+        .expect("no hang")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+
+    let err = baton::open_store("redis://127.0.0.1:1/zero")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+}
+
+/// The ACL that docs/redis.md recommends is enough for everything the store does.
+#[tokio::test]
+async fn a_least_privilege_acl_user_is_enough() {
+    let server = common::server().await;
+    server
+        .command_ok(&[
+            "ACL",
+            "SETUSER",
+            "locker",
+            "on",
+            ">pw",
+            "resetkeys",
+            "~{t:*",
+            "resetchannels",
+            "&baton:wake:*",
+            "-@all",
+            "+evalsha",
+            "+eval",
+            "+script|load",
+            "+get",
+            "+set",
+            "+del",
+            "+incr",
+            "+pexpire",
+            "+pttl",
+            "+time",
+            "+zadd",
+            "+zscore",
+            "+zrange",
+            "+zpopmin",
+            "+zrem",
+            "+publish",
+            "+subscribe",
+            "+ping",
+            "+scan",
+            "+select",
+            "+info",
+            "+config|get",
+        ])
+        .unwrap();
+    let url = format!("redis://locker:pw@{}/1?response_timeout=1s", server.addr());
+    let store = RedisStore::connect(&url).await.unwrap();
+    assert_eq!(
+        store.server_info().await.unwrap().eviction_safe(),
+        Some(true)
+    );
+    let (k, a) = (key("acl"), Holder::random());
+    granted(&store, &k, &a).await;
+    assert_eq!(
+        store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
+        Renew::Renewed
+    );
+    assert_eq!(store.list("t:lock:", 10).await.unwrap().len(), 1);
+    assert_eq!(store.release(&k, &a).await.unwrap(), Release::Removed);
+
+    // A user that may not subscribe is told so at connect, not left polling silently.
+    server
+        .command_ok(&["ACL", "SETUSER", "locker", "resetchannels"])
+        .unwrap();
+    let err = RedisStore::connect(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("baton:wake:1:"), "{err}");
+}
+
+/// A connection reset between two calls costs nothing: the next call finds the connection
+/// dropped before its request went out, and runs once more on a new one. The release is
+/// still a release, not a fault that leaves the key held until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_after_a_connection_reset_run_on_a_new_connection() {
+    use baton_testkit::proxy::FaultProxy;
+
+    let server = common::server().await;
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let store = RedisStore::connect(&format!(
+        "redis://{}/0?connect_timeout=1s&response_timeout=1s",
+        proxy.addr()
+    ))
+    .await
+    .unwrap();
+    let (k, a) = (key("reset"), Holder::random());
+    granted(&store, &k, &a).await;
+    for call in ["release", "renew", "claim", "inspect"] {
+        proxy.kill_connections();
+        // Let the store's connection see the reset before the next request.
+        sleep(Duration::from_millis(100)).await;
+        match call {
+            "release" => {
+                assert_eq!(store.release(&k, &a).await.unwrap(), Release::Removed)
+            }
+            "renew" => assert_eq!(
+                store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
+                Renew::NotHolder
+            ),
+            "claim" => {
+                granted(&store, &k, &a).await;
+            }
+            _ => assert_eq!(store.inspect(&k).await.unwrap().unwrap().holder, a),
+        }
+    }
+    // The pub/sub connection came back as well.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.wakeups().poll.is_some() {
+        assert!(Instant::now() < deadline, "pub/sub did not come back");
+        sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,174 @@
+//! `rediss://` end to end: a private redis-server with a TLS port and a certificate from a
+//! private CA made for the test.
+//!
+//! The store trusts the platform's root certificates, which honour `SSL_CERT_FILE`; the
+//! client half runs in a child process started with `SSL_CERT_FILE` pointing at the test CA
+//! (the parent's environment is left alone). The parent, without that variable, must be
+//! refused: certificate verification is on.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use baton_core::ErrorKind;
+use baton_core::store::{Claim, LeaseStore, Release};
+use baton_core::{Holder, Key, KeyKind, Namespace, Ttl};
+use baton_redis::RedisStore;
+use baton_testkit::process::{self, ChildTest};
+use baton_testkit::redis::{RedisOptions as ServerOptions, RedisServer};
+
+const URL_ENV: &str = "BATON_TEST_REDISS_URL";
+
+/// Makes a CA and a server certificate for 127.0.0.1 and localhost with the `openssl` tool.
+fn certificates(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("the openssl tool makes the test certificates; install it with `apt-get install openssl`");
+        assert!(status.success(), "openssl {args:?} failed");
+    };
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=baton test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    ]);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_connects_with_a_trusted_certificate_and_refuses_an_untrusted_one() {
+    if process::role().is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    // The plain port is what the testkit waits on; the TLS port is the one under test.
+    let tls_port = free_port().to_string();
+    let server = tokio::task::spawn_blocking({
+        let args = vec![
+            "--tls-port".to_owned(),
+            tls_port.clone(),
+            "--tls-cert-file".to_owned(),
+            path("server.crt"),
+            "--tls-key-file".to_owned(),
+            path("server.key"),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        move || RedisServer::start_with(ServerOptions::new().args(args))
+    })
+    .await
+    .unwrap()
+    .expect("a private redis-server with a TLS port");
+    let url = format!("rediss://127.0.0.1:{tls_port}/0?connect_timeout=2s&response_timeout=2s");
+
+    // Without the CA, the certificate is not trusted.
+    let err = RedisStore::connect(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+
+    let mut child = ChildTest::new("tls_client", "client")
+        .env("SSL_CERT_FILE", path("ca.crt"))
+        .env(URL_ENV, &url)
+        .spawn()
+        .unwrap();
+    let waited = tokio::task::spawn_blocking(move || child.wait_success(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    waited.unwrap_or_else(|e| panic!("{e}"));
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the client half of rediss_connects_with_a_trusted_certificate_and_refuses_an_untrusted_one"]
+async fn tls_client() {
+    if process::role().is_none() {
+        return;
+    }
+    let url = std::env::var(URL_ENV).unwrap();
+    let store = RedisStore::connect(&url).await.expect("rediss:// connects");
+    let key = Namespace::new("tls")
+        .unwrap()
+        .qualify(KeyKind::Lock, &Key::new("k").unwrap());
+    let holder = Holder::random();
+    let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+    assert!(matches!(
+        store.claim(&key, &holder, ttl, "").await.unwrap(),
+        Claim::Granted { .. }
+    ));
+    // A waiter of another store queues; the release hands it the key with a wake-up that
+    // arrives over that store's TLS pub/sub connection.
+    let other = RedisStore::connect(&url).await.expect("rediss:// connects");
+    let mut released = other.wakeups().hub.subscribe(&key);
+    assert!(matches!(
+        other.claim(&key, &Holder::random(), ttl, "").await.unwrap(),
+        Claim::Held { .. }
+    ));
+    assert_eq!(
+        store.release(&key, &holder).await.unwrap(),
+        Release::Removed
+    );
+    tokio::time::timeout(Duration::from_secs(5), released.released())
+        .await
+        .expect("the wake-up came over TLS pub/sub");
+    // The certificate names localhost too.
+    let by_name = url.replace("127.0.0.1", "localhost");
+    RedisStore::connect(&by_name)
+        .await
+        .expect("rediss://localhost connects");
+}
