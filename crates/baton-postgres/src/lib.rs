@@ -1,0 +1,62 @@
+//! The PostgreSQL store of baton: locks and leases as rows changed by single statements,
+//! fences from a sequence, `LISTEN`/`NOTIFY` wake-ups, and stream locks kept in columns of
+//! your own table. Not for direct use; see `baton`, which opens it for `postgres://` and
+//! `postgresql://` URLs.
+//!
+//! Use it when the processes to exclude run on several hosts and PostgreSQL is already part
+//! of the deployment. Expiry is decided by the database server's `clock_timestamp()`, every
+//! grant carries a fence that keeps increasing across restarts and crash recovery, and a
+//! release wakes the waiters of every process at once. No session state and no advisory
+//! lock is held between calls, so it works behind transaction-pooling proxies (with
+//! `listen=off`).
+//!
+//! - [`PostgresStore`]: the store; [`PostgresOptions`]: its timeouts, pool and wake-ups.
+//! - [`TableLeases`]: leases in columns of a table of yours (the stream-lock storage model),
+//!   each atom one conditional `UPDATE`; [`TableLeaseColumns`] names them.
+//! - [`sql`]: every statement the store runs, for operators, tests and benchmarks.
+//! - [`listen`]: how release notifications become wake-ups, and what happens when the
+//!   LISTEN connection drops.
+//! - [`limit`], [`cache`], [`broadcast`]: rate limits (one statement), the cache (an
+//!   `UNLOGGED` table) and broadcast over `LISTEN`/`NOTIFY`.
+//! - [`doctor`]: what `baton doctor` reads about a server.
+//! - [`idempotency`]: the idempotency log's table and statements.
+//!
+//! The user guide page is `docs/postgres.md`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod broadcast;
+pub mod cache;
+mod db;
+pub mod doctor;
+mod error;
+pub mod idempotency;
+pub mod limit;
+pub mod listen;
+mod options;
+mod schema;
+pub mod sql;
+mod store;
+mod table;
+mod url;
+
+pub use options::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_POLL_INTERVAL,
+    DEFAULT_RESPONSE_TIMEOUT, PostgresOptions,
+};
+pub use store::PostgresStore;
+pub use table::{TableLeaseColumns, TableLeases, TableStatements};
+
+#[cfg(test)]
+mod tests {
+    /// Public handles can move across tasks and threads.
+    #[test]
+    fn bounds() {
+        fn bounds<T: Send + Sync + 'static>() {}
+        bounds::<super::PostgresStore>();
+        bounds::<super::PostgresOptions>();
+        bounds::<super::TableLeases>();
+        bounds::<super::TableLeaseColumns>();
+    }
+}

@@ -1,0 +1,281 @@
+//! How a PostgreSQL store connects and waits: [`PostgresOptions`].
+//!
+//! Start from [`PostgresOptions::new`] (the defaults suit most uses) and change what you
+//! need; the same options can be given in a `postgres://` URL's query
+//! (`?connect_timeout=5s&response_timeout=2s&max_connections=10&listen=on&poll_interval=200ms`),
+//! beside the connection parameters PostgreSQL itself knows (`sslmode`, `application_name`,
+//! ...). Values are checked when the store is opened, before any I/O.
+
+use std::time::Duration;
+
+use baton_core::time::format_duration;
+use baton_core::{Error, Result, parse_duration};
+
+/// Default of [`PostgresOptions::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`PostgresOptions::response_timeout`].
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default of [`PostgresOptions::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Default of [`PostgresOptions::poll_interval`].
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+const MIN_POLL_INTERVAL: Duration = Duration::from_millis(1);
+const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
+const MAX_CONNECTIONS_LIMIT: u32 = 1000;
+
+/// The option names a URL query may hold besides PostgreSQL's own, for error messages.
+pub(crate) const KNOWN_OPTIONS: &str =
+    "connect_timeout, response_timeout, max_connections, listen and poll_interval";
+
+/// Options of a PostgreSQL store. Every value has a default; see each setter.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use baton_postgres::PostgresOptions;
+///
+/// let options = PostgresOptions::new()
+///     .response_timeout(Duration::from_millis(500))
+///     .max_connections(4);
+/// assert_eq!(options.get_connect_timeout(), Duration::from_secs(5));
+/// assert!(options.get_listen());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "options do nothing until passed to PostgresStore::open"]
+pub struct PostgresOptions {
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    max_connections: u32,
+    listen: bool,
+    poll_interval: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            listen: true,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// The defaults: 5s connect timeout, 2s response timeout, 10 connections, LISTEN on,
+    /// 200ms poll interval.
+    pub fn new() -> Self {
+        PostgresOptions::default()
+    }
+
+    /// How long a call may wait for a connection: a free one from the pool, or a new one
+    /// (TCP, TLS, authentication) (default 5s; 1ms to 5m). In a URL a bare number is
+    /// seconds, as libpq reads it (`connect_timeout=10`).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a statement may wait for its answer before the call fails with
+    /// `Unavailable` (default 2s; 1ms to 5m). A call never takes longer than
+    /// `connect_timeout + response_timeout`. Keep it well below your lock TTLs: a renewal
+    /// that waits longer than the TTL cannot save the grant.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The most connections the store's pool opens (default 10; 1 to 1000). The listener
+    /// uses one more connection of its own.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// Whether the store keeps a connection that `LISTEN`s for releases (default on). Turn
+    /// it off where `LISTEN` cannot work, such as behind a transaction-pooling proxy
+    /// (PgBouncer in `pool_mode = transaction`): waiters then re-check every
+    /// [`poll_interval`](Self::poll_interval) instead of waking at a release.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// How often a waiter re-checks a held key while there is no LISTEN connection (it is
+    /// off, or lost and reconnecting) (default 200ms; 1ms to 10s). Each waiter re-checks at
+    /// a random 50-100% of this, so many waiters spread out.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The response timeout.
+    pub fn get_response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
+    /// The pool size.
+    pub fn get_max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
+    /// Whether a LISTEN connection is kept.
+    pub fn get_listen(&self) -> bool {
+        self.listen
+    }
+
+    /// The poll interval.
+    pub fn get_poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    /// The longest any one store call may take: waiting for a connection plus a statement.
+    pub(crate) fn call_deadline(&self) -> Duration {
+        self.connect_timeout + self.response_timeout
+    }
+
+    /// Sets the option `name` from its URL text. `None` when `name` is not one of baton's.
+    pub(crate) fn set(self, name: &str, value: &str) -> Option<Result<Self>> {
+        Some(match name {
+            "connect_timeout" => parse_libpq_timeout(name, value).map(|t| self.connect_timeout(t)),
+            "response_timeout" => parse_timeout(name, value).map(|t| self.response_timeout(t)),
+            "max_connections" => match value.parse::<u32>() {
+                Ok(max) => Ok(self.max_connections(max)),
+                Err(_) => Err(Error::invalid_input(format!(
+                    "max_connections={value:?} is not a whole number"
+                ))),
+            },
+            "listen" => match value.to_ascii_lowercase().as_str() {
+                "on" | "true" | "1" | "yes" => Ok(self.listen(true)),
+                "off" | "false" | "0" | "no" => Ok(self.listen(false)),
+                _ => Err(Error::invalid_input(format!(
+                    "listen={value:?} is neither on nor off"
+                ))),
+            },
+            "poll_interval" => parse_duration(value)
+                .map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))
+                .map(|t| self.poll_interval(t)),
+            _ => return None,
+        })
+    }
+
+    /// Checks every value against its range.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the option and its range.
+    pub fn validate(&self) -> Result<()> {
+        check_range(
+            "connect_timeout",
+            self.connect_timeout,
+            MIN_TIMEOUT,
+            MAX_TIMEOUT,
+        )?;
+        check_range(
+            "response_timeout",
+            self.response_timeout,
+            MIN_TIMEOUT,
+            MAX_TIMEOUT,
+        )?;
+        check_range(
+            "poll_interval",
+            self.poll_interval,
+            MIN_POLL_INTERVAL,
+            MAX_POLL_INTERVAL,
+        )?;
+        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS_LIMIT {
+            return Err(Error::invalid_input(format!(
+                "max_connections {} is out of range; it must be between 1 and {MAX_CONNECTIONS_LIMIT}",
+                self.max_connections
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// libpq's `connect_timeout` is whole seconds; baton's durations carry a unit. Both are read.
+fn parse_libpq_timeout(name: &str, value: &str) -> Result<Duration> {
+    match value.parse::<u64>() {
+        Ok(seconds) => Ok(Duration::from_secs(seconds)),
+        Err(_) => parse_timeout(name, value),
+    }
+}
+
+fn parse_timeout(name: &str, value: &str) -> Result<Duration> {
+    parse_duration(value).map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))
+}
+
+fn check_range(name: &str, value: Duration, min: Duration, max: Duration) -> Result<()> {
+    if value < min || value > max {
+        return Err(Error::invalid_input(format!(
+            "{name} {} is out of range; it must be between {} and {}",
+            format_duration(value),
+            format_duration(min),
+            format_duration(max),
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(options: PostgresOptions, name: &str, value: &str) -> Result<PostgresOptions> {
+        options.set(name, value).expect("a baton option")
+    }
+
+    #[test]
+    fn defaults_and_setters() {
+        let options = PostgresOptions::new();
+        options.validate().unwrap();
+        assert_eq!(options.call_deadline(), Duration::from_secs(7));
+        let options = set(options, "connect_timeout", "250ms").unwrap();
+        let options = set(options, "response_timeout", "1s").unwrap();
+        let options = set(options, "max_connections", "3").unwrap();
+        let options = set(options, "listen", "off").unwrap();
+        let options = set(options, "poll_interval", "50ms").unwrap();
+        assert_eq!(options.get_connect_timeout(), Duration::from_millis(250));
+        assert_eq!(options.get_response_timeout(), Duration::from_secs(1));
+        assert_eq!(options.get_max_connections(), 3);
+        assert!(!options.get_listen());
+        assert_eq!(options.get_poll_interval(), Duration::from_millis(50));
+        options.validate().unwrap();
+        let libpq = set(PostgresOptions::new(), "connect_timeout", "10").unwrap();
+        assert_eq!(libpq.get_connect_timeout(), Duration::from_secs(10));
+        assert!(PostgresOptions::new().set("sslmode", "require").is_none());
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        let e = set(PostgresOptions::new(), "response_timeout", "5").unwrap_err();
+        assert!(e.message().contains("response_timeout"), "{e}");
+        let e = set(PostgresOptions::new(), "listen", "maybe").unwrap_err();
+        assert!(e.message().contains("listen"), "{e}");
+        let e = set(PostgresOptions::new(), "max_connections", "-1").unwrap_err();
+        assert!(e.message().contains("max_connections"), "{e}");
+        let e = PostgresOptions::new()
+            .max_connections(0)
+            .validate()
+            .unwrap_err();
+        assert!(e.message().contains("between 1 and 1000"), "{e}");
+        let e = PostgresOptions::new()
+            .connect_timeout(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(e.message().contains("connect_timeout 0ms"), "{e}");
+        let e = PostgresOptions::new()
+            .poll_interval(Duration::from_secs(11))
+            .validate()
+            .unwrap_err();
+        assert!(e.message().contains("poll_interval 11s"), "{e}");
+    }
+}

@@ -1,0 +1,118 @@
+//! Creating, checking and migrating the schema when a store connects.
+//!
+//! The common case costs two reads and no lock: the schema exists at this build's version.
+//! Otherwise one transaction takes the transaction-level advisory lock
+//! [`MIGRATION_LOCK`](crate::sql::MIGRATION_LOCK), looks again (another replica may have
+//! finished meanwhile), and creates the schema or runs the missing migrations, recording the
+//! version it reached; the commit releases the lock. So any number of replicas may start
+//! against a new database at the same moment: one creates, the others wait a moment and
+//! find it done. A schema from a newer baton is refused with `Internal` and left untouched;
+//! so is a `baton_lease` table that no baton created.
+
+use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, Transaction};
+
+use crate::sql;
+
+/// Why the schema could not be prepared.
+#[derive(Debug)]
+pub(crate) enum SchemaError {
+    /// The database failed or could not be reached.
+    Sql(sqlx::Error),
+    /// The database holds something this build must not touch; the message says what.
+    Refused(String),
+}
+
+impl From<sqlx::Error> for SchemaError {
+    fn from(e: sqlx::Error) -> Self {
+        SchemaError::Sql(e)
+    }
+}
+
+/// Makes sure the schema exists at [`sql::SCHEMA_VERSION`].
+pub(crate) async fn prepare(pool: &PgPool) -> Result<(), SchemaError> {
+    let mut conn = pool.acquire().await?;
+    if current_version(&mut conn).await? == Some(sql::SCHEMA_VERSION) {
+        return Ok(());
+    }
+    let mut tx = conn.begin().await?;
+    // Not `sqlx::raw_sql`: its executor bound keeps callers' futures from being `Send`.
+    sqlx::query(sql::LOCK_MIGRATION)
+        .bind(sql::MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    match current_version(&mut tx).await? {
+        None => create(&mut tx).await?,
+        Some(version) => migrate(&mut tx, version).await?,
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The recorded version, `None` when there is no schema.
+async fn current_version(conn: &mut PgConnection) -> Result<Option<i32>, SchemaError> {
+    let exists: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
+        .bind("baton_schema")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let version: Option<i32> = sqlx::query_scalar(sql::SCHEMA_VERSION_OF)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match version {
+        Some(version) => Ok(Some(version)),
+        None => Err(SchemaError::Refused(
+            "baton_schema exists but holds no version; it was not left by baton".into(),
+        )),
+    }
+}
+
+async fn create(tx: &mut Transaction<'_, Postgres>) -> Result<(), SchemaError> {
+    let stray: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
+        .bind("baton_lease")
+        .fetch_one(&mut **tx)
+        .await?;
+    if stray {
+        return Err(SchemaError::Refused(
+            "a baton_lease table exists without baton_schema; it was not created by baton, so baton will not use or change it (point the store at another schema with ?options=-csearch_path%3D<schema>)".into(),
+        ));
+    }
+    (&mut **tx).execute(sql::SCHEMA_V1).await?;
+    migrate(tx, 1).await
+}
+
+/// Runs the migrations from `version` to [`sql::SCHEMA_VERSION`].
+async fn migrate(tx: &mut Transaction<'_, Postgres>, version: i32) -> Result<(), SchemaError> {
+    if version > sql::SCHEMA_VERSION {
+        return Err(SchemaError::Refused(format!(
+            "the database has baton schema version {version}, newer than version {} that this baton understands; upgrade baton to use it",
+            sql::SCHEMA_VERSION
+        )));
+    }
+    if version < 1 {
+        return Err(SchemaError::Refused(format!(
+            "the database has baton schema version {version}, which no baton wrote"
+        )));
+    }
+    for to in version + 1..=sql::SCHEMA_VERSION {
+        let step = sql::MIGRATIONS[(to - 2) as usize];
+        (&mut **tx).execute(step).await?;
+        sqlx::query(sql::SET_SCHEMA_VERSION)
+            .bind(to)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sql;
+
+    #[test]
+    fn every_version_after_the_first_has_a_migration() {
+        assert_eq!(sql::MIGRATIONS.len() as i32, sql::SCHEMA_VERSION - 1);
+        assert!(sql::SCHEMA_V1.contains("INSERT INTO baton_schema (version) VALUES (1)"));
+    }
+}

@@ -1,0 +1,525 @@
+//! [`PostgresStore`]: the atoms of [`LeaseStore`] as single statements on one PostgreSQL
+//! database.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::signals::ReleaseHub;
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use tokio::time::timeout;
+
+use crate::db::Db;
+use crate::error::{sql_error, timed_out, unexpected};
+use crate::listen::Listener;
+use crate::options::PostgresOptions;
+use crate::schema::{self, SchemaError};
+use crate::sql;
+use crate::url::{self, Target};
+
+/// How often a claim or release is run again when the key changed between its statement's
+/// snapshot and its write (a race with another claimer that the next run settles; each run
+/// that races needs the key to change hands during it, so a handful is already rare).
+const MAX_RERUNS: usize = 64;
+
+/// A [`LeaseStore`] on one PostgreSQL database.
+///
+/// Use it when the processes to exclude run on several hosts and PostgreSQL is already part
+/// of the deployment: grants are rows, every atom is one statement decided by the database's
+/// clock, fences come from a sequence and survive restarts and crashes, and a release wakes
+/// the waiters of every process through `LISTEN`/`NOTIFY`. For processes on one host the
+/// embedded SQLite store needs no server; for tests, `memory://`.
+///
+/// Open it with [`PostgresStore::connect`] (a URL, options in the query) or
+/// [`PostgresStore::open`] (a URL and [`PostgresOptions`]); most code opens it through
+/// `baton::connect("postgres://...")`. To keep stream locks in columns of your own table,
+/// see [`TableLeases`](crate::TableLeases).
+///
+/// ## Behavior
+/// - Connecting creates or migrates the schema (versioned, safe when replicas start at the
+///   same moment; a schema from a newer baton is refused with `Internal`), then starts the
+///   LISTEN connection (see [`crate::listen`]).
+/// - Each claim, renew and release is one statement ([`crate::sql`]); nothing is held
+///   between calls, no session state is used, and no advisory lock is taken, so the pool may
+///   sit behind a transaction-pooling proxy (turn `listen` off there).
+/// - Expiry is decided by `clock_timestamp()` on the database server, never by `now()` and
+///   never by the client's clock.
+/// - Fences strictly increase per key across releases, expiry, restarts and crash recovery.
+/// - Every call answers within `connect_timeout + response_timeout` or fails with
+///   `Unavailable`; a call whose pooled connection had broken (after a server restart) is
+///   run again on another, and reconnects by itself.
+/// - A release wakes this process's waiters at once and every other process's through
+///   `NOTIFY`; while the LISTEN connection is down, waiters poll every
+///   [`poll_interval`](PostgresOptions::poll_interval).
+///
+/// Dropping the store closes its connections.
+///
+/// # Examples
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::{sync::Arc, time::Duration};
+/// use baton_core::{LockOptions, Locks};
+/// use baton_postgres::PostgresStore;
+///
+/// let store = PostgresStore::connect("postgres://app@db.internal/app?sslmode=require").await?;
+/// let locks = Locks::new(Arc::new(store));
+/// let guard = locks.acquire("nightly-report", &LockOptions::new(Duration::from_secs(30))).await?;
+/// // ... work, passing guard.fence() to what you write ...
+/// guard.release().await;
+/// # Ok(()) }
+/// ```
+pub struct PostgresStore {
+    pub(crate) db: Db,
+    hub: Arc<ReleaseHub>,
+    listener: Option<Listener>,
+    /// The broadcast LISTEN connection, started by the first subscription.
+    pub(crate) broadcast: crate::broadcast::HubCell,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("server", &self.db.server)
+            .field("options", &self.db.options)
+            .field(
+                "listening",
+                &self.listener.as_ref().map(Listener::is_healthy),
+            )
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Opens the store named by a `postgres://` or `postgresql://` URL, with PostgreSQL's
+    /// parameters (`sslmode`, ...) and baton's options in its query:
+    /// `postgres://[user[:password]@]host[:port]/database[?sslmode=require&response_timeout=1s]`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a malformed URL, parameter or option (before any I/O);
+    /// `Unsupported` for an `sslmode` that needs TLS in a build without the `tls` feature;
+    /// `Unavailable` when the server cannot be reached, refuses the credentials, or the user
+    /// may not create the schema; `Internal` for a schema from a newer baton or a
+    /// `baton_lease` table baton did not create.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let (target, options) = url::parse(url)?;
+        PostgresStore::start(target, options).await
+    }
+
+    /// Opens the store at `url` (which may carry PostgreSQL's parameters but not baton's
+    /// options) with `options`.
+    ///
+    /// # Errors
+    /// As [`PostgresStore::connect`]; also `InvalidInput` when the URL carries baton's
+    /// options.
+    pub async fn open(url: &str, options: PostgresOptions) -> Result<Self> {
+        let (target, from_url) = url::parse(url)?;
+        if from_url != PostgresOptions::new() {
+            return Err(Error::invalid_input(format!(
+                "store URL {:?} carries baton's options; pass them either in the URL (PostgresStore::connect) or as PostgresOptions, not both",
+                target.redacted
+            )));
+        }
+        options.validate()?;
+        PostgresStore::start(target, options).await
+    }
+
+    async fn start(target: Target, options: PostgresOptions) -> Result<Self> {
+        let target = Target {
+            connect: match target.connect.get_application_name() {
+                Some(_) => target.connect.clone(),
+                None => target.connect.clone().application_name("baton"),
+            },
+            redacted: target.redacted,
+        };
+        let db = Db::new(&target, options.clone());
+        let deadline = options.call_deadline();
+        match timeout(deadline, schema::prepare(&db.pool)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(SchemaError::Sql(e))) => {
+                return Err(sql_error(e, "preparing the schema", &db.server));
+            }
+            Ok(Err(SchemaError::Refused(why))) => {
+                return Err(Error::internal(format!("{}: {why}", db.server)));
+            }
+            Err(_) => return Err(timed_out("preparing the schema", &db.server, deadline)),
+        }
+        crate::idempotency::ensure_schema(&db.pool)
+            .await
+            .map_err(|e| sql_error(e, "preparing the idempotency table", &db.server))?;
+        crate::limit::ensure_schema(&db).await?;
+        let hub = Arc::new(ReleaseHub::new());
+        let listener = if options.get_listen() {
+            Some(
+                Listener::start(
+                    target.connect.clone(),
+                    db.pool.clone(),
+                    Arc::clone(&hub),
+                    options,
+                    db.server.clone(),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
+        Ok(PostgresStore {
+            db,
+            hub,
+            listener,
+            broadcast: Default::default(),
+        })
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &PostgresOptions {
+        &self.db.options
+    }
+
+    /// Whether the LISTEN connection is listening now (`false` when `listen` is off).
+    pub fn is_listening(&self) -> bool {
+        self.listener.as_ref().is_some_and(Listener::is_healthy)
+    }
+
+    /// Frees `key` whoever holds it, as an operator breaking a stuck lock would; the fence
+    /// is kept, and waiters are woken. Its holder learns of it at its next renewal. Returns
+    /// whether a live grant was freed.
+    ///
+    /// # Errors
+    /// `Unavailable` or `Internal`, as every operation.
+    pub async fn evict(&self, key: &StoreKey) -> Result<bool> {
+        let evicted: i64 = self
+            .db
+            .call(
+                || format!("evict of {key}"),
+                || {
+                    sqlx::query_scalar(sql::EVICT)
+                        .bind(key.as_str())
+                        .fetch_one(&self.db.pool)
+                },
+                |_| false,
+            )
+            .await?;
+        if evicted > 0 {
+            self.hub.notify(key);
+        }
+        Ok(evicted > 0)
+    }
+
+    /// Deletes the rows of keys that have been free for an hour, and returns how many. The
+    /// table keeps one row per key ever claimed (so that its fence survives); call this from
+    /// a maintenance job when keys are many and short-lived (one per order, say). Fences
+    /// stay strictly increasing: a pruned key that is claimed again draws a larger fence.
+    ///
+    /// # Errors
+    /// `Unavailable` or `Internal`, as every operation.
+    pub async fn prune(&self) -> Result<u64> {
+        self.db
+            .call(
+                || "prune".to_owned(),
+                || async {
+                    Ok(sqlx::query(sql::PRUNE)
+                        .execute(&self.db.pool)
+                        .await?
+                        .rows_affected())
+                },
+                |_| true,
+            )
+            .await
+    }
+
+    fn decode<T>(&self, what: &str, decoded: Result<T, sqlx::Error>) -> Result<T> {
+        decoded.map_err(|e| sql_error(e, what, &self.db.server))
+    }
+}
+
+fn ttl_millis(ttl: Ttl) -> i64 {
+    // At most 30 days: far inside i64.
+    ttl.as_millis() as i64
+}
+
+fn remaining(micros: i64) -> Duration {
+    Duration::from_micros(micros.max(0) as u64)
+}
+
+fn fence(raw: i64, what: &str, server: &str) -> Result<Fence> {
+    if raw < 1 {
+        return Err(unexpected(
+            what,
+            server,
+            format!("a stored fence is {raw}; fences start at 1"),
+        ));
+    }
+    Ok(Fence::new(raw as u64))
+}
+
+/// A claim's answer row (see [`sql::CLAIM`]).
+struct ClaimRow {
+    claimed: bool,
+    granted: bool,
+    fence: i64,
+    holder: Option<String>,
+    remaining_us: i64,
+}
+
+impl ClaimRow {
+    fn read(row: &PgRow) -> Result<Self, sqlx::Error> {
+        Ok(ClaimRow {
+            claimed: row.try_get("claimed")?,
+            granted: row.try_get("granted")?,
+            fence: row.try_get("fence")?,
+            holder: row.try_get("holder")?,
+            remaining_us: row.try_get("remaining_us")?,
+        })
+    }
+}
+
+fn info(row: &PgRow, key: StoreKey) -> Result<(HolderInfo, i64), sqlx::Error> {
+    let raw_fence: i64 = row.try_get("fence")?;
+    Ok((
+        HolderInfo {
+            key,
+            holder: Holder::from_stored(row.try_get("holder")?),
+            fence: Fence::new(raw_fence.max(0) as u64),
+            remaining: remaining(row.try_get("remaining_us")?),
+            reason: row.try_get("reason")?,
+        },
+        raw_fence,
+    ))
+}
+
+/// The smallest string greater than every string that starts with `prefix` in code point
+/// order (the key column's `COLLATE "C"`, for UTF-8), or `None` when there is none.
+fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last as u32 {
+            0xD7FF => Some('\u{E000}'),
+            n => char::from_u32(n + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    async fn claim(
+        &self,
+        key: &StoreKey,
+        holder: &Holder,
+        ttl: Ttl,
+        reason: &str,
+    ) -> Result<Claim> {
+        let what = || format!("claim of {key}");
+        for _ in 0..MAX_RERUNS {
+            let row = self
+                .db
+                .call(
+                    what,
+                    || {
+                        sqlx::query(sql::CLAIM)
+                            .bind(key.as_str())
+                            .bind(holder.as_str())
+                            .bind(ttl_millis(ttl))
+                            .bind(reason)
+                            .fetch_optional(&self.db.pool)
+                    },
+                    // A claim that ran and was retried comes back as an extension (same
+                    // holder): a grant either way.
+                    |_| true,
+                )
+                .await?;
+            let Some(row) = row else { continue };
+            let row = self.decode(&what(), ClaimRow::read(&row))?;
+            if row.claimed {
+                let fence = fence(row.fence, &what(), &self.db.server)?;
+                return Ok(if row.granted {
+                    Claim::Granted { fence }
+                } else {
+                    Claim::Extended { fence }
+                });
+            }
+            match row.holder {
+                Some(current) if current != holder.as_str() => {
+                    return Ok(Claim::Held {
+                        holder: Holder::from_stored(current),
+                        remaining: remaining(row.remaining_us),
+                    });
+                }
+                _ => continue,
+            }
+        }
+        Err(Error::unavailable(format!(
+            "{}: {} failed: the key changed hands during each of {MAX_RERUNS} attempts in a row",
+            self.db.server,
+            what()
+        )))
+    }
+
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+        let renewed = self
+            .db
+            .call(
+                || format!("renew of {key}"),
+                || async {
+                    Ok(sqlx::query(sql::RENEW)
+                        .bind(key.as_str())
+                        .bind(holder.as_str())
+                        .bind(ttl_millis(ttl))
+                        .execute(&self.db.pool)
+                        .await?
+                        .rows_affected())
+                },
+                |_| true,
+            )
+            .await?;
+        Ok(if renewed == 1 {
+            Renew::Renewed
+        } else {
+            Renew::NotHolder
+        })
+    }
+
+    async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let what = || format!("release of {key}");
+        for _ in 0..MAX_RERUNS {
+            let row = self
+                .db
+                .call(
+                    what,
+                    || {
+                        sqlx::query(sql::RELEASE)
+                            .bind(key.as_str())
+                            .bind(holder.as_str())
+                            .fetch_one(&self.db.pool)
+                    },
+                    // If the broken attempt released, a retry finds nobody: only an answer
+                    // that does not depend on it is taken.
+                    |row| {
+                        row.try_get::<i64, _>("removed").is_ok_and(|n| n == 1)
+                            || row
+                                .try_get::<Option<String>, _>("current")
+                                .is_ok_and(|c| c.is_some_and(|c| c != holder.as_str()))
+                    },
+                )
+                .await?;
+            let removed: i64 = self.decode(&what(), row.try_get("removed"))?;
+            let current: Option<String> = self.decode(&what(), row.try_get("current"))?;
+            if removed == 1 {
+                // Here as well as through NOTIFY: this process's waiters need no round trip,
+                // and keep moving while the LISTEN connection is down.
+                self.hub.notify(key);
+                return Ok(Release::Removed);
+            }
+            return Ok(match current {
+                Some(by) if by != holder.as_str() => Release::Reclaimed {
+                    by: Holder::from_stored(by),
+                },
+                Some(_) => continue,
+                None => Release::NoHolder,
+            });
+        }
+        Err(Error::unavailable(format!(
+            "{}: {} failed: the key changed hands during each of {MAX_RERUNS} attempts in a row",
+            self.db.server,
+            what()
+        )))
+    }
+
+    async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
+        let what = || format!("inspect of {key}");
+        let row = self
+            .db
+            .call(
+                what,
+                || {
+                    sqlx::query(sql::INSPECT)
+                        .bind(key.as_str())
+                        .fetch_optional(&self.db.pool)
+                },
+                |_| true,
+            )
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let (info, raw_fence) = self.decode(&what(), info(&row, key.clone()))?;
+        fence(raw_fence, &what(), &self.db.server)?;
+        Ok(Some(info))
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let what = || format!("list of {prefix}*");
+        let upper = prefix_upper_bound(prefix);
+        let rows = self
+            .db
+            .call(
+                what,
+                || match &upper {
+                    Some(upper) => sqlx::query(sql::LIST)
+                        .bind(prefix)
+                        .bind(upper.as_str())
+                        .bind(limit)
+                        .fetch_all(&self.db.pool),
+                    None => sqlx::query(sql::LIST_FROM)
+                        .bind(prefix)
+                        .bind(limit)
+                        .fetch_all(&self.db.pool),
+                },
+                |_| true,
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let key: String = self.decode(&what(), row.try_get("key"))?;
+                let (info, raw_fence) =
+                    self.decode(&what(), info(row, StoreKey::from_stored(key)))?;
+                fence(raw_fence, &what(), &self.db.server)?;
+                Ok(info)
+            })
+            .collect()
+    }
+
+    fn wakeups(&self) -> Wakeups {
+        Wakeups {
+            hub: Arc::clone(&self.hub),
+            poll: (!self.is_listening()).then(|| self.db.options.get_poll_interval()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upper_bounds() {
+        assert_eq!(
+            prefix_upper_bound("ns:lock:a").as_deref(),
+            Some("ns:lock:b")
+        );
+        assert_eq!(prefix_upper_bound(""), None);
+        assert_eq!(
+            prefix_upper_bound("a\u{D7FF}").as_deref(),
+            Some("a\u{E000}")
+        );
+        assert_eq!(prefix_upper_bound("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_upper_bound("\u{10FFFF}\u{10FFFF}"), None);
+    }
+
+    #[test]
+    fn bounds() {
+        fn bounds<T: Send + Sync + 'static>() {}
+        bounds::<PostgresStore>();
+        bounds::<PostgresOptions>();
+    }
+}
