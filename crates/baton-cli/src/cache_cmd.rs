@@ -1,0 +1,166 @@
+//! `baton cache get|set|delete KEY [VALUE] [--ttl DUR]`: the cache the library uses, from a
+//! shell script. Values are JSON, exactly as `Cache::set` stores them.
+//!
+//! | command | prints | status |
+//! |---|---|---|
+//! | `get KEY` | the value, as one line of JSON | 0 hit, [`MISS`] (1) miss |
+//! | `set KEY VALUE [--ttl DUR]` | `Set KEY ttl=DUR` | 0 |
+//! | `delete KEY` | `Deleted KEY`, or `Absent KEY` when nothing live was there | 0 |
+//!
+//! A VALUE that is not JSON, like every invalid argument, exits 64 before the store is
+//! opened; write strings quoted: `baton cache set greeting '"hello"'`. A store fault exits
+//! 69 (for `get`, a caller may treat it as a miss).
+
+use std::time::Duration;
+
+use baton::Ttl;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::GlobalArgs;
+use crate::exit::{Failure, SUCCESS};
+use crate::output::{human_duration, print_json, print_line, write_failure};
+use crate::store;
+
+/// `baton cache get` found nothing live under the key (as `grep` finding nothing).
+pub(crate) use crate::exit::MISS;
+
+/// Default `--ttl` of `baton cache set`.
+const DEFAULT_TTL: &str = "1h";
+
+/// `baton cache ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum CacheCommand {
+    /// Print the value of KEY as JSON; exit 1 when nothing is cached.
+    Get(KeyArg),
+    /// Cache VALUE (JSON) under KEY for --ttl.
+    Set(SetArgs),
+    /// Remove KEY's value.
+    Delete(KeyArg),
+}
+
+/// A cache key.
+#[derive(Debug, Args)]
+pub(crate) struct KeyArg {
+    /// The cache key.
+    #[arg(value_name = "KEY", value_parser = parse_key)]
+    pub(crate) key: String,
+}
+
+/// `baton cache set`.
+#[derive(Debug, Args)]
+pub(crate) struct SetArgs {
+    /// The cache key.
+    #[arg(value_name = "KEY", value_parser = parse_key)]
+    pub(crate) key: String,
+    /// The value, as JSON: 42, true, '"text"', '{"name":"Ada"}'.
+    #[arg(value_name = "VALUE", value_parser = parse_json)]
+    pub(crate) value: Value,
+    /// How long the value is kept.
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
+    pub(crate) ttl: Duration,
+}
+
+/// `baton cache get --json`.
+#[derive(Debug, Serialize)]
+struct Got<'a> {
+    key: &'a str,
+    hit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a Value>,
+}
+
+/// `baton cache set|delete --json`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "result")]
+enum Changed<'a> {
+    Set { key: &'a str, ttl_ms: u64 },
+    Deleted { key: &'a str },
+    Absent { key: &'a str },
+}
+
+/// Runs `baton cache ...`; returns baton's exit status.
+pub(crate) async fn run(global: &GlobalArgs, command: &CacheCommand) -> Result<u8, Failure> {
+    let baton = store::connect(global).await?;
+    let cache = baton.cache()?;
+    let (printed, status) = match command {
+        CacheCommand::Get(KeyArg { key }) => {
+            let value = cache.get::<Value>(key).await?;
+            let printed = if global.json {
+                print_json(&Got {
+                    key,
+                    hit: value.is_some(),
+                    value: value.as_ref(),
+                })
+            } else {
+                match &value {
+                    Some(value) => print_line(&value.to_string()),
+                    None => Ok(()),
+                }
+            };
+            (printed, if value.is_some() { SUCCESS } else { MISS })
+        }
+        CacheCommand::Set(SetArgs { key, value, ttl }) => {
+            cache.set(key, value, *ttl).await?;
+            let printed = if global.json {
+                print_json(&Changed::Set {
+                    key,
+                    ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                })
+            } else {
+                print_line(&format!("Set {key} ttl={}", human_duration(*ttl)))
+            };
+            (printed, SUCCESS)
+        }
+        CacheCommand::Delete(KeyArg { key }) => {
+            let answer = if cache.delete(key).await? {
+                Changed::Deleted { key }
+            } else {
+                Changed::Absent { key }
+            };
+            let printed = if global.json {
+                print_json(&answer)
+            } else {
+                print_line(&match answer {
+                    Changed::Deleted { key } => format!("Deleted {key}"),
+                    _ => format!("Absent {key}"),
+                })
+            };
+            (printed, SUCCESS)
+        }
+    };
+    printed.map_err(write_failure)?;
+    Ok(status)
+}
+
+fn parse_key(text: &str) -> Result<String, String> {
+    baton::Key::new(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.message().to_owned())
+}
+
+fn parse_json(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text)
+        .map_err(|e| format!("VALUE is not JSON ({e}); quote strings, e.g. '\"hello\"'"))
+}
+
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    Ttl::new(ttl).map_err(|e| e.message().to_owned())?;
+    Ok(ttl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_must_be_json() {
+        assert_eq!(parse_json("42").unwrap(), Value::from(42));
+        assert_eq!(parse_json("\"hi\"").unwrap(), Value::from("hi"));
+        assert!(parse_json("hi").unwrap_err().contains("quote strings"));
+        assert!(parse_ttl("5ms").is_err());
+        assert!(parse_ttl("1h").is_ok());
+    }
+}

@@ -1,0 +1,60 @@
+//! Rate limits: [`Baton::rate_limiter`] and the types it hands out (re-exported from
+//! `baton-core`).
+//!
+//! `memory://` limits within the process, `sqlite://` across the processes of one host
+//! (table `baton_limit` in the same file), `redis://` across hosts (one script per decision,
+//! on the server's clock), `postgres://` across hosts (one statement per decision). See
+//! `docs/rate-limits.md`.
+
+use std::sync::Arc;
+
+pub use baton_core::limit::{
+    Decision, LimitError, MAX_WINDOW, MIN_WINDOW, Quota, RateLimiter, RateStore,
+};
+use baton_core::{Error, Result};
+
+use crate::{Backend, Baton};
+
+impl Baton {
+    /// The rate limiter of this store, in this connection's namespace: at most `max` units
+    /// per key in any window of length `window`, shared by every process on the store.
+    ///
+    /// Cheap: every call hands out a client of the same budgets.
+    ///
+    /// # Errors
+    /// `Unsupported` when the store keeps no rate limits (a custom lease store given to
+    /// [`Baton::from_store`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let baton = baton::connect("memory://").await?;
+    /// let limiter = baton.rate_limiter()?;
+    /// let decision = limiter.try_acquire("st:org-42", 1, 60, Duration::from_secs(1)).await?;
+    /// if !decision.allowed {
+    ///     println!("429, retry after {:?}", decision.retry_after);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter(&self) -> Result<RateLimiter> {
+        let store: Arc<dyn RateStore> = match self.backend() {
+            Backend::Memory(store) => store.clone(),
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(store) => store.clone(),
+            #[cfg(feature = "redis")]
+            Backend::Redis(store) => store.clone(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(store) => store.clone(),
+            #[allow(unreachable_patterns)]
+            other => {
+                return Err(Error::unsupported(format!(
+                    "the {} store keeps no rate limits; connect with memory://, sqlite://, redis:// or postgres://",
+                    other.scheme()
+                )));
+            }
+        };
+        Ok(RateLimiter::with_namespace(store, self.namespace().clone()))
+    }
+}
