@@ -1,0 +1,302 @@
+//! [`IdempotencyLog`]: the policy over an [`IdempotencyStore`]: validation before I/O, the
+//! attempt token, the public types, and telemetry.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::holder::Holder;
+use crate::key::Namespace;
+use crate::store::Renew;
+use crate::telemetry::{self, events};
+
+use super::options::{AcquireOptions, check_metadata};
+use super::record::{Acquire, Attempt, Finalize, Outcome, Record, Renewal, Status, Takeover};
+use super::scope::Scope;
+use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
+
+/// "Don't run this side effect twice for `(org, domain, key)`": a log of records, one per
+/// [`Scope`], each owned by the attempt that acquired it until that attempt finalizes it.
+///
+/// Use it at the side effect (a charge, a webhook's effect, a notification), when the gate
+/// is "did this already run for this id?". Use a [`Locks`](crate::Locks) lock instead when
+/// the gate is "is someone running this *right now*?" (a cron tick), and a
+/// [`Leases`](crate::Leases) lease for long-lived ownership.
+///
+/// ## Behavior
+/// - The first [`try_acquire`](Self::try_acquire) of a scope gets [`Acquire::Acquired`];
+///   every other call while the record lives gets [`Acquire::Duplicate`] with the record
+///   (pending, completed or failed). Exactly one attempt acquires, however many race.
+/// - Only the acquiring [`Attempt`] can [`finalize`](Self::finalize) the record, as
+///   `Completed` or `Failed` with metadata (a stored response, an id). A stale attempt that
+///   was taken over gets [`Finalize::NotOwner`] and changes nothing.
+/// - **The crash window is at-least-once, by design.** A pending record whose owner's lease
+///   lapsed (the owner crashed, hung or was partitioned away before finalizing) is taken over
+///   by the next acquire with the same fingerprint, which runs the side effect again: the
+///   first owner may or may not have done it. Keep leases longer than the work (or
+///   [`renew`](Self::renew) them) so that only dead owners are taken over, and make the side
+///   effect itself tolerate a rare repeat where it can (pass [`Attempt::number`] on as a
+///   fence, or an idempotency key to the payment provider).
+/// - A `Failed` record is acquired again only when the caller asks
+///   ([`AcquireOptions::retry_failed`]).
+/// - Records expire after their TTL on the store's clock; an expired scope starts afresh.
+/// - Inputs are validated before any I/O. Store faults are errors of kind `Unavailable`
+///   (never a duplicate), emitted as
+///   [`baton.idempotency.unavailable`](crate::telemetry::events::IDEMPOTENCY_UNAVAILABLE):
+///   the caller decides whether to fail closed (skip, risk a miss) or open (run, risk a
+///   duplicate).
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
+/// use std::{sync::Arc, time::Duration};
+/// use baton_core::idempotency::{Acquire, IdempotencyLog, MemoryIdempotencyStore, Outcome, Scope};
+///
+/// let log = IdempotencyLog::new(Arc::new(MemoryIdempotencyStore::new()));
+/// let scope = Scope::new("org-42", "notifications.new-booking", "booking-1001")?;
+/// match log.try_acquire(&scope, Duration::from_secs(7 * 24 * 3600)).await? {
+///     Acquire::Acquired(attempt) => {
+///         // send the notification, then:
+///         log.finalize(&attempt, Outcome::Completed, b"sent").await?;
+///     }
+///     Acquire::Duplicate(record) => {
+///         // already sent (or being sent): do nothing
+///         let _ = record.status();
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct IdempotencyLog {
+    store: Arc<dyn IdempotencyStore>,
+    namespace: Namespace,
+}
+
+impl fmt::Debug for IdempotencyLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyLog")
+            .field("store", &self.store)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl IdempotencyLog {
+    /// A log in the default namespace.
+    pub fn new(store: Arc<dyn IdempotencyStore>) -> Self {
+        IdempotencyLog::with_namespace(store, Namespace::default())
+    }
+
+    /// A log in `namespace`.
+    pub fn with_namespace(store: Arc<dyn IdempotencyStore>, namespace: Namespace) -> Self {
+        IdempotencyLog { store, namespace }
+    }
+
+    /// The namespace keys are qualified with.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn IdempotencyStore> {
+        &self.store
+    }
+
+    /// [`try_acquire_with`](Self::try_acquire_with) with a record living `ttl`, the default
+    /// lease, no fingerprint, and failed records not retried.
+    ///
+    /// # Errors
+    /// As [`try_acquire_with`](Self::try_acquire_with).
+    pub async fn try_acquire(&self, scope: &Scope, ttl: Duration) -> Result<Acquire> {
+        self.try_acquire_with(scope, &AcquireOptions::new(ttl))
+            .await
+    }
+
+    /// One attempt to own `scope`'s record: [`Acquire::Acquired`] when this call owns it now
+    /// (a new record, or a takeover), [`Acquire::Duplicate`] otherwise. Never waits.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O for bad options; `Unavailable` when the store faulted
+    /// (emits [`baton.idempotency.unavailable`](crate::telemetry::events::IDEMPOTENCY_UNAVAILABLE));
+    /// `Internal` when the store answered something that breaks the contract.
+    ///
+    /// # Cancel safety
+    /// Dropping the future while the request is in flight may leave a pending record that
+    /// nobody owns: duplicates see it pending until its lease lapses, then one takes it over,
+    /// as after a crash.
+    pub async fn try_acquire_with(
+        &self,
+        scope: &Scope,
+        options: &AcquireOptions,
+    ) -> Result<Acquire> {
+        let valid = options.checked()?;
+        let key = scope.qualify(&self.namespace);
+        let token = Holder::random();
+        let request = AcquireRequest {
+            attempt: &token,
+            fingerprint: valid.fingerprint.as_deref().unwrap_or(""),
+            ttl: valid.ttl,
+            lease: valid.lease,
+            retry_failed: valid.retry_failed,
+        };
+        let answer = self.store.acquire(&key, request).await.map_err(|error| {
+            telemetry::emit(
+                &events::IDEMPOTENCY_UNAVAILABLE,
+                Some(key.as_str()),
+                format_args!("acquire failed: {error}"),
+            );
+            error
+        })?;
+        match answer {
+            AcquireAnswer::Acquired { record, previous } => {
+                if record.owner != token || record.status != Status::Pending {
+                    return Err(Error::internal(format!(
+                        "the store answered Acquired for {key} with a record it did not give this attempt ({record:?})"
+                    )));
+                }
+                let takeover = match previous {
+                    None => None,
+                    Some(Status::Pending) => {
+                        telemetry::emit(
+                            &events::IDEMPOTENCY_TAKEOVER,
+                            Some(key.as_str()),
+                            format_args!(
+                                "attempt {} took over a pending record whose owner's lease lapsed; its side effect may run twice",
+                                record.attempt
+                            ),
+                        );
+                        Some(Takeover::LeaseLapsed)
+                    }
+                    Some(Status::Failed) => Some(Takeover::RetryFailed),
+                    Some(Status::Completed) => {
+                        return Err(Error::internal(format!(
+                            "the store took over a completed record of {key}"
+                        )));
+                    }
+                };
+                Ok(Acquire::Acquired(Attempt {
+                    record: to_record(scope, record),
+                    key,
+                    token,
+                    lease: valid.lease,
+                    takeover,
+                }))
+            }
+            AcquireAnswer::Duplicate(record) => Ok(Acquire::Duplicate(to_record(scope, record))),
+        }
+    }
+
+    /// Finalizes `attempt`'s record as `outcome`, storing `metadata` (at most
+    /// [`MAX_METADATA_BYTES`](super::MAX_METADATA_BYTES)) for duplicates to read.
+    ///
+    /// Succeeds even after the attempt's lease lapsed, as long as nobody took the record
+    /// over. Calling it again for the same attempt is harmless: it answers the record as the
+    /// first finalize left it.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O for oversized metadata; `Unavailable` when the store
+    /// faulted (emits [`baton.idempotency.unavailable`](crate::telemetry::events::IDEMPOTENCY_UNAVAILABLE)):
+    /// the record stays pending, so retry the finalize.
+    pub async fn finalize(
+        &self,
+        attempt: &Attempt,
+        outcome: Outcome,
+        metadata: impl AsRef<[u8]>,
+    ) -> Result<Finalize> {
+        let metadata = metadata.as_ref();
+        check_metadata(metadata)?;
+        let answer = self
+            .store
+            .finalize(&attempt.key, &attempt.token, outcome, metadata)
+            .await
+            .map_err(|error| {
+                telemetry::emit(
+                    &events::IDEMPOTENCY_UNAVAILABLE,
+                    Some(attempt.key.as_str()),
+                    format_args!("finalize of attempt {} failed: {error}", attempt.number()),
+                );
+                error
+            })?;
+        Ok(match answer {
+            FinalizeAnswer::Finalized(record) => {
+                Finalize::Finalized(to_record(attempt.scope(), record))
+            }
+            FinalizeAnswer::NotOwner => {
+                telemetry::emit(
+                    &events::IDEMPOTENCY_NOT_OWNER,
+                    Some(attempt.key.as_str()),
+                    format_args!(
+                        "attempt {} finalized a record it no longer owns (taken over or expired); its outcome was not recorded",
+                        attempt.number()
+                    ),
+                );
+                Finalize::NotOwner
+            }
+        })
+    }
+
+    /// Restarts `attempt`'s lease (for [`Attempt::lease`]), so that duplicates keep waiting
+    /// while the side effect runs longer than one lease. Renew well within the lease.
+    ///
+    /// # Errors
+    /// `Unavailable` when the store faulted (emits
+    /// [`baton.idempotency.unavailable`](crate::telemetry::events::IDEMPOTENCY_UNAVAILABLE)).
+    pub async fn renew(&self, attempt: &Attempt) -> Result<Renewal> {
+        let answer = self
+            .store
+            .renew(&attempt.key, &attempt.token, attempt.lease)
+            .await
+            .map_err(|error| {
+                telemetry::emit(
+                    &events::IDEMPOTENCY_UNAVAILABLE,
+                    Some(attempt.key.as_str()),
+                    format_args!("renewal of attempt {} failed: {error}", attempt.number()),
+                );
+                error
+            })?;
+        Ok(match answer {
+            Renew::Renewed => Renewal::Renewed,
+            Renew::NotHolder => {
+                telemetry::emit(
+                    &events::IDEMPOTENCY_NOT_OWNER,
+                    Some(attempt.key.as_str()),
+                    format_args!(
+                        "attempt {} renewed a record it no longer owns (taken over, finalized or expired)",
+                        attempt.number()
+                    ),
+                );
+                Renewal::NotOwner
+            }
+        })
+    }
+
+    /// The live record of `scope`, if any.
+    ///
+    /// # Errors
+    /// `Unavailable` when the store faulted.
+    pub async fn get(&self, scope: &Scope) -> Result<Option<Record>> {
+        let key = scope.qualify(&self.namespace);
+        Ok(self
+            .store
+            .get(&key)
+            .await?
+            .map(|record| to_record(scope, record)))
+    }
+}
+
+fn to_record(scope: &Scope, stored: StoredRecord) -> Record {
+    Record {
+        scope: scope.clone(),
+        status: stored.status,
+        attempt: stored.attempt,
+        fingerprint: (!stored.fingerprint.is_empty()).then_some(stored.fingerprint),
+        metadata: stored.metadata,
+        expires_in: stored.expires_in,
+        lease_remaining: if stored.status == Status::Pending {
+            stored.lease_remaining
+        } else {
+            Duration::ZERO
+        },
+    }
+}

@@ -1,0 +1,261 @@
+//! [`MemoryIdempotencyStore`]: the idempotency atoms in this process's memory.
+//!
+//! Use it in tests and in single-process tools. It deduplicates only within this process:
+//! its first record emits
+//! [`baton.store.process_local`](crate::telemetry::events::STORE_PROCESS_LOCAL) once, so a
+//! replicated service that fell back to it is visible. Records die with the process.
+//!
+//! ## Behavior
+//! - Time (expiry and leases) follows the store's [`Clock`], tokio's monotonic clock by
+//!   default, so `tokio::time::pause` drives it in tests.
+//! - Expired records are dropped when touched, and swept every 1,024 operations.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::holder::Holder;
+use crate::key::StoreKey;
+use crate::store::Renew;
+use crate::telemetry::{self, events};
+use crate::time::{Clock, SystemClock, Ttl};
+
+use super::record::{Outcome, Status};
+use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
+
+/// How many operations pass between sweeps of expired records.
+const SWEEP_EVERY: u64 = 1024;
+
+/// A process-local [`IdempotencyStore`].
+#[derive(Debug)]
+pub struct MemoryIdempotencyStore {
+    state: Mutex<State>,
+    clock: Arc<dyn Clock>,
+    warned: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    records: HashMap<StoreKey, Entry>,
+    ops: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    status: Status,
+    owner: Holder,
+    attempt: u32,
+    fingerprint: String,
+    metadata: Vec<u8>,
+    expires_at: Instant,
+    lease_until: Instant,
+}
+
+impl Entry {
+    fn read(&self, now: Instant) -> StoredRecord {
+        StoredRecord {
+            status: self.status,
+            owner: self.owner.clone(),
+            attempt: self.attempt,
+            fingerprint: self.fingerprint.clone(),
+            metadata: self.metadata.clone(),
+            expires_in: self.expires_at.saturating_duration_since(now),
+            lease_remaining: if self.status == Status::Pending {
+                self.lease_until.saturating_duration_since(now)
+            } else {
+                Duration::ZERO
+            },
+        }
+    }
+}
+
+impl State {
+    /// The live record of `key`, dropping it first if it expired.
+    fn live(&mut self, key: &StoreKey, now: Instant) -> Option<&mut Entry> {
+        self.ops += 1;
+        if self.ops.is_multiple_of(SWEEP_EVERY) {
+            self.records.retain(|_, e| e.expires_at > now);
+        }
+        if self.records.get(key).is_some_and(|e| e.expires_at <= now) {
+            self.records.remove(key);
+        }
+        self.records.get_mut(key)
+    }
+}
+
+impl MemoryIdempotencyStore {
+    /// A store on tokio's clock.
+    pub fn new() -> Self {
+        MemoryIdempotencyStore::with_clock(Arc::new(SystemClock))
+    }
+
+    /// A store whose time follows `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryIdempotencyStore {
+            state: Mutex::new(State::default()),
+            clock,
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn warn_once(&self, key: &StoreKey) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            telemetry::emit(
+                &events::STORE_PROCESS_LOCAL,
+                Some(key.as_str()),
+                format_args!(
+                    "the in-memory idempotency log deduplicates only within this process; use sqlite://, redis:// or postgres:// to deduplicate across processes"
+                ),
+            );
+        }
+    }
+}
+
+impl Default for MemoryIdempotencyStore {
+    fn default() -> Self {
+        MemoryIdempotencyStore::new()
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for MemoryIdempotencyStore {
+    async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
+        let now = self.clock.now();
+        let fresh = |attempt: u32| Entry {
+            status: Status::Pending,
+            owner: request.attempt.clone(),
+            attempt,
+            fingerprint: request.fingerprint.to_owned(),
+            metadata: Vec::new(),
+            expires_at: now + request.ttl.get(),
+            lease_until: now + request.lease.get(),
+        };
+        let answer = {
+            let mut state = self.state();
+            match state.live(key, now) {
+                None => {
+                    let entry = fresh(1);
+                    let record = entry.read(now);
+                    state.records.insert(key.clone(), entry);
+                    AcquireAnswer::Acquired {
+                        record,
+                        previous: None,
+                    }
+                }
+                Some(entry) => {
+                    let lapsed = entry.status == Status::Pending && entry.lease_until <= now;
+                    let retry = entry.status == Status::Failed && request.retry_failed;
+                    if entry.fingerprint == request.fingerprint && (lapsed || retry) {
+                        let previous = entry.status;
+                        *entry = fresh(entry.attempt.saturating_add(1));
+                        AcquireAnswer::Acquired {
+                            record: entry.read(now),
+                            previous: Some(previous),
+                        }
+                    } else {
+                        AcquireAnswer::Duplicate(entry.read(now))
+                    }
+                }
+            }
+        };
+        if matches!(answer, AcquireAnswer::Acquired { .. }) {
+            self.warn_once(key);
+        }
+        Ok(answer)
+    }
+
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+        let now = self.clock.now();
+        let mut state = self.state();
+        Ok(match state.live(key, now) {
+            Some(entry) if entry.owner == *owner && entry.status == Status::Pending => {
+                entry.lease_until = now + lease.get();
+                Renew::Renewed
+            }
+            _ => Renew::NotHolder,
+        })
+    }
+
+    async fn finalize(
+        &self,
+        key: &StoreKey,
+        owner: &Holder,
+        outcome: Outcome,
+        metadata: &[u8],
+    ) -> Result<FinalizeAnswer> {
+        let now = self.clock.now();
+        let mut state = self.state();
+        Ok(match state.live(key, now) {
+            Some(entry) if entry.owner == *owner => {
+                if entry.status == Status::Pending {
+                    entry.status = outcome.status();
+                    entry.metadata = metadata.to_vec();
+                }
+                FinalizeAnswer::Finalized(entry.read(now))
+            }
+            _ => FinalizeAnswer::NotOwner,
+        })
+    }
+
+    async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
+        let now = self.clock.now();
+        let mut state = self.state();
+        Ok(state.live(key, now).map(|entry| entry.read(now)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::{Acquire, AcquireOptions, Finalize, IdempotencyLog, Scope, Takeover};
+    use crate::time::ManualClock;
+
+    /// Leases and expiry follow the store's clock, not the caller's.
+    #[tokio::test]
+    async fn time_is_the_store_clock() {
+        let clock = ManualClock::new();
+        let log = IdempotencyLog::new(Arc::new(MemoryIdempotencyStore::with_clock(Arc::new(
+            clock.clone(),
+        ))));
+        let scope = Scope::new("o", "d", "k").unwrap();
+        let options = AcquireOptions::new(Duration::from_secs(60)).lease(Duration::from_secs(5));
+        let Acquire::Acquired(first) = log.try_acquire_with(&scope, &options).await.unwrap() else {
+            panic!("first acquires");
+        };
+        clock.advance(Duration::from_millis(4_999));
+        assert!(
+            !log.try_acquire_with(&scope, &options)
+                .await
+                .unwrap()
+                .is_acquired()
+        );
+        clock.advance(Duration::from_millis(1));
+        let Acquire::Acquired(second) = log.try_acquire_with(&scope, &options).await.unwrap()
+        else {
+            panic!("the lapsed lease is taken over");
+        };
+        assert_eq!(second.takeover(), Some(Takeover::LeaseLapsed));
+        assert_eq!(second.number(), 2);
+        assert_eq!(
+            log.finalize(&first, Outcome::Completed, b"late")
+                .await
+                .unwrap(),
+            Finalize::NotOwner
+        );
+        clock.advance(Duration::from_secs(60));
+        assert!(log.get(&scope).await.unwrap().is_none(), "expired");
+        let Acquire::Acquired(third) = log.try_acquire_with(&scope, &options).await.unwrap() else {
+            panic!("an expired record starts afresh");
+        };
+        assert_eq!((third.number(), third.takeover()), (1, None));
+    }
+}

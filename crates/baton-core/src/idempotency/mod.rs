@@ -1,0 +1,46 @@
+//! The idempotency log: "don't run this side effect twice for `(org, domain, key)`".
+//!
+//! - [`IdempotencyLog`]: the client — [`try_acquire`](IdempotencyLog::try_acquire),
+//!   [`finalize`](IdempotencyLog::finalize), [`renew`](IdempotencyLog::renew),
+//!   [`get`](IdempotencyLog::get). Start here.
+//! - [`Scope`]: the validated `(org, domain, key)`; [`AcquireOptions`]: TTL, lease,
+//!   fingerprint, retrying failures.
+//! - [`Acquire`], [`Attempt`], [`Record`], [`Finalize`], [`Renewal`]: what the calls answer.
+//! - [`store`]: the four atoms a store implements ([`IdempotencyStore`]);
+//!   [`MemoryIdempotencyStore`] is the in-process one.
+//!
+//! The user guide page is `docs/idempotency.md`; the HTTP `Idempotency-Key` layer built on
+//! this log is the `baton-http` crate.
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod log;
+mod memory;
+mod options;
+mod record;
+mod scope;
+pub mod store;
+
+pub use log::IdempotencyLog;
+pub use memory::MemoryIdempotencyStore;
+pub use options::{AcquireOptions, DEFAULT_LEASE, MAX_FINGERPRINT_BYTES, MAX_METADATA_BYTES};
+pub use record::{Acquire, Attempt, Finalize, Outcome, Record, Renewal, Status, Takeover};
+pub use scope::{MAX_DOMAIN_BYTES, MAX_IDEMPOTENCY_KEY_BYTES, MAX_ORG_BYTES, Scope};
+pub use store::IdempotencyStore;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Public handles can move across tasks and threads.
+    #[test]
+    fn bounds() {
+        fn bounds<T: Send + Sync + 'static>() {}
+        bounds::<IdempotencyLog>();
+        bounds::<Attempt>();
+        bounds::<Record>();
+        bounds::<Acquire>();
+        bounds::<MemoryIdempotencyStore>();
+        bounds::<std::sync::Arc<dyn IdempotencyStore>>();
+    }
+}

@@ -1,0 +1,30 @@
+//! The idempotency conformance rules against the in-memory store.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use baton_core::idempotency::conformance::IdempotencyHarness;
+use baton_core::idempotency::{IdempotencyStore, MemoryIdempotencyStore};
+
+struct MemoryHarness {
+    store: Arc<MemoryIdempotencyStore>,
+}
+
+async fn memory() -> MemoryHarness {
+    MemoryHarness {
+        store: Arc::new(MemoryIdempotencyStore::new()),
+    }
+}
+
+#[async_trait]
+impl IdempotencyHarness for MemoryHarness {
+    async fn open(&self) -> Arc<dyn IdempotencyStore> {
+        self.store.clone()
+    }
+
+    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
+        None
+    }
+}
+
+baton_core::idempotency_conformance_tests!(memory());
