@@ -1,0 +1,468 @@
+//! `baton status --listen ADDR`: a read-only web page of held locks and leases and of this
+//! process's recent events, reloading itself, and the same data as JSON.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/` | the page: locks (key, holder, fence, remaining), leases (the same and the reason), recent events; `<meta http-equiv="refresh">` reloads it every `--refresh` |
+//! | `/status.json` | the same snapshot as one JSON document |
+//!
+//! The page has no script at all (its content security policy forbids any) and loads
+//! nothing from elsewhere: the style sheet is embedded. Every value from the store is HTML
+//! escaped. The store is listed at most once per [`SNAPSHOT_TTL`], however many clients
+//! poll.
+//!
+//! Recent events are the last ones *this* process emitted ([`baton::telemetry::recent_events`]),
+//! such as its own store connection losing Redis pub/sub; events of other processes are in
+//! their logs and metrics.
+//!
+//! Queues: when baton gains a queue capability, add its depths to [`Snapshot`] as an
+//! optional `queues` section, filled only when `baton.backend()` offers queues, and render
+//! it between the leases and the events; stores without queues show no section.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use baton::telemetry::{self, Alarm, RecentEvent};
+use clap::Args;
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use super::LazyStore;
+use super::alerts::prometheus_duration;
+use super::http::{self, Request, Response};
+use super::{parse_listen, unix_ms, utc};
+use crate::cli::{DEFAULT_LIST_LIMIT, GlobalArgs};
+use crate::exit::{Failure, INTERNAL, SUCCESS, UNAVAILABLE};
+use crate::output::{human_duration, millis};
+
+/// How long one listing of the store serves every request.
+pub(crate) const SNAPSHOT_TTL: Duration = Duration::from_secs(1);
+
+/// The embedded style sheet.
+const STYLE: &str = include_str!("../../assets/status.css");
+
+/// `baton status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Where to listen: IP:PORT (127.0.0.1:8080; port 0 picks a free one). The page shows
+    /// key names and holders: bind to loopback unless others should see them.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub(crate) listen: SocketAddr,
+
+    /// How often the page reloads itself: whole seconds, 1s to 1h.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_refresh)]
+    pub(crate) refresh: Duration,
+
+    /// Only keys that start with this prefix.
+    #[arg(long, value_name = "P", default_value = "")]
+    pub(crate) prefix: String,
+
+    /// At most this many locks and this many leases.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIST_LIMIT)]
+    pub(crate) limit: usize,
+}
+
+fn parse_refresh(text: &str) -> Result<Duration, String> {
+    let d = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    if d.subsec_nanos() != 0 || d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
+        return Err(format!(
+            "{text:?}: the refresh is whole seconds from 1s to 1h"
+        ));
+    }
+    Ok(d)
+}
+
+/// One held lock.
+#[derive(Debug, Clone, Serialize)]
+struct LockRow {
+    key: String,
+    holder: String,
+    fence: u64,
+    remaining_ms: u64,
+}
+
+/// One live lease.
+#[derive(Debug, Clone, Serialize)]
+struct LeaseRow {
+    key: String,
+    holder: String,
+    fence: u64,
+    remaining_ms: u64,
+    reason: String,
+}
+
+/// One recent event.
+#[derive(Debug, Clone, Serialize)]
+struct EventRow {
+    seq: u64,
+    at_unix_ms: u64,
+    level: String,
+    event: &'static str,
+    key: String,
+    detail: String,
+    alarm: String,
+    help: &'static str,
+}
+
+/// What the page and `/status.json` show.
+#[derive(Debug, Clone, Serialize)]
+struct Snapshot {
+    store: String,
+    namespace: String,
+    prefix: String,
+    pid: u32,
+    generated_at_unix_ms: u64,
+    refresh_ms: u64,
+    /// Why the store could not be listed, when it could not.
+    store_error: Option<String>,
+    locks: Vec<LockRow>,
+    /// `locks` stopped at `--limit`.
+    locks_truncated: bool,
+    leases: Vec<LeaseRow>,
+    /// `leases` stopped at `--limit`.
+    leases_truncated: bool,
+    /// This process's recent events, newest first.
+    events: Vec<EventRow>,
+}
+
+struct Page {
+    store: LazyStore,
+    refresh: Duration,
+    prefix: String,
+    limit: usize,
+    cached: Mutex<Option<(Instant, Arc<Snapshot>)>>,
+}
+
+/// Runs `baton status` until SIGINT or SIGTERM.
+pub(crate) async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Failure> {
+    if !args.prefix.is_empty() {
+        baton::Key::new(&args.prefix)
+            .map_err(|e| Failure::usage(format!("--prefix {:?}: {}", args.prefix, e.message())))?;
+    }
+    let page = Arc::new(Page {
+        store: LazyStore::open(global).await?,
+        refresh: args.refresh,
+        prefix: args.prefix.clone(),
+        limit: args.limit,
+        cached: Mutex::new(None),
+    });
+    let listener = http::bind(args.listen).await.map_err(|e| {
+        Failure::new(
+            UNAVAILABLE,
+            format!("cannot listen on {}: {e}", args.listen),
+        )
+    })?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::new(INTERNAL, e.to_string()))?;
+    eprintln!("baton status: serving http://{local}/ (JSON at /status.json)");
+    http::serve_until_stopped(listener, move |request: Request| {
+        let page = Arc::clone(&page);
+        async move {
+            match request.path.as_str() {
+                "/" | "/index.html" => Response::html(render(&*page.snapshot().await)),
+                "/status.json" => match serde_json::to_vec(&*page.snapshot().await) {
+                    Ok(body) => Response::json(body),
+                    Err(e) => Response::error(500, &e.to_string()),
+                },
+                _ => Response::not_found(&["/", "/status.json"]),
+            }
+        }
+    })
+    .await
+    .map_err(|e| Failure::new(UNAVAILABLE, format!("serving on {local} failed: {e}")))?;
+    Ok(SUCCESS)
+}
+
+impl Page {
+    /// The current snapshot, listing the store at most once per [`SNAPSHOT_TTL`].
+    async fn snapshot(&self) -> Arc<Snapshot> {
+        let mut cached = self.cached.lock().await;
+        if let Some((taken, snapshot)) = cached.as_ref()
+            && taken.elapsed() < SNAPSHOT_TTL
+        {
+            return Arc::clone(snapshot);
+        }
+        let snapshot = Arc::new(self.take().await);
+        *cached = Some((Instant::now(), Arc::clone(&snapshot)));
+        snapshot
+    }
+
+    async fn take(&self) -> Snapshot {
+        let listed = async {
+            let baton = self.store.get().await?;
+            // One more than shown, to know whether there are more.
+            let ask = self.limit.saturating_add(1);
+            let locks = baton.locks().list(&self.prefix, ask).await?;
+            let leases = baton.leases().list(&self.prefix, ask).await?;
+            Ok::<_, baton::Error>((locks, leases))
+        }
+        .await;
+        let (mut locks, mut leases, store_error) = match listed {
+            Ok((locks, leases)) => (locks, leases, None),
+            Err(e) => (Vec::new(), Vec::new(), Some(e.to_string())),
+        };
+        let locks_truncated = locks.len() > self.limit;
+        let leases_truncated = leases.len() > self.limit;
+        locks.truncate(self.limit);
+        leases.truncate(self.limit);
+        Snapshot {
+            store: self.store.display_url(),
+            namespace: self.store.namespace().to_owned(),
+            prefix: self.prefix.clone(),
+            pid: std::process::id(),
+            generated_at_unix_ms: unix_ms(SystemTime::now()),
+            refresh_ms: millis(self.refresh),
+            store_error,
+            locks_truncated,
+            leases_truncated,
+            locks: locks
+                .into_iter()
+                .map(|info| LockRow {
+                    key: info.key.user_key().to_owned(),
+                    holder: info.holder.as_str().to_owned(),
+                    fence: info.fence.get(),
+                    remaining_ms: millis(info.remaining),
+                })
+                .collect(),
+            leases: leases
+                .into_iter()
+                .map(|info| LeaseRow {
+                    key: info.key,
+                    holder: info.holder,
+                    fence: info.fence.get(),
+                    remaining_ms: millis(info.remaining),
+                    reason: info.reason,
+                })
+                .collect(),
+            events: telemetry::recent_events()
+                .into_iter()
+                .rev()
+                .map(event_row)
+                .collect(),
+        }
+    }
+}
+
+fn event_row(recent: RecentEvent) -> EventRow {
+    let event = recent.event;
+    EventRow {
+        seq: recent.seq,
+        at_unix_ms: unix_ms(recent.at),
+        level: event.level.to_string().to_ascii_lowercase(),
+        event: event.key,
+        key: recent.key,
+        detail: recent.detail,
+        alarm: match event.alarm {
+            Alarm::AtLeast { count, within } => {
+                format!("alerts at {count} in {}", prometheus_duration(within))
+            }
+            Alarm::Unmonitored { .. } => "unmonitored".to_owned(),
+        },
+        help: event.help,
+    }
+}
+
+/// Escapes text for HTML element content and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The page.
+fn render(s: &Snapshot) -> String {
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(s.generated_at_unix_ms);
+    let refresh = s.refresh_ms / 1000;
+    let mut html = String::with_capacity(8 * 1024);
+    let _ = write!(
+        html,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"refresh\" content=\"{refresh}\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>baton status: {ns}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n",
+        ns = escape(&s.namespace)
+    );
+    let _ = write!(
+        html,
+        "<header>\n<h1><span class=\"dot{down}\"></span>baton status</h1>\n\
+         <p class=\"meta\">store <code>{store}</code> · namespace <code>{ns}</code>{prefix} · \
+         updated {at} · reloads every {refresh}s · <a href=\"/status.json\">JSON</a></p>\n</header>\n",
+        down = if s.store_error.is_some() { " down" } else { "" },
+        store = escape(&s.store),
+        ns = escape(&s.namespace),
+        prefix = if s.prefix.is_empty() {
+            String::new()
+        } else {
+            format!(" · prefix <code>{}</code>", escape(&s.prefix))
+        },
+        at = utc(at),
+    );
+    if let Some(error) = &s.store_error {
+        let _ = writeln!(
+            html,
+            "<div class=\"banner\"><strong>The store could not be listed.</strong> {}</div>",
+            escape(error)
+        );
+    }
+    let _ = write!(
+        html,
+        "<div class=\"summary\">\n{}{}{}</div>\n",
+        tile(s.locks.len(), s.locks_truncated, "locks held"),
+        tile(s.leases.len(), s.leases_truncated, "leases held"),
+        tile(s.events.len(), false, "recent events"),
+    );
+
+    html.push_str("<section>\n<h2>Locks</h2>\n");
+    if s.locks.is_empty() {
+        html.push_str("<p class=\"empty\">No lock is held.</p>\n");
+    } else {
+        html.push_str("<table>\n<thead><tr><th>Key</th><th>Holder</th><th>Fence</th><th>Remaining</th></tr></thead>\n<tbody>\n");
+        for lock in &s.locks {
+            let _ = writeln!(
+                html,
+                "<tr><td class=\"key\"><code>{}</code></td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                escape(&lock.key),
+                escape(&lock.holder),
+                lock.fence,
+                human_duration(Duration::from_millis(lock.remaining_ms)),
+            );
+        }
+        html.push_str("</tbody>\n</table>\n");
+        if s.locks_truncated {
+            html.push_str("<p class=\"note\">Only the first locks are shown (--limit).</p>\n");
+        }
+    }
+    html.push_str("</section>\n");
+
+    html.push_str("<section>\n<h2>Leases</h2>\n");
+    if s.leases.is_empty() {
+        html.push_str("<p class=\"empty\">No lease is held.</p>\n");
+    } else {
+        html.push_str("<table>\n<thead><tr><th>Key</th><th>Holder</th><th>Fence</th><th>Remaining</th><th>Reason</th></tr></thead>\n<tbody>\n");
+        for lease in &s.leases {
+            let _ = writeln!(
+                html,
+                "<tr><td class=\"key\"><code>{}</code></td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                escape(&lease.key),
+                escape(&lease.holder),
+                lease.fence,
+                human_duration(Duration::from_millis(lease.remaining_ms)),
+                escape(&lease.reason),
+            );
+        }
+        html.push_str("</tbody>\n</table>\n");
+        if s.leases_truncated {
+            html.push_str("<p class=\"note\">Only the first leases are shown (--limit).</p>\n");
+        }
+    }
+    html.push_str("</section>\n");
+
+    let _ = write!(
+        html,
+        "<section>\n<h2>Recent events<small>emitted by this baton process (pid {})</small></h2>\n",
+        s.pid
+    );
+    if s.events.is_empty() {
+        html.push_str("<p class=\"empty\">No event since this process started.</p>\n");
+    } else {
+        html.push_str("<table>\n<thead><tr><th>Time</th><th>Level</th><th>Event</th><th>Key</th><th>Detail</th></tr></thead>\n<tbody>\n");
+        for event in &s.events {
+            let at = SystemTime::UNIX_EPOCH + Duration::from_millis(event.at_unix_ms);
+            let _ = writeln!(
+                html,
+                "<tr><td class=\"num\">{}</td><td><span class=\"level {level}\">{level}</span></td><td title=\"{help} ({alarm})\"><code>{}</code></td><td class=\"key\"><code>{}</code></td><td class=\"detail\">{}</td></tr>",
+                utc(at),
+                escape(event.event),
+                if event.key.is_empty() {
+                    "—".to_owned()
+                } else {
+                    escape(&event.key)
+                },
+                escape(&event.detail),
+                level = escape(&event.level),
+                help = escape(event.help),
+                alarm = escape(&event.alarm),
+            );
+        }
+        html.push_str("</tbody>\n</table>\n");
+    }
+    html.push_str("</section>\n");
+    let _ = write!(
+        html,
+        "<footer>Read-only. Served by <code>baton status</code> {}; see docs/operations.md.</footer>\n</body>\n</html>\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    html
+}
+
+fn tile(n: usize, truncated: bool, label: &str) -> String {
+    format!(
+        "<div class=\"tile\"><div class=\"n\">{n}{}</div><div class=\"label\">{label}</div></div>\n",
+        if truncated { "+" } else { "" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            store: "sqlite:///tmp/x.db".into(),
+            namespace: "baton".into(),
+            prefix: String::new(),
+            pid: 42,
+            generated_at_unix_ms: 0,
+            refresh_ms: 5000,
+            store_error: None,
+            locks: vec![LockRow {
+                key: "<script>alert(1)</script>".into(),
+                holder: "host:1:abc".into(),
+                fence: 7,
+                remaining_ms: 27_500,
+            }],
+            locks_truncated: false,
+            leases: vec![LeaseRow {
+                key: "leader".into(),
+                holder: "node-a".into(),
+                fence: 3,
+                remaining_ms: 270_000,
+                reason: "\"quoted\" & <b>".into(),
+            }],
+            leases_truncated: false,
+            events: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_page_escapes_store_values_and_reloads_itself() {
+        let html = render(&snapshot());
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(html.contains("&quot;quoted&quot; &amp; &lt;b&gt;"));
+        assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+        assert!(html.contains("<td class=\"num\">27.5s</td>"));
+        assert!(html.contains("<td class=\"num\">4m30s</td>"));
+        assert!(html.contains("No event since this process started."));
+    }
+
+    #[test]
+    fn refresh_is_whole_seconds() {
+        assert_eq!(parse_refresh("2s").unwrap(), Duration::from_secs(2));
+        assert!(parse_refresh("500ms").is_err());
+        assert!(parse_refresh("1500ms").is_err());
+        assert!(parse_refresh("2h").is_err());
+    }
+}

@@ -1,0 +1,288 @@
+//! `baton doctor` against real stores: a healthy SQLite file and one this user cannot
+//! write; a private `redis-server` with `--maxmemory-policy allkeys-lru` (a finding naming
+//! `maxmemory-policy`) and a healthy one (status 0); a server that is down (69); a private
+//! PostgreSQL before and after baton created its schema (status 0) and with a schema from
+//! a newer baton (a finding); the memory store (a finding) and a malformed URL (64).
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use baton_testkit::postgres::PostgresServer;
+use baton_testkit::redis::{RedisOptions, RedisServer};
+use common::*;
+
+/// The status of a run with findings.
+const FINDINGS: i32 = 78;
+
+fn doctor(url: &str, extra: &[&str]) -> Command {
+    let mut command = bare_baton();
+    command.args(["--store", url, "doctor"]).args(extra);
+    command
+}
+
+/// `url` with a response timeout long enough that a loaded machine's slow round trip is
+/// not a finding (the check flags round trips over half of it).
+fn patient(url: &str) -> String {
+    format!("{url}?response_timeout=60s")
+}
+
+fn run(command: Command) -> Finished {
+    Running::spawn(command).finish()
+}
+
+/// The lines of stdout whose first word is `verdict` and second is `name`.
+fn lines<'a>(out: &'a Finished, verdict: &str, name: &str) -> Vec<&'a str> {
+    out.stdout
+        .lines()
+        .filter(|l| {
+            let mut words = l.split_whitespace();
+            words.next() == Some(verdict) && words.next() == Some(name)
+        })
+        .collect()
+}
+
+#[test]
+fn a_healthy_sqlite_file_exits_0_and_a_missing_one_is_not_created() {
+    let env = Env::new();
+    // Not there yet: a note, no finding, and doctor does not create it.
+    let out = run(doctor(env.url(), &[]));
+    out.assert_status(0);
+    assert_eq!(lines(&out, "note", "file").len(), 1, "{}", out.stdout);
+    assert!(!env.path("baton.db").exists());
+
+    env.run(["lock", "list"]).assert_status(0);
+    let out = run(doctor(env.url(), &[]));
+    out.assert_status(0);
+    for name in [
+        "file",
+        "connect",
+        "schema",
+        "wal",
+        "permissions",
+        "durability",
+        "clock",
+    ] {
+        assert_eq!(
+            lines(&out, "ok", name).len(),
+            1,
+            "no ok {name}:\n{}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout.ends_with("healthy: no findings\n"),
+        "{}",
+        out.stdout
+    );
+
+    let out = run(doctor(env.url(), &["--json"]));
+    out.assert_status(0);
+    let json = out.json();
+    assert_eq!(json["healthy"], true);
+    assert_eq!(json["reachable"], true);
+    assert!(
+        json["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["verdict"] != "finding")
+    );
+}
+
+#[test]
+fn an_sqlite_file_this_user_cannot_write_is_a_finding() {
+    let env = Env::new();
+    env.run(["lock", "list"]).assert_status(0);
+    let db = env.path("baton.db");
+    let dir = db.parent().unwrap().to_owned();
+    // As root, permission bits do not stop us: run doctor as an unprivileged user, who can
+    // traverse to the file and read it but write neither it nor its directory.
+    let root = fs::metadata(&db).unwrap().uid() == 0;
+    fs::set_permissions(&db, fs::Permissions::from_mode(0o444)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o555)).unwrap();
+    // The binary may live where that user cannot reach it (a clone under /root): run a copy.
+    let copies = tempfile::Builder::new()
+        .prefix("baton-cli-bin-")
+        .tempdir()
+        .unwrap();
+    let mut command = doctor(env.url(), &[]);
+    if root {
+        fs::set_permissions(copies.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = copies.path().join("baton");
+        fs::copy(env!("CARGO_BIN_EXE_baton"), &copy).unwrap();
+        fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut as_nobody = Command::new(&copy);
+        as_nobody
+            .env("BATON_LOG", "warn")
+            .env_remove("BATON_STORE")
+            .current_dir("/")
+            .args(["--store", env.url(), "doctor"])
+            .uid(65534)
+            .gid(65534);
+        command = as_nobody;
+    }
+    let out = run(command);
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&db, fs::Permissions::from_mode(0o644)).unwrap();
+
+    out.assert_status(FINDINGS);
+    let findings = lines(&out, "finding", "permissions");
+    assert!(
+        !findings.is_empty(),
+        "no permissions finding:\n{}",
+        out.stdout
+    );
+    assert!(
+        findings[0].contains("cannot open") && findings[0].contains("; fix: give every user"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        findings.iter().any(|l| l.contains("-wal and -shm")),
+        "the directory is not named:\n{}",
+        out.stdout
+    );
+    // One line per finding, each with its fix.
+    for line in out.stdout.lines().filter(|l| l.starts_with("finding")) {
+        assert!(line.contains("; fix: "), "{line}");
+    }
+}
+
+#[test]
+fn redis_with_an_evicting_policy_is_a_finding_and_a_healthy_redis_exits_0() {
+    let lru =
+        RedisServer::start_with(RedisOptions::new().args(["--maxmemory-policy", "allkeys-lru"]))
+            .expect("a private redis-server (apt-get install redis-server)");
+    let out = run(doctor(&patient(&lru.url()), &[]));
+    out.assert_status(FINDINGS);
+    let findings = lines(&out, "finding", "maxmemory-policy");
+    assert_eq!(findings.len(), 1, "{}", out.stdout);
+    assert!(
+        findings[0].contains("maxmemory-policy is allkeys-lru"),
+        "{}",
+        findings[0]
+    );
+    assert!(
+        findings[0].contains("; fix: set maxmemory-policy noeviction"),
+        "{}",
+        findings[0]
+    );
+    assert_eq!(
+        out.stdout
+            .lines()
+            .filter(|l| l.starts_with("finding"))
+            .count(),
+        1
+    );
+    assert!(out.stdout.ends_with("1 finding\n"), "{}", out.stdout);
+    drop(lru);
+
+    let healthy = RedisServer::start().expect("a private redis-server");
+    let out = run(doctor(&patient(&healthy.url()), &[]));
+    out.assert_status(0);
+    for name in ["connect", "server", "clock", "maxmemory-policy"] {
+        assert_eq!(
+            lines(&out, "ok", name).len(),
+            1,
+            "no ok {name}:\n{}",
+            out.stdout
+        );
+    }
+    // The private server runs without persistence: what that means is a note, not a finding.
+    let persistence = lines(&out, "note", "persistence");
+    assert_eq!(persistence.len(), 1, "{}", out.stdout);
+    assert!(
+        persistence[0].contains("fences keep increasing"),
+        "{}",
+        persistence[0]
+    );
+
+    let json = run(doctor(&patient(&healthy.url()), &["--json"]));
+    json.assert_status(0);
+    assert_eq!(json.json()["healthy"], true);
+
+    // Down: the store cannot be reached at all.
+    let url = format!("{}?connect_timeout=1s&response_timeout=1s", healthy.url());
+    healthy.kill();
+    let out = run(doctor(&url, &[]));
+    out.assert_status(UNAVAILABLE);
+    assert_eq!(lines(&out, "finding", "connect").len(), 1, "{}", out.stdout);
+}
+
+#[test]
+fn the_memory_store_is_a_finding_and_bad_urls_are_usage_errors() {
+    let out = run(doctor("memory://", &[]));
+    out.assert_status(FINDINGS);
+    assert_eq!(lines(&out, "finding", "store").len(), 1, "{}", out.stdout);
+
+    let out = run(doctor("mysql://x", &[]));
+    out.assert_status(USAGE);
+    assert!(out.stderr.contains("mysql"), "{}", out.stderr);
+    let out = run(doctor("sqlite://", &[]));
+    out.assert_status(USAGE);
+}
+
+#[test]
+fn the_store_comes_from_the_environment_too() {
+    let env = Env::new();
+    let mut command = bare_baton();
+    command
+        .env("BATON_STORE", env.url())
+        .current_dir(
+            Path::new(env.url().trim_start_matches("sqlite://"))
+                .parent()
+                .unwrap(),
+        )
+        .arg("doctor");
+    let out = run(command);
+    out.assert_status(0);
+    assert!(
+        out.stdout.starts_with(&format!("store    {}\n", env.url())),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn postgres_before_and_after_the_schema_and_with_a_newer_one() {
+    let server =
+        PostgresServer::start().expect("a private PostgreSQL (apt-get install postgresql)");
+    let url = patient(&server.url());
+    let out = run(doctor(&url, &[]));
+    out.assert_status(0);
+    for name in ["connect", "server", "clock", "pooling"] {
+        assert_eq!(
+            lines(&out, "ok", name).len(),
+            1,
+            "no ok {name}:\n{}",
+            out.stdout
+        );
+    }
+    // Nothing created yet, and doctor creates nothing.
+    assert_eq!(lines(&out, "note", "schema").len(), 1, "{}", out.stdout);
+    assert!(
+        !server
+            .sql("SELECT to_regclass('baton_schema') IS NULL")
+            .unwrap()
+            .contains('f')
+    );
+
+    let mut list = bare_baton();
+    list.args(["--store", &url, "lock", "list"]);
+    run(list).assert_status(0);
+    let out = run(doctor(&url, &[]));
+    out.assert_status(0);
+    assert_eq!(lines(&out, "ok", "schema").len(), 1, "{}", out.stdout);
+
+    server.sql("UPDATE baton_schema SET version = 99").unwrap();
+    let out = run(doctor(&url, &[]));
+    out.assert_status(FINDINGS);
+    let findings = lines(&out, "finding", "schema");
+    assert_eq!(findings.len(), 1, "{}", out.stdout);
+    assert!(findings[0].contains("version 99") && findings[0].contains("; fix: upgrade baton"));
+}

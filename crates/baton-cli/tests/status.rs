@@ -1,0 +1,295 @@
+//! `baton status --listen ADDR` over real HTTP (the page, its JSON, refusals), and once in
+//! headless Chromium, which must render the page to a non-trivial screenshot.
+//!
+//! The screenshot test needs Debian's `chromium` package (`/usr/bin/chromium`, or the binary
+//! named in `BATON_CHROMIUM`). It fails, naming the fix, when Chromium is missing: it is
+//! never skipped. `scripts/test` installs the package when run as root.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use baton_testkit::redis::{RedisOptions, RedisServer};
+use common::*;
+use nix::sys::signal::Signal;
+
+/// A request over a fresh connection: `(status, head, body)`.
+fn request(addr: &str, method: &str, path: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read the answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    (status, head.to_owned(), body.to_owned())
+}
+
+fn get(addr: &str, path: &str) -> (u16, String, String) {
+    request(addr, "GET", path)
+}
+
+/// Starts `baton status` and waits for the address it prints on stderr.
+fn serve(command: Command) -> (Running, String) {
+    let mut running = Running::spawn(command);
+    let mut addr = String::new();
+    eventually("the status server's address on stderr", || {
+        assert!(running.is_running(), "it exited:\n{}", running.stderr());
+        let stderr = running.stderr();
+        match stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("baton status: serving http://"))
+        {
+            Some(rest) => {
+                addr = rest.split('/').next().unwrap_or_default().to_owned();
+                true
+            }
+            None => false,
+        }
+    });
+    (running, addr)
+}
+
+/// A `baton run` that holds lock `key` until the file `done` appears in `dir`.
+fn hold_lock(base: Command, dir: &Path, key: &str) -> Running {
+    let mut command = base;
+    command.current_dir(dir).args([
+        "run",
+        "--ttl",
+        "1m",
+        key,
+        "--",
+        "sh",
+        "-c",
+        "touch started; while [ ! -e done ]; do sleep 0.05; done",
+    ]);
+    let running = Running::spawn(command);
+    eventually("the lock to be held", || dir.join("started").exists());
+    running
+}
+
+#[test]
+fn the_page_and_its_json_show_locks_leases_and_refuse_writes() {
+    let env = Env::new();
+    env.run([
+        "lease",
+        "claim",
+        "leader",
+        "--holder",
+        "node-a",
+        "--ttl",
+        "10m",
+        "--reason",
+        "<b>primary</b>",
+    ])
+    .assert_status(0);
+    let holder = hold_lock(
+        env.baton(Vec::<&str>::new()),
+        &env.path(""),
+        "nightly-report",
+    );
+    let (server, addr) = serve(env.baton(["status", "--listen", "127.0.0.1:0", "--refresh", "2s"]));
+
+    let (status, head, json) = get(&addr, "/status.json");
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("Content-Type: application/json"), "{head}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(json["namespace"], "baton");
+    assert_eq!(json["store"], env.url());
+    assert_eq!(json["store_error"], serde_json::Value::Null);
+    assert_eq!(json["refresh_ms"], 2000);
+    let locks = json["locks"].as_array().unwrap();
+    assert_eq!(locks.len(), 1, "{json}");
+    assert_eq!(locks[0]["key"], "nightly-report");
+    assert!(locks[0]["fence"].as_u64().unwrap() > 0);
+    let remaining = locks[0]["remaining_ms"].as_u64().unwrap();
+    assert!(remaining > 0 && remaining <= 60_000, "{remaining}");
+    let leases = json["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 1, "{json}");
+    assert_eq!(leases[0]["holder"], "node-a");
+    assert_eq!(leases[0]["reason"], "<b>primary</b>");
+    assert!(json["events"].is_array());
+    assert!(
+        json.get("queues").is_none(),
+        "no queue section for a store without queues"
+    );
+
+    let (status, head, page) = get(&addr, "/");
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.contains("Content-Type: text/html; charset=utf-8"),
+        "{head}"
+    );
+    assert!(
+        head.contains("Content-Security-Policy: default-src 'none'"),
+        "{head}"
+    );
+    assert!(
+        page.contains("<meta http-equiv=\"refresh\" content=\"2\">"),
+        "{page}"
+    );
+    assert!(page.contains("<code>nightly-report</code>"), "{page}");
+    assert!(page.contains("<code>node-a</code>"), "{page}");
+    assert!(
+        page.contains("&lt;b&gt;primary&lt;/b&gt;"),
+        "the reason is not escaped:\n{page}"
+    );
+    assert!(!page.contains("<b>primary</b>"));
+    assert!(!page.contains("<script"), "the page has no script");
+
+    let (status, head, _) = request(&addr, "HEAD", "/");
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(request(&addr, "POST", "/").0, 405);
+    assert_eq!(request(&addr, "DELETE", "/status.json").0, 405);
+    assert_eq!(get(&addr, "/locks").0, 404);
+
+    // The page follows the store: the lock is released when its command ends.
+    std::fs::write(env.path("done"), "").unwrap();
+    holder.finish().assert_status(0);
+    eventually("the released lock to leave the page", || {
+        let (_, _, json) = get(&addr, "/status.json");
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        json["locks"].as_array().is_some_and(Vec::is_empty)
+    });
+    server.signal(Signal::SIGTERM);
+    server.finish().assert_status(0);
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let env = Env::new();
+    for args in [
+        &["status"][..],
+        &["status", "--listen", "nowhere"],
+        &["status", "--listen", "127.0.0.1:0", "--refresh", "500ms"],
+        &["serve-metrics", "--listen", "9464"],
+    ] {
+        env.run(args).assert_status(USAGE);
+    }
+}
+
+/// Debian's Chromium, or the binary `BATON_CHROMIUM` names.
+fn chromium() -> PathBuf {
+    let binary = std::env::var_os("BATON_CHROMIUM")
+        .filter(|b| !b.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    assert!(
+        binary.exists(),
+        "{} is missing: install Debian's chromium package (apt-get install -y chromium; \
+         scripts/test installs it when run as root), or name the binary in BATON_CHROMIUM",
+        binary.display()
+    );
+    binary
+}
+
+/// The width and height in a PNG's IHDR chunk.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(
+        png.len() > 24 && png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "not a PNG"
+    );
+    assert_eq!(&png[12..16], b"IHDR");
+    let be = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+#[test]
+fn headless_chromium_renders_the_page() {
+    let chromium = chromium();
+    // A Redis whose eviction policy is unsafe makes the status process emit an event of its
+    // own at connect, so the page has something in every section.
+    let redis =
+        RedisServer::start_with(RedisOptions::new().args(["--maxmemory-policy", "allkeys-lru"]))
+            .expect("a private redis-server (apt-get install redis-server)");
+    let url = redis.url();
+    let dir = tempfile::Builder::new()
+        .prefix("baton-status-shot-")
+        .tempdir()
+        .unwrap();
+    let on_redis = || {
+        let mut command = bare_baton();
+        command.env("BATON_STORE", &url).current_dir(dir.path());
+        command
+    };
+    for (key, holder, reason) in [
+        ("leader", "api-7f9c", "primary API replica"),
+        ("billing-migration", "deploy-2291", "schema migration 42"),
+    ] {
+        let mut claim = on_redis();
+        claim.args([
+            "lease", "claim", key, "--holder", holder, "--ttl", "10m", "--reason", reason,
+        ]);
+        Running::spawn(claim).finish().assert_status(0);
+    }
+    let holder = hold_lock(on_redis(), dir.path(), "nightly-report");
+    let mut status = on_redis();
+    status.args(["status", "--listen", "127.0.0.1:0"]);
+    let (server, addr) = serve(status);
+    // The page shows what the screenshot should.
+    let (_, _, page) = get(&addr, "/");
+    assert!(
+        page.contains("baton.redis.eviction_policy_unsafe"),
+        "{page}"
+    );
+    assert!(page.contains("nightly-report") && page.contains("billing-migration"));
+
+    let profile = tempfile::Builder::new()
+        .prefix("baton-chromium-")
+        .tempdir()
+        .unwrap();
+    let shot = dir.path().join("status.png");
+    let mut browser = Command::new(&chromium);
+    browser
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg("--window-size=1200,800")
+        .arg(format!("http://{addr}/"))
+        .env("HOME", profile.path())
+        .stdin(std::process::Stdio::null());
+    let finished = Running::spawn(browser).finish();
+    assert!(
+        shot.exists(),
+        "chromium wrote no screenshot (status {:?}):\n{}",
+        finished.status,
+        finished.stderr
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(png_size(&png), (1200, 800));
+    // A blank 1200x800 page compresses to a few kilobytes; text and tables do not.
+    assert!(
+        png.len() > 20_000,
+        "the screenshot is nearly empty ({} bytes)",
+        png.len()
+    );
+    if let Some(keep) = std::env::var_os("BATON_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+
+    std::fs::write(dir.path().join("done"), "").unwrap();
+    holder.finish().assert_status(0);
+    server.signal(Signal::SIGTERM);
+    server.finish().assert_status(0);
+}
