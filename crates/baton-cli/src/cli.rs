@@ -32,9 +32,9 @@ pub(crate) const DEFAULT_LIST_LIMIT: usize = 1000;
 )]
 #[command(
     after_help = "Exit statuses: 64 invalid arguments or input, 69 store unavailable, \
-70 internal error, 75 held by another holder, 79 lock lost while COMMAND ran; `baton run` \
-otherwise exits with COMMAND's status (127 not found, 126 not executable, 128+N killed by \
-signal N). See docs/cli.md."
+70 internal error, 75 held by another holder or rate-limited, 78 doctor findings, 79 lock lost \
+while COMMAND ran, 1 cache miss; `baton run` otherwise exits with COMMAND's status (127 not \
+found, 126 not executable, 128+N killed by signal N). See docs/cli.md."
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -47,7 +47,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Global options")]
 pub(crate) struct GlobalArgs {
-    /// The store: memory://, sqlite:///path/to/file.db. [default: the SQLite file
+    /// The store: sqlite:///path/to/file.db, redis://host:6379/0, rediss://...,
+    /// postgres://user@host/db, memory://. [default: the SQLite file
     /// $XDG_STATE_HOME/baton/baton.db, else ~/.local/state/baton/baton.db, created with its
     /// directories on first use]
     #[arg(long, env = "BATON_STORE", global = true, value_name = "URL")]
@@ -85,6 +86,27 @@ pub(crate) enum Command {
     /// Claim, renew, release and inspect leases: claims by a stable holder id.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Check the store's deployment: connectivity, clocks, eviction policy, persistence,
+    /// file and permissions. One line per check; exits 78 when there is a finding.
+    Doctor,
+    /// Print Prometheus alerting rules (YAML) for baton's events, from its registry.
+    Alerts(crate::ops::alerts::AlertsArgs),
+    /// Serve Prometheus metrics at http://ADDR/metrics until stopped.
+    ServeMetrics(crate::ops::metrics_cmd::ServeMetricsArgs),
+    /// Serve a read-only status page of held locks, leases and recent events at
+    /// http://ADDR/ (JSON at /status.json) until stopped.
+    Status(crate::ops::status::StatusArgs),
+    /// Take --cost units of the rate limit KEY, at most --max per --window across every
+    /// process on the store: exits 0 when admitted, 75 when not now (printing the
+    /// retry-after), 64 when the cost can never fit.
+    Limit(crate::limit_cmd::LimitArgs),
+    /// Get, set and delete cached values (JSON) shared through the store.
+    #[command(subcommand)]
+    Cache(crate::cache_cmd::CacheCommand),
+    /// Publish one JSON message to every subscriber of CHANNEL (at most once).
+    Publish(crate::broadcast_cmd::PublishArgs),
+    /// Print CHANNEL's messages and connection events as JSON lines until stopped.
+    Subscribe(crate::broadcast_cmd::SubscribeArgs),
 }
 
 /// `baton run`.

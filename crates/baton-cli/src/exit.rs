@@ -7,10 +7,12 @@
 //! |---|---|---|
 //! | COMMAND's own | | `baton run`: COMMAND ran while the lock was held throughout |
 //! | 0 | [`SUCCESS`] | the other commands: done |
+//! | 1 | [`MISS`] | `baton cache get`: no value under the key (as `grep` finds nothing) |
 //! | 64 | [`USAGE`] | invalid arguments or input (`EX_USAGE`); nothing was changed |
 //! | 69 | [`UNAVAILABLE`] | the store could not be opened or did not answer (`EX_UNAVAILABLE`) |
 //! | 70 | [`INTERNAL`] | baton itself failed: no signal handlers, lost track of COMMAND (`EX_SOFTWARE`) |
-//! | 75 | [`CONTENDED`] | held by another holder (`EX_TEMPFAIL`: try again later) |
+//! | 75 | [`CONTENDED`] | held by another holder, or a rate limit denied (`EX_TEMPFAIL`: try again later) |
+//! | 78 | [`FINDINGS`] | `baton doctor` found something to fix (`EX_CONFIG`) |
 //! | 79 | [`LOCK_LOST`] | `baton run`: the lock was lost while COMMAND ran |
 //! | 126 | [`CANNOT_EXECUTE`] | COMMAND was found but could not be executed (as shells do) |
 //! | 127 | [`NOT_FOUND`] | COMMAND was not found (as shells do) |
@@ -22,6 +24,8 @@ use baton::{Error, ErrorKind};
 
 /// Done.
 pub(crate) const SUCCESS: u8 = 0;
+/// `baton cache get` found no value.
+pub(crate) const MISS: u8 = 1;
 /// Invalid arguments or input: a clap usage error, a bad duration, key, holder, namespace or
 /// store URL, a store scheme this build does not support, a missing COMMAND.
 pub(crate) const USAGE: u8 = 64;
@@ -32,6 +36,8 @@ pub(crate) const INTERNAL: u8 = 70;
 /// Another holder holds the key (a lock still held after `--wait`; a lease held by someone
 /// else, or no longer ours).
 pub(crate) const CONTENDED: u8 = 75;
+/// `baton doctor` found something to fix (`EX_CONFIG`: a configuration error).
+pub(crate) const FINDINGS: u8 = 78;
 /// The lock was lost (or had expired) while COMMAND ran: the run was not exclusive
 /// throughout.
 pub(crate) const LOCK_LOST: u8 = 79;
@@ -101,11 +107,13 @@ mod tests {
     fn statuses_are_distinct() {
         let all = [
             SUCCESS,
+            MISS,
             USAGE,
             UNAVAILABLE,
             INTERNAL,
             CONTENDED,
             LOCK_LOST,
+            FINDINGS,
             CANNOT_EXECUTE,
             NOT_FOUND,
             SIGNAL_BASE,

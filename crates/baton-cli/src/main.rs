@@ -7,19 +7,25 @@
 //! The modules, in the order a command flows through them:
 //! - [`cli`]: the grammar; every argument is validated while parsing, before any I/O;
 //! - [`store`]: which store to open (`--store`, `BATON_STORE`, the default SQLite file);
-//! - [`run`], [`lock_cmd`], [`lease_cmd`]: the subcommands;
+//! - [`run`], [`lock_cmd`], [`lease_cmd`], [`limit_cmd`], [`cache_cmd`], [`broadcast_cmd`]: the
+//!   subcommands;
 //! - [`child`], [`signals`]: COMMAND's process group, and the signals baton forwards to it;
+//! - [`ops`]: the operator commands (`doctor`, `alerts`, `serve-metrics`, `status`);
 //! - [`output`]: tables and JSON;
 //! - [`exit`]: every exit status, in one place.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod broadcast_cmd;
+mod cache_cmd;
 mod child;
 mod cli;
 mod exit;
 mod lease_cmd;
+mod limit_cmd;
 mod lock_cmd;
+mod ops;
 mod output;
 mod run;
 mod signals;
@@ -73,6 +79,14 @@ fn execute(cli: &Cli) -> Result<u8, Failure> {
             Command::Run(args) => run::run(&cli.global, args).await,
             Command::Lock(command) => lock_cmd::run(&cli.global, command).await,
             Command::Lease(command) => lease_cmd::run(&cli.global, command).await,
+            Command::Doctor => ops::doctor::run(&cli.global).await,
+            Command::Alerts(args) => ops::alerts::run(args),
+            Command::ServeMetrics(args) => ops::metrics_cmd::run(&cli.global, args).await,
+            Command::Status(args) => ops::status::run(&cli.global, args).await,
+            Command::Limit(args) => limit_cmd::run(&cli.global, args).await,
+            Command::Cache(command) => cache_cmd::run(&cli.global, command).await,
+            Command::Publish(args) => broadcast_cmd::publish(&cli.global, args).await,
+            Command::Subscribe(args) => broadcast_cmd::subscribe(&cli.global, args).await,
         }
     })
 }

@@ -64,7 +64,7 @@ pub(crate) fn human_duration(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         _ if ms < 1_000 => format!("{ms}ms"),
-        0..60 if ms % 1_000 == 0 => format!("{s}s"),
+        0..60 if ms.is_multiple_of(1_000) => format!("{s}s"),
         0..60 => format!("{}.{}s", s, ms / 100 % 10),
         60..3_600 => two_units(s / 60, "m", s % 60, "s"),
         3_600..86_400 => two_units(s / 3_600, "h", s % 3_600 / 60, "m"),

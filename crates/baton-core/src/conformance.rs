@@ -43,7 +43,7 @@ pub trait Harness: Send + Sync + 'static {
 #[macro_export]
 macro_rules! conformance_tests {
     ($harness:expr) => {
-        $crate::conformance_tests!(@rules $harness;
+        $crate::__conformance_rules!($crate::conformance; $harness;
             grant_and_release,
             contended_reports_the_holder,
             two_holders_never_overlap,
@@ -74,12 +74,20 @@ macro_rules! conformance_tests {
             inspect_and_list,
         );
     };
-    (@rules $harness:expr; $($rule:ident),* $(,)?) => {
+}
+
+/// Generates one `#[tokio::test]` per rule named, each running `$module::$rule` against
+/// the harness `$harness` evaluates to. Shared by the suites' exported macros.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_rules {
+    ($module:path; $harness:expr; $($rule:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $rule() {
+                use $module as rules;
                 let harness = $harness.await;
-                $crate::conformance::$rule(&harness).await;
+                rules::$rule(&harness).await;
             }
         )*
     };
@@ -102,7 +110,7 @@ fn lease_key(ns: &Namespace, key: &str) -> StoreKey {
     ns.qualify(KeyKind::Lease, &Key::new(key).expect("valid key"))
 }
 
-fn ms(n: u64) -> Duration {
+pub(crate) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
@@ -118,7 +126,7 @@ async fn granted(store: &dyn LeaseStore, key: &StoreKey, holder: &Holder, t: Dur
 }
 
 /// Waits until `cond` holds, polling; panics after `limit`.
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
+pub(crate) async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -130,6 +138,46 @@ where
             "{what} did not happen within {limit:?}"
         );
         sleep(ms(10)).await;
+    }
+}
+
+/// A store wrapper for the rules about misbehaving stores: counts calls and, while failing,
+/// answers every call with `Unavailable` without reaching the store. Each suite names it for
+/// its store trait (e.g. [`FaultyCacheStore`](crate::cache::conformance::FaultyCacheStore)).
+#[derive(Debug)]
+pub struct Faulty<S: ?Sized> {
+    pub(crate) inner: Arc<S>,
+    failing: AtomicBool,
+    calls: AtomicUsize,
+}
+
+impl<S: ?Sized> Faulty<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<S>) -> Self {
+        Faulty {
+            inner,
+            failing: AtomicBool::new(false),
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    /// While `true`, every call fails with `Unavailable` without reaching the store.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Calls made so far, of any operation.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Counts a call; `Unavailable` while failing.
+    pub(crate) fn enter(&self) -> Result<()> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(Error::unavailable("injected fault"));
+        }
+        Ok(())
     }
 }
 

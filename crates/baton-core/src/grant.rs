@@ -119,19 +119,19 @@ async fn keep(grant: &GrantState, watch: Watch) -> &'static str {
             continue;
         };
         sleep_until(renew_at).await;
-        if let (Some(max_hold), Some(event)) = (watch.max_hold, watch.max_hold_event) {
-            if now() >= grant.granted_at + max_hold {
-                telemetry::emit(
-                    event,
-                    Some(grant.key.as_str()),
-                    format_args!(
-                        "held for max_hold {}; no further renewals",
-                        crate::time::format_duration(max_hold)
-                    ),
-                );
-                next_renewal = None;
-                continue;
-            }
+        if let (Some(max_hold), Some(event)) = (watch.max_hold, watch.max_hold_event)
+            && now() >= grant.granted_at + max_hold
+        {
+            telemetry::emit(
+                event,
+                Some(grant.key.as_str()),
+                format_args!(
+                    "held for max_hold {}; no further renewals",
+                    crate::time::format_duration(max_hold)
+                ),
+            );
+            next_renewal = None;
+            continue;
         }
         let interval = watch.keep_alive.unwrap_or(watch.ttl.get() / 3);
         let sent = now();

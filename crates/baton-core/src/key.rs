@@ -138,6 +138,14 @@ pub enum KeyKind {
     Lock,
     /// [`Leases`](crate::Leases).
     Lease,
+    /// [`IdempotencyLog`](crate::idempotency::IdempotencyLog) records.
+    Idempotency,
+    /// [`RateLimiter`](crate::RateLimiter).
+    Limit,
+    /// [`Cache`](crate::Cache).
+    Cache,
+    /// [`Broadcast`](crate::Broadcast) channels.
+    Broadcast,
 }
 
 impl KeyKind {
@@ -146,6 +154,10 @@ impl KeyKind {
         match self {
             KeyKind::Lock => "lock",
             KeyKind::Lease => "lease",
+            KeyKind::Idempotency => "idempotency",
+            KeyKind::Limit => "limit",
+            KeyKind::Cache => "cache",
+            KeyKind::Broadcast => "broadcast",
         }
     }
 }

@@ -13,14 +13,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod broadcast;
+pub mod cache;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
 mod fence;
 mod grant;
 mod holder;
+pub mod idempotency;
 mod key;
 mod lease;
+pub mod limit;
 mod lock;
 mod memory;
 pub mod signals;
@@ -28,6 +32,8 @@ pub mod store;
 pub mod telemetry;
 pub mod time;
 
+pub use broadcast::{Broadcast, BroadcastStore, SubscribeOptions, Subscription};
+pub use cache::{Cache, CacheStore, FetchError};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::Fence;
 pub use holder::{Holder, MAX_HOLDER_BYTES};
@@ -38,6 +44,7 @@ pub use lease::{
     ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, RenewResult,
     stream_key,
 };
+pub use limit::{Decision, LimitError, Quota, RateLimiter, RateStore};
 pub use lock::{
     AcquireError, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, MAX_LABEL_BYTES,
     ReleaseOutcome,

@@ -40,6 +40,10 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     hub: Arc<ReleaseHub>,
     warned: AtomicBool,
+    /// Rate limits, cache and broadcast bus: see their modules' `memory.rs`.
+    pub(crate) limits: crate::limit::MemoryLimits,
+    pub(crate) cache: crate::cache::MemoryCache,
+    pub(crate) bus: crate::broadcast::MemoryBus,
 }
 
 #[derive(Debug, Default)]
@@ -61,7 +65,7 @@ impl State {
     /// The live grant of `key`, dropping it first if it expired.
     fn live(&mut self, key: &StoreKey, now: Instant) -> Option<&mut Grant> {
         self.ops += 1;
-        if self.ops % SWEEP_EVERY == 0 {
+        if self.ops.is_multiple_of(SWEEP_EVERY) {
             self.grants.retain(|_, g| g.expires_at > now);
         }
         if self.grants.get(key).is_some_and(|g| g.expires_at <= now) {
@@ -90,6 +94,9 @@ impl MemoryStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             state: Mutex::new(State::default()),
+            limits: crate::limit::MemoryLimits::new(Arc::clone(&clock)),
+            cache: crate::cache::MemoryCache::new(Arc::clone(&clock)),
+            bus: crate::broadcast::MemoryBus::default(),
             clock,
             hub: Arc::new(ReleaseHub::new()),
             warned: AtomicBool::new(false),

@@ -6,9 +6,17 @@
 //! unmonitored. [`emit`] records a `tracing` event carrying a stable `event` field and bumps a
 //! `metrics` counter of the same name. A contract test fails when the source emits an event
 //! that is not registered or the registry lists an event nothing emits.
+//!
+//! For operators: [`recent_events`] keeps the last [`RECENT_EVENTS`] events of this process
+//! (the `baton status` page shows them); [`prometheus_name`] maps a metric key to its
+//! Prometheus name (`baton.lock.lost` → `baton_lock_lost_total` for the counter); and
+//! [`describe_metrics`] describes every metric to the installed `metrics` recorder and
+//! registers every event counter at zero, so alert rules on `increase()` see the first event.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use tracing::Level;
 
@@ -189,6 +197,201 @@ pub mod events {
             why: "warned once per store at first use; expected in tests and single-process tools",
         },
     };
+    /// A store's push channel for release wake-ups (Redis pub/sub, PostgreSQL LISTEN) was lost.
+    pub const STORE_PUSH_LOST: Event = Event {
+        key: "baton.store.push_lost",
+        level: Level::WARN,
+        help: "the store's push channel for release wake-ups (Redis pub/sub, PostgreSQL LISTEN) was lost; waiters re-check now and then wake at the holder's TTL or by polling until it is back, so handoffs are slower but nothing is missed",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(15),
+        },
+    };
+    /// A store's push channel for release wake-ups is back after a loss.
+    pub const STORE_PUSH_RESTORED: Event = Event {
+        key: "baton.store.push_restored",
+        level: Level::INFO,
+        help: "the store's push channel for release wake-ups (Redis pub/sub, PostgreSQL LISTEN) is subscribed again after a loss; waiters re-checked in case a release was missed in the gap",
+        alarm: Alarm::Unmonitored {
+            why: "recovery notice; baton.store.push_lost carries the alarm",
+        },
+    };
+    /// The Redis server may evict keys, lock keys included.
+    pub const REDIS_EVICTION_POLICY_UNSAFE: Event = Event {
+        key: "baton.redis.eviction_policy_unsafe",
+        level: Level::WARN,
+        help: "the Redis server's maxmemory-policy is not noeviction, so under memory pressure it may evict lock keys and hand a held lock to a second holder; set maxmemory-policy noeviction, or use a Redis dedicated to coordination",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(60),
+        },
+    };
+    /// The Redis server's eviction policy could not be read (CONFIG is disabled).
+    pub const REDIS_EVICTION_POLICY_UNKNOWN: Event = Event {
+        key: "baton.redis.eviction_policy_unknown",
+        level: Level::INFO,
+        help: "CONFIG GET maxmemory-policy was refused (managed Redis services often disable CONFIG), so baton could not check that lock keys are safe from eviction; confirm in the provider's settings that maxmemory-policy is noeviction",
+        alarm: Alarm::Unmonitored {
+            why: "a fact of the deployment, reported once per connect; the policy must be checked where the server is configured",
+        },
+    };
+    /// An idempotency log call failed because the store could not be reached.
+    pub const IDEMPOTENCY_UNAVAILABLE: Event = Event {
+        key: "baton.idempotency.unavailable",
+        level: Level::WARN,
+        help: "an idempotency log call (acquire, renew or finalize) failed because the store could not be reached; the caller chose whether to run unguarded or refuse, and a failed finalize leaves the record pending until its lease lapses",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
+    /// A pending idempotency record whose owner's lease lapsed was taken over.
+    pub const IDEMPOTENCY_TAKEOVER: Event = Event {
+        key: "baton.idempotency.takeover",
+        level: Level::WARN,
+        help: "an attempt took over a pending idempotency record whose owner's lease lapsed before it finalized (a crash, a hang, or a lease shorter than the work); the side effect may have run twice, so check it for this key",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// A finalize or renewal came from an attempt that no longer owns its record.
+    pub const IDEMPOTENCY_NOT_OWNER: Event = Event {
+        key: "baton.idempotency.not_owner",
+        level: Level::WARN,
+        help: "an attempt finalized or renewed an idempotency record it no longer owns (another attempt took it over after its lease lapsed, or the record expired); its outcome was not recorded; lengthen the lease or renew it while the work runs",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// An HTTP request with an idempotency key ran unguarded because the store faulted.
+    pub const HTTP_IDEMPOTENCY_UNGUARDED: Event = Event {
+        key: "baton.http.idempotency_unguarded",
+        level: Level::WARN,
+        help: "a request carrying an idempotency key ran without idempotency protection because the store could not be reached (the fail-open policy); a retry of it during the outage may run again",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
+    /// An HTTP request with an idempotency key was refused because the store faulted.
+    pub const HTTP_IDEMPOTENCY_REFUSED: Event = Event {
+        key: "baton.http.idempotency_refused",
+        level: Level::WARN,
+        help: "a request carrying an idempotency key was answered 503 because the store could not be reached (the fail-closed policy); clients retry later",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
+    /// The response of a guarded HTTP request could not be recorded.
+    pub const HTTP_IDEMPOTENCY_NOT_RECORDED: Event = Event {
+        key: "baton.http.idempotency_not_recorded",
+        level: Level::ERROR,
+        help: "a guarded request ran but its response could not be recorded (the store failed through every finalize retry, or the attempt had been taken over); a retry after the record's lease may run the request again",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
+    };
+    /// A rate-limit decision failed because the store faulted; nothing was admitted.
+    pub const LIMIT_UNAVAILABLE: Event = Event {
+        key: "baton.limit.unavailable",
+        level: Level::WARN,
+        help: "a rate-limit check failed because the store could not be reached; the limiter failed closed and admitted nothing, so the limited work was refused",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
+    /// A cache read or write failed because the store faulted; callers treat it as a miss.
+    pub const CACHE_UNAVAILABLE: Event = Event {
+        key: "baton.cache.unavailable",
+        level: Level::WARN,
+        help: "a cache get, set or delete failed because the store could not be reached; callers fall back to the source of truth, which takes the load the cache was absorbing",
+        alarm: Alarm::AtLeast {
+            count: 20,
+            within: minutes(5),
+        },
+    };
+    /// A cached value did not deserialize as the type the caller asked for.
+    pub const CACHE_UNDECODABLE: Event = Event {
+        key: "baton.cache.undecodable",
+        level: Level::WARN,
+        help: "a cached value did not deserialize as the type asked for: two writers store different types under one key (or a deploy changed the type); the read failed rather than return wrong data",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// Publishing a broadcast message failed because the store faulted.
+    pub const BROADCAST_PUBLISH_FAILED: Event = Event {
+        key: "baton.broadcast.publish_failed",
+        level: Level::WARN,
+        help: "publishing a broadcast message failed because the store could not be reached; subscribers did not get it (they see it as missed), so what it would have invalidated stays stale until its TTL",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
+    /// A broadcast subscription lost its connection to the store.
+    pub const SUBSCRIPTION_DROPPED: Event = Event {
+        key: "baton.subscription.dropped",
+        level: Level::WARN,
+        help: "a broadcast subscription lost its connection to the store; it resubscribes by itself, and messages published until then are lost to it (local caches stay stale until their TTL)",
+        alarm: Alarm::AtLeast {
+            count: 3,
+            within: minutes(5),
+        },
+    };
+    /// A broadcast subscription is subscribed again after a drop; the message names gap_ms.
+    pub const SUBSCRIPTION_RESUBSCRIBED: Event = Event {
+        key: "baton.subscription.resubscribed",
+        level: Level::INFO,
+        help: "a broadcast subscription is subscribed again after a drop; gap_ms says how long it was deaf, and its subscribers were sent a Gap event",
+        alarm: Alarm::Unmonitored {
+            why: "recovery notice; baton.subscription.dropped carries the alarm",
+        },
+    };
+    /// A subscriber's sequence numbers show that messages of a publisher were lost.
+    pub const BROADCAST_MISSED: Event = Event {
+        key: "baton.broadcast.missed",
+        level: Level::INFO,
+        help: "a subscriber saw a publisher's sequence number jump: messages were lost (during a reconnect, a discarded backlog, or a failed publish) and the subscriber was sent a Missed event",
+        alarm: Alarm::Unmonitored {
+            why: "delivery is at most once by design; the causes alarm on their own (baton.subscription.dropped, baton.broadcast.lagged, baton.broadcast.publish_failed)",
+        },
+    };
+    /// A subscriber's buffer was full, so messages were discarded.
+    pub const BROADCAST_LAGGED: Event = Event {
+        key: "baton.broadcast.lagged",
+        level: Level::WARN,
+        help: "a broadcast subscriber does not consume as fast as messages arrive, so its buffer filled and messages were discarded; consume faster or subscribe with a larger capacity",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(15),
+        },
+    };
+    /// A subscriber dropped a message it had already seen.
+    pub const BROADCAST_DUPLICATE: Event = Event {
+        key: "baton.broadcast.duplicate",
+        level: Level::DEBUG,
+        help: "a broadcast subscriber dropped a message whose sequence number it had seen already (a publish retried after its connection dropped)",
+        alarm: Alarm::Unmonitored {
+            why: "the duplicate was dropped, so nothing was delivered twice",
+        },
+    };
+    /// A subscriber skipped a message it could not decode.
+    pub const BROADCAST_UNDECODABLE: Event = Event {
+        key: "baton.broadcast.undecodable",
+        level: Level::WARN,
+        help: "a broadcast subscriber skipped a message that is not a baton envelope or whose payload is not the subscriber's type: publishers and subscribers of the channel disagree on the message type",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
 }
 
 /// Every registered event.
@@ -207,6 +410,26 @@ pub const REGISTRY: &[Event] = &[
     events::LEASE_RECLAIM_DETECTED,
     events::LEASE_REMOVE_FAILED,
     events::STORE_PROCESS_LOCAL,
+    events::STORE_PUSH_LOST,
+    events::STORE_PUSH_RESTORED,
+    events::REDIS_EVICTION_POLICY_UNSAFE,
+    events::REDIS_EVICTION_POLICY_UNKNOWN,
+    events::IDEMPOTENCY_UNAVAILABLE,
+    events::IDEMPOTENCY_TAKEOVER,
+    events::IDEMPOTENCY_NOT_OWNER,
+    events::HTTP_IDEMPOTENCY_UNGUARDED,
+    events::HTTP_IDEMPOTENCY_REFUSED,
+    events::HTTP_IDEMPOTENCY_NOT_RECORDED,
+    events::LIMIT_UNAVAILABLE,
+    events::CACHE_UNAVAILABLE,
+    events::CACHE_UNDECODABLE,
+    events::BROADCAST_PUBLISH_FAILED,
+    events::SUBSCRIPTION_DROPPED,
+    events::SUBSCRIPTION_RESUBSCRIBED,
+    events::BROADCAST_MISSED,
+    events::BROADCAST_LAGGED,
+    events::BROADCAST_DUPLICATE,
+    events::BROADCAST_UNDECODABLE,
 ];
 
 /// Histogram of seconds spent waiting in `acquire`, labelled by outcome.
@@ -224,6 +447,7 @@ pub fn lookup(key: &str) -> Option<&'static Event> {
 pub fn emit(event: &'static Event, key: Option<&str>, detail: fmt::Arguments<'_>) {
     metrics::counter!(event.key).increment(1);
     let key = key.unwrap_or("");
+    remember(event, key, detail);
     macro_rules! at {
         ($level:expr) => {
             tracing::event!(
@@ -255,6 +479,109 @@ pub(crate) fn record_hold(seconds: f64) {
     metrics::histogram!(LOCK_HOLD_SECONDS).record(seconds);
 }
 
+/// The Prometheus name of a metric key: Prometheus does not allow dots in names, so every
+/// dot becomes an underscore (`baton.lock.wait_seconds` → `baton_lock_wait_seconds`). A
+/// counter's series also take the `_total` suffix: see [`Event::prometheus_counter`].
+pub fn prometheus_name(key: &str) -> String {
+    key.replace('.', "_")
+}
+
+impl Event {
+    /// The Prometheus name of this event's counter: `baton.lock.lost` →
+    /// `baton_lock_lost_total`.
+    pub fn prometheus_counter(&self) -> String {
+        format!("{}_total", prometheus_name(self.key))
+    }
+}
+
+/// Describes every registered metric (events with their help text, the wait and hold
+/// histograms) to the installed `metrics` recorder, and registers every event counter at
+/// zero.
+///
+/// Call it once after installing a recorder (an exporter). A counter that first appears at 1
+/// has no earlier sample to grow from, so `increase()` in an alert rule would miss the first
+/// event; registered at zero, the first event is an increase like any other.
+pub fn describe_metrics() {
+    for event in REGISTRY {
+        metrics::describe_counter!(event.key, event.help);
+        metrics::counter!(event.key).increment(0);
+    }
+    metrics::describe_histogram!(
+        LOCK_WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "seconds spent in acquire, by outcome (acquired, contended, failed)"
+    );
+    metrics::describe_histogram!(
+        LOCK_HOLD_SECONDS,
+        metrics::Unit::Seconds,
+        "seconds a lock was held, from its grant to its release"
+    );
+}
+
+/// How many events [`recent_events`] keeps.
+pub const RECENT_EVENTS: usize = 256;
+
+/// The longest `detail` a [`RecentEvent`] keeps, in bytes; longer ones are cut at a
+/// character boundary and end in `…`.
+const RECENT_DETAIL_BYTES: usize = 1024;
+
+/// One emitted event, as kept for [`recent_events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentEvent {
+    /// Position in this process's sequence of emitted events, from 1.
+    pub seq: u64,
+    /// When it was emitted (wall clock, for display only).
+    pub at: SystemTime,
+    /// The registered event.
+    pub event: &'static Event,
+    /// The qualified store key it is about, or `""`.
+    pub key: String,
+    /// The message it was emitted with.
+    pub detail: String,
+}
+
+struct Recent {
+    next_seq: u64,
+    events: VecDeque<RecentEvent>,
+}
+
+static RECENT: Mutex<Recent> = Mutex::new(Recent {
+    next_seq: 1,
+    events: VecDeque::new(),
+});
+
+/// The last [`RECENT_EVENTS`] events this process emitted, oldest first.
+pub fn recent_events() -> Vec<RecentEvent> {
+    let recent = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+    recent.events.iter().cloned().collect()
+}
+
+fn remember(event: &'static Event, key: &str, detail: fmt::Arguments<'_>) {
+    let mut text = detail.to_string();
+    if text.len() > RECENT_DETAIL_BYTES {
+        let mut cut = RECENT_DETAIL_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    let at = SystemTime::now();
+    let mut recent = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+    let seq = recent.next_seq;
+    recent.next_seq += 1;
+    if recent.events.len() == RECENT_EVENTS {
+        recent.events.pop_front();
+    }
+    recent.events.push_back(RecentEvent {
+        seq,
+        at,
+        event,
+        key: key.to_owned(),
+        detail: text,
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +607,49 @@ mod tests {
                 Alarm::Unmonitored { why } => assert!(!why.is_empty()),
             }
         }
+    }
+
+    #[test]
+    fn prometheus_names_have_no_dots() {
+        assert_eq!(
+            prometheus_name(LOCK_WAIT_SECONDS),
+            "baton_lock_wait_seconds"
+        );
+        for event in REGISTRY {
+            let name = event.prometheus_counter();
+            assert!(name.ends_with("_total"), "{name}");
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn emitted_events_are_kept_for_the_status_page() {
+        let long = "x".repeat(RECENT_DETAIL_BYTES + 10);
+        emit(
+            &events::LEASE_RECLAIM_DETECTED,
+            Some("ns:lease:recent-test"),
+            format_args!("{long}"),
+        );
+        let recent = recent_events();
+        let kept = recent
+            .iter()
+            .rev()
+            .find(|e| e.key == "ns:lease:recent-test")
+            .expect("kept");
+        assert_eq!(kept.event.key, events::LEASE_RECLAIM_DETECTED.key);
+        assert!(kept.detail.ends_with('…') && kept.detail.len() <= RECENT_DETAIL_BYTES + 3);
+        assert!(recent.windows(2).all(|w| w[0].seq < w[1].seq));
+        for _ in 0..RECENT_EVENTS {
+            emit(
+                &events::LEASE_RECLAIM_DETECTED,
+                None,
+                format_args!("filler"),
+            );
+        }
+        assert_eq!(recent_events().len(), RECENT_EVENTS);
     }
 
     #[test]

@@ -41,10 +41,10 @@ fn declared_events(telemetry: &str) -> BTreeMap<String, String> {
     for line in telemetry.lines() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("pub const ") {
-            if let Some((name, ty)) = rest.split_once(':') {
-                if ty.trim_start().starts_with("Event =") {
-                    pending = Some(name.trim().to_owned());
-                }
+            if let Some((name, ty)) = rest.split_once(':')
+                && ty.trim_start().starts_with("Event =")
+            {
+                pending = Some(name.trim().to_owned());
             }
         } else if let (Some(name), Some(rest)) = (&pending, line.strip_prefix("key: \"")) {
             let key = rest.split('"').next().unwrap_or_default().to_owned();

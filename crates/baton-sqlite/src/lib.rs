@@ -11,6 +11,9 @@
 //! - [`SqliteStore`]: the store; [`SqliteOptions`]: how it is opened.
 //! - [`sql`]: every statement it runs, for benchmarks and operators.
 //! - [`clock`]: which clock decides expiry, and why.
+//! - [`limit`], [`cache`]: the rate-limit and cache tables and statements.
+//! - [`idempotency`]: the idempotency log's table and statements, and its two clocks.
+//! - [`doctor`]: what `baton doctor` reads about a store file.
 //!
 //! The user guide page is `docs/sqlite.md`.
 
@@ -18,9 +21,13 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod busy;
+pub mod cache;
 pub mod clock;
+pub mod doctor;
 mod error;
 mod hubs;
+pub mod idempotency;
+pub mod limit;
 mod options;
 mod pool;
 mod schema;

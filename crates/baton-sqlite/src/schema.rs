@@ -72,6 +72,8 @@ pub(crate) fn prepare(conn: &Connection) -> Result<(), OpError> {
             }
         })?;
     }
+    crate::idempotency::ensure_schema(conn)?;
+    crate::limit::ensure_schema(conn)?;
     free_earlier_boots(conn, clock::boot_id())
 }
 

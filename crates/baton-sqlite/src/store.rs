@@ -75,6 +75,11 @@ impl fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
+    /// The open file, for the other capabilities' atoms in this crate.
+    pub(crate) fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
     /// Opens the store named by a `sqlite://` URL: `sqlite:///absolute/path.db` or
     /// `sqlite://relative/path.db`, with options in the query
     /// (`?busy_timeout=5s&synchronous=normal&poll_interval=15ms`, see [`SqliteOptions`]).

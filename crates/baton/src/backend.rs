@@ -22,6 +22,9 @@ pub enum Backend {
     /// `redis://` and `rediss://`.
     #[cfg(feature = "redis")]
     Redis(Arc<baton_redis::RedisStore>),
+    /// `postgres://` and `postgresql://`.
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<baton_postgres::PostgresStore>),
     /// A lease store supplied by the caller ([`Baton::from_store`](crate::Baton::from_store)):
     /// it offers locks and leases only.
     Custom(Arc<dyn LeaseStore>),
@@ -36,11 +39,13 @@ impl Backend {
             Backend::Sqlite(store) => store.clone(),
             #[cfg(feature = "redis")]
             Backend::Redis(store) => store.clone(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(store) => store.clone(),
             Backend::Custom(store) => store.clone(),
         }
     }
 
-    /// The URL scheme of the store (`memory`, `sqlite`, `redis`, or `custom`).
+    /// The URL scheme of the store (`memory`, `sqlite`, `redis`, `postgres`, or `custom`).
     pub fn scheme(&self) -> &'static str {
         match self {
             Backend::Memory(_) => "memory",
@@ -48,6 +53,8 @@ impl Backend {
             Backend::Sqlite(_) => "sqlite",
             #[cfg(feature = "redis")]
             Backend::Redis(_) => "redis",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => "postgres",
             Backend::Custom(_) => "custom",
         }
     }

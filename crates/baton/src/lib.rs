@@ -8,6 +8,7 @@
 //! | `memory://` | process-local, for tests (warns once that it excludes only within the process) |
 //! | `sqlite:///path/to/file.db` | embedded, one file, safe across the processes of one host |
 //! | `redis://[user:password@]host[:port][/db]`, `rediss://...` | a Redis server (TLS with `rediss://`) shared by replicas on many hosts |
+//! | `postgres://[user[:password]@]host[:port]/database[?sslmode=require]`, `postgresql://...` | a PostgreSQL database shared by replicas on many hosts (tables, `LISTEN`/`NOTIFY`) |
 //!
 //! Every lock is best-effort, as every lease-based lock is: a holder paused past its TTL
 //! loses the lock without knowing it. baton gives you what you need to stay correct anyway:
@@ -46,14 +47,25 @@ pub use baton_core::{
     MAX_REASON_BYTES, MemoryStore, Namespace, ReleaseOutcome, RemoveResult, RenewResult, Result,
     StoreKey, Ttl, WaitTime, parse_duration, stream_key, telemetry, time,
 };
+#[cfg(feature = "postgres")]
+pub use baton_postgres::PostgresStore;
 #[cfg(feature = "redis")]
 pub use baton_redis::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use baton_sqlite::SqliteStore;
 
 mod backend;
+pub mod broadcast;
+pub mod cache;
+pub mod doctor;
+pub mod idempotency;
+pub mod limit;
 
 pub use backend::Backend;
+pub use broadcast::Broadcast;
+pub use cache::Cache;
+pub use idempotency::IdempotencyLog;
+pub use limit::RateLimiter;
 
 /// A connection to one store, with the clients of every primitive in one namespace.
 ///
@@ -168,16 +180,21 @@ pub async fn open_backend(url: &str) -> Result<Backend> {
         "redis" | "rediss" => Err(Error::unsupported(
             "this build of baton has no Redis store; enable the `redis` feature",
         )),
-        "postgres" | "postgresql" => Err(Error::unsupported(format!(
-            "store URL scheme {scheme}:// is not supported by this version of baton yet; use sqlite:// or memory://"
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Backend::Postgres(Arc::new(
+            PostgresStore::connect(url).await?,
         ))),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(Error::unsupported(
+            "this build of baton has no PostgreSQL store; enable the `postgres` feature",
+        )),
         other => Err(Error::invalid_input(format!(
             "unknown store URL scheme {other:?}; expected one of {KNOWN_SCHEMES}"
         ))),
     }
 }
 
-const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, postgres://";
+const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, postgres://, postgresql://";
 
 /// The default store: an SQLite file under the user's state directory,
 /// `$XDG_STATE_HOME/baton/baton.db`, else `~/.local/state/baton/baton.db`.

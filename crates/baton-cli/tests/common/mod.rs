@@ -258,3 +258,111 @@ pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
 pub fn sh(script: &str) -> [&str; 3] {
     ["sh", "-c", script]
 }
+
+/// `baton ARGS...` with `BATON_STORE=url`, in `dir`.
+pub fn baton_on(url: &str, dir: &std::path::Path, args: &[&str]) -> Command {
+    let mut command = bare_baton();
+    command.env("BATON_STORE", url).current_dir(dir).args(args);
+    command
+}
+
+/// The `baton run` scenario shared by the networked stores: against the store at `url`,
+/// several processes exclude each other with increasing fences, a contender that cannot
+/// wait exits 75 without running its COMMAND, and once `stop` has taken the server down a
+/// run exits 69 without running its COMMAND. `prefix` names the temporary directory.
+pub fn run_excludes_reports_contention_and_a_down_server(
+    url: &str,
+    prefix: &str,
+    stop: impl FnOnce(),
+) {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("temp dir");
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+
+    // Processes exclude each other: every run's start and end lines are adjacent, and
+    // fences strictly increase in the order the runs held the lock.
+    let script = r#"echo "start $BATON_FENCE $$" >> events; sleep 0.2; echo "end $BATON_FENCE $$" >> events"#;
+    let runs: Vec<Running> = (0..4)
+        .map(|_| {
+            Running::spawn(baton_on(
+                url,
+                dir.path(),
+                &[
+                    "run",
+                    "--wait",
+                    "2m",
+                    "--ttl",
+                    "10s",
+                    "shared-job",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ],
+            ))
+        })
+        .collect();
+    for run in runs {
+        run.finish().assert_status(0);
+    }
+    let events = read("events");
+    let lines: Vec<Vec<&str>> = events
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 8, "every run wrote start and end:\n{events}");
+    let mut last_fence = 0u64;
+    for pair in lines.chunks(2) {
+        assert_eq!(
+            (pair[0][0], pair[1][0]),
+            ("start", "end"),
+            "runs overlapped:\n{events}"
+        );
+        assert_eq!(pair[0][1..], pair[1][1..], "runs overlapped:\n{events}");
+        let fence: u64 = pair[0][1].parse().expect("BATON_FENCE is decimal");
+        assert!(fence > last_fence, "fences did not increase:\n{events}");
+        last_fence = fence;
+    }
+
+    // A held lock: a run that cannot wait exits 75 and does not run its COMMAND.
+    let hold = r#"touch held; while [ ! -e done ]; do sleep 0.05; done"#;
+    let holder = Running::spawn(baton_on(
+        url,
+        dir.path(),
+        &["run", "--ttl", "10s", "held-job", "--", "sh", "-c", hold],
+    ));
+    eventually("the holder's COMMAND to start", || {
+        dir.path().join("held").exists()
+    });
+    for wait in ["0s", "300ms"] {
+        let out = Running::spawn(baton_on(
+            url,
+            dir.path(),
+            &["run", "--wait", wait, "held-job", "--", "touch", "ran"],
+        ))
+        .finish();
+        out.assert_status(CONTENDED);
+        assert!(
+            !dir.path().join("ran").exists(),
+            "COMMAND ran without the lock"
+        );
+    }
+    std::fs::write(dir.path().join("done"), "").expect("end the holder");
+    holder.finish().assert_status(0);
+
+    // The server is down: 69, and COMMAND does not run.
+    stop();
+    let out = Running::spawn(baton_on(
+        url,
+        dir.path(),
+        &["run", "shared-job", "--", "touch", "ran"],
+    ))
+    .finish();
+    out.assert_status(UNAVAILABLE);
+    assert!(
+        !dir.path().join("ran").exists(),
+        "COMMAND ran without a store"
+    );
+}
