@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,73 +14,10 @@ use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 
 use common::*;
 
-/// Makes a CA and a server certificate for 127.0.0.1 and localhost with the `openssl` tool.
-fn certificates(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let status = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("the openssl tool makes the test certificates; install it with `apt-get install openssl`");
-        assert!(status.success(), "openssl {args:?} failed");
-    };
-    std::fs::write(
-        dir.join("ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=baton test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext",
-    ]);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sslmodes_verify_the_certificate_or_refuse_it() {
     let certs = tempfile::tempdir().unwrap();
-    certificates(certs.path());
+    baton_testkit::tls::certificates(certs.path());
     let (cert, key) = (
         certs.path().join("server.crt"),
         certs.path().join("server.key"),

@@ -6,8 +6,6 @@
 //! (the parent's environment is left alone). The parent, without that variable, must be
 //! refused: certificate verification is on.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use baton_core::ErrorKind;
@@ -18,69 +16,6 @@ use baton_testkit::process::{self, ChildTest};
 use baton_testkit::redis::{RedisOptions as ServerOptions, RedisServer};
 
 const URL_ENV: &str = "BATON_TEST_REDISS_URL";
-
-/// Makes a CA and a server certificate for 127.0.0.1 and localhost with the `openssl` tool.
-fn certificates(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let status = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("the openssl tool makes the test certificates; install it with `apt-get install openssl`");
-        assert!(status.success(), "openssl {args:?} failed");
-    };
-    std::fs::write(
-        dir.join("ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=baton test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext",
-    ]);
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -96,7 +31,7 @@ async fn rediss_connects_with_a_trusted_certificate_and_refuses_an_untrusted_one
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    certificates(dir.path());
+    baton_testkit::tls::certificates(dir.path());
     let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
     // The plain port is what the testkit waits on; the TLS port is the one under test.
     let tls_port = free_port().to_string();

@@ -19,6 +19,7 @@
 //! - [`redis`]: private `redis-server` processes on free loopback ports, to kill, pause and
 //!   restart.
 //! - [`proxy`]: a TCP fault proxy (latency, blackhole, reset, dropped replies).
+//! - [`tls`]: a private CA and server certificate for TLS tests, made with `openssl`.
 //! - [`postgres`]: private PostgreSQL servers (`initdb` + `postgres` in a temp dir, as the
 //!   `postgres` user when the tests run as root), to stop, crash and restart.
 //!
@@ -47,6 +48,7 @@ pub mod proxy;
 pub mod redis;
 pub mod register;
 pub mod time;
+pub mod tls;
 pub mod workload;
 
 pub use check::Violation;
