@@ -19,6 +19,7 @@
 //! - [`redis`]: private `redis-server` processes on free loopback ports, to kill, pause and
 //!   restart.
 //! - [`proxy`]: a TCP fault proxy (latency, blackhole, reset, dropped replies).
+//! - [`capture`]: bounded waiting and capture of baton's telemetry events in tests.
 //! - [`tls`]: a private CA and server certificate for TLS tests, made with `openssl`.
 //! - [`postgres`]: private PostgreSQL servers (`initdb` + `postgres` in a temp dir, as the
 //!   `postgres` user when the tests run as root), to stop, crash and restart.
@@ -40,6 +41,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod capture;
 pub mod check;
 pub mod history;
 pub mod postgres;
