@@ -146,6 +146,12 @@ pub enum KeyKind {
     Cache,
     /// [`Broadcast`](crate::Broadcast) channels.
     Broadcast,
+    /// [`Queue`](crate::work::Queue)s of claimable work items.
+    Queue,
+    /// [`Scheduler`](crate::work::Scheduler) entries.
+    Schedule,
+    /// [`Migrations`](crate::work::Migrations) sets.
+    Migration,
 }
 
 impl KeyKind {
@@ -158,6 +164,9 @@ impl KeyKind {
             KeyKind::Limit => "limit",
             KeyKind::Cache => "cache",
             KeyKind::Broadcast => "broadcast",
+            KeyKind::Queue => "queue",
+            KeyKind::Schedule => "schedule",
+            KeyKind::Migration => "migration",
         }
     }
 }

@@ -8,6 +8,8 @@
 //! - inputs: [`Key`], [`Namespace`], [`Holder`], [`Ttl`], [`WaitTime`] — validated before any I/O;
 //! - the store interface: [`store`] — small atomic operations, expiry on the store's clock;
 //! - policy, written once: [`Locks`], [`Leases`] — waiting, keep-alive, lost signals, guards;
+//! - claimable work, written once over [`work::WorkStore`]: [`work`] — queues, workers, a cron
+//!   scheduler, fan-out, boot migrations;
 //! - [`telemetry`] — the registry of every event baton emits.
 
 #![forbid(unsafe_code)]
@@ -31,6 +33,7 @@ pub mod signals;
 pub mod store;
 pub mod telemetry;
 pub mod time;
+pub mod work;
 
 pub use broadcast::{Broadcast, BroadcastStore, SubscribeOptions, Subscription};
 pub use cache::{Cache, CacheStore, FetchError};

@@ -392,6 +392,143 @@ pub mod events {
             within: minutes(15),
         },
     };
+    /// An item was claimed from a queue.
+    pub const WORK_CLAIMED: Event = Event {
+        key: "baton.work.claimed",
+        level: Level::DEBUG,
+        help: "an item was claimed from a queue (one event per item); with baton.work.completed it shows a queue's throughput",
+        alarm: Alarm::Unmonitored {
+            why: "a throughput counter; baton.work.dead_lettered and baton.work.lease_lost carry the alarms",
+        },
+    };
+    /// A claimed item was completed and removed from its queue.
+    pub const WORK_COMPLETED: Event = Event {
+        key: "baton.work.completed",
+        level: Level::DEBUG,
+        help: "a claimed item was completed by its owner and removed from the queue (its de-duplication id stays remembered for its window)",
+        alarm: Alarm::Unmonitored {
+            why: "a throughput counter; baton.work.dead_lettered and baton.work.lease_lost carry the alarms",
+        },
+    };
+    /// An attempt of an item failed; the item will be retried after a backoff.
+    pub const WORK_FAILED: Event = Event {
+        key: "baton.work.failed",
+        level: Level::INFO,
+        help: "an attempt of a queue item failed and the item will be retried after its backoff; the message names the attempt and the error",
+        alarm: Alarm::Unmonitored {
+            why: "retries are expected; an item that runs out of attempts emits baton.work.dead_lettered",
+        },
+    };
+    /// An item ran out of attempts (or was failed permanently) and was dead-lettered.
+    pub const WORK_DEAD_LETTERED: Event = Event {
+        key: "baton.work.dead_lettered",
+        level: Level::ERROR,
+        help: "a queue item was dead-lettered: its last attempt failed (or its handler failed it permanently, or its leases kept lapsing without a result); it stays in the queue's dead letters, never claimed again, until someone looks at it",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// A claimer lost an item it was working on: another claim took it.
+    pub const WORK_LEASE_LOST: Event = Event {
+        key: "baton.work.lease_lost",
+        level: Level::WARN,
+        help: "a claimer lost an item while working on it (its lease lapsed without an extension and, usually, another claim took the item); its result was discarded and the item may be processed twice; lengthen the lease or find what stalled the extensions",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// A queue call failed because the store could not be reached.
+    pub const WORK_UNAVAILABLE: Event = Event {
+        key: "baton.work.unavailable",
+        level: Level::WARN,
+        help: "a queue call (enqueue, claim, complete, fail, extend, release, stats) failed because the store could not be reached; workers back off and retry, and an item whose result could not be recorded is claimed again once its lease lapses (at least once)",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
+    /// Ticks of a schedule were missed while no scheduler ran them.
+    pub const SCHEDULE_MISSED: Event = Event {
+        key: "baton.schedule.missed",
+        level: Level::WARN,
+        help: "ticks of a schedule came due while no scheduler ran them (every replica was down or stalled); the schedule's missed policy skipped them or ran one catch-up, and the message says how many",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(60),
+        },
+    };
+    /// A schedule's handler failed for one tick.
+    pub const SCHEDULE_FAILED: Event = Event {
+        key: "baton.schedule.failed",
+        level: Level::WARN,
+        help: "a schedule's handler returned an error or panicked; the tick is not run again, the next tick runs as scheduled",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// A scheduler could not reach the store.
+    pub const SCHEDULE_UNAVAILABLE: Event = Event {
+        key: "baton.schedule.unavailable",
+        level: Level::WARN,
+        help: "a scheduler could not reach the store to read or claim a tick; it retries with backoff, and a tick that stays unclaimed past the next one is handled by the missed policy",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
+    /// Enqueueing the records of a fan-out failed.
+    pub const FANOUT_ENQUEUE_FAILED: Event = Event {
+        key: "baton.fanout.enqueue_failed",
+        level: Level::ERROR,
+        help: "a fan-out could not enqueue its records because the store could not be reached; the records enqueued before the fault stay, and the next scan enqueues the rest (de-duplication skips those already there)",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
+    };
+    /// A migration's up() failed; it was rolled back or left failed.
+    pub const MIGRATION_FAILED: Event = Event {
+        key: "baton.migration.failed",
+        level: Level::ERROR,
+        help: "a migration's up() failed; down() undid it (rolled_back) or could not (failed), and the walk stopped; the next run retries it",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
+    };
+    /// A pending migration whose writer's lease lapsed was taken over.
+    pub const MIGRATION_TAKEOVER: Event = Event {
+        key: "baton.migration.takeover",
+        level: Level::WARN,
+        help: "a migration left pending by a writer whose lease lapsed (a crash, a kill, a stall) was taken over and is run again; its up() must tolerate a partial earlier run",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// A migration writer lost its record while running it.
+    pub const MIGRATION_LEASE_LOST: Event = Event {
+        key: "baton.migration.lease_lost",
+        level: Level::ERROR,
+        help: "a migration writer lost its record while running up() or down() (its heartbeats did not land in time and another writer took over); its result was not recorded; lengthen the migration lease",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
+    };
+    /// The migration coordinator could not reach the store or the lock.
+    pub const MIGRATION_UNAVAILABLE: Event = Event {
+        key: "baton.migration.unavailable",
+        level: Level::WARN,
+        help: "the migration coordinator could not reach the store (or the lock); it retries with bounded backoff, then fails the run",
+        alarm: Alarm::AtLeast {
+            count: 3,
+            within: minutes(5),
+        },
+    };
 }
 
 /// Every registered event.
@@ -430,6 +567,20 @@ pub const REGISTRY: &[Event] = &[
     events::BROADCAST_LAGGED,
     events::BROADCAST_DUPLICATE,
     events::BROADCAST_UNDECODABLE,
+    events::WORK_CLAIMED,
+    events::WORK_COMPLETED,
+    events::WORK_FAILED,
+    events::WORK_DEAD_LETTERED,
+    events::WORK_LEASE_LOST,
+    events::WORK_UNAVAILABLE,
+    events::SCHEDULE_MISSED,
+    events::SCHEDULE_FAILED,
+    events::SCHEDULE_UNAVAILABLE,
+    events::FANOUT_ENQUEUE_FAILED,
+    events::MIGRATION_FAILED,
+    events::MIGRATION_TAKEOVER,
+    events::MIGRATION_LEASE_LOST,
+    events::MIGRATION_UNAVAILABLE,
 ];
 
 /// Histogram of seconds spent waiting in `acquire`, labelled by outcome.
@@ -447,7 +598,11 @@ pub fn lookup(key: &str) -> Option<&'static Event> {
 pub fn emit(event: &'static Event, key: Option<&str>, detail: fmt::Arguments<'_>) {
     metrics::counter!(event.key).increment(1);
     let key = key.unwrap_or("");
-    remember(event, key, detail);
+    // DEBUG events are throughput counters (one per claimed item, say): remembering them
+    // would push the warnings an operator looks for out of the recent-events buffer.
+    if event.level != Level::DEBUG {
+        remember(event, key, detail);
+    }
     macro_rules! at {
         ($level:expr) => {
             tracing::event!(
@@ -550,7 +705,8 @@ static RECENT: Mutex<Recent> = Mutex::new(Recent {
     events: VecDeque::new(),
 });
 
-/// The last [`RECENT_EVENTS`] events this process emitted, oldest first.
+/// The last [`RECENT_EVENTS`] events this process emitted, oldest first. Events at `DEBUG`
+/// level (throughput counters such as `baton.work.claimed`) are counted, not remembered.
 pub fn recent_events() -> Vec<RecentEvent> {
     let recent = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
     recent.events.iter().cloned().collect()
@@ -607,6 +763,23 @@ mod tests {
                 Alarm::Unmonitored { why } => assert!(!why.is_empty()),
             }
         }
+    }
+
+    #[test]
+    fn debug_events_are_counted_but_not_remembered() {
+        let key = format!("test:recent:{}", rand::random::<u64>());
+        emit(&events::WORK_CLAIMED, Some(&key), format_args!("item 1"));
+        emit(
+            &events::LOCK_UNAVAILABLE,
+            Some(&key),
+            format_args!("store down"),
+        );
+        let mine: Vec<_> = recent_events()
+            .into_iter()
+            .filter(|e| e.key == key)
+            .map(|e| e.event.key)
+            .collect();
+        assert_eq!(mine, vec![events::LOCK_UNAVAILABLE.key]);
     }
 
     #[test]

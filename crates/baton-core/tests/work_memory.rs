@@ -1,0 +1,26 @@
+//! The claimable-work conformance rules against the in-memory store.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use baton_core::work::conformance::WorkHarness;
+use baton_core::work::{MemoryWorkStore, WorkStore};
+
+struct MemoryHarness {
+    store: Arc<MemoryWorkStore>,
+}
+
+async fn memory() -> MemoryHarness {
+    MemoryHarness {
+        store: Arc::new(MemoryWorkStore::new()),
+    }
+}
+
+#[async_trait]
+impl WorkHarness for MemoryHarness {
+    async fn open(&self) -> Arc<dyn WorkStore> {
+        self.store.clone()
+    }
+}
+
+baton_core::work_conformance_tests!(memory());
