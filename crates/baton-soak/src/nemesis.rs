@@ -1,0 +1,174 @@
+//! The nemesis: applies a [`Plan`]'s faults, one at a time, at their planned times, and
+//! records what it did and when.
+//!
+//! Every fault ends by itself (a pause is resumed, a killed worker replaced, a stopped
+//! server started again, the proxy healed) before the next one begins, so faults never
+//! pile up, and the run ends with every fault healed. A Redis restart is recorded as a
+//! [`DataLoss`]: the window the checkers report findings in as documented, not as
+//! violations.
+
+use std::io::Write;
+use std::time::Duration;
+
+use baton_testkit::MonoTime;
+use serde::{Deserialize, Serialize};
+
+use crate::check::DataLoss;
+use crate::cluster::Cluster;
+use crate::plan::{Fault, FaultKind, Plan};
+use crate::workers::Workers;
+
+/// One fault as it was applied.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Applied {
+    /// The kind.
+    pub kind: FaultKind,
+    /// The fault as planned, in words, and what happened.
+    pub text: String,
+    /// When it began.
+    pub start: MonoTime,
+    /// When it was healed.
+    pub end: MonoTime,
+}
+
+/// What the nemesis did.
+#[derive(Debug, Clone, Default)]
+pub struct NemesisLog {
+    /// The faults applied, in order.
+    pub applied: Vec<Applied>,
+    /// The data losses (Redis restarts).
+    pub losses: Vec<DataLoss>,
+    /// Faults that could not be applied or healed, in words.
+    pub errors: Vec<String>,
+}
+
+/// Applies `plan`'s faults, counted from `start`, printing each to `out` as it begins.
+pub fn run(
+    plan: &Plan,
+    start: MonoTime,
+    cluster: &Cluster,
+    workers: &mut Workers,
+    out: &mut dyn Write,
+) -> NemesisLog {
+    let mut log = NemesisLog::default();
+    for (i, scheduled) in plan.faults.iter().enumerate() {
+        sleep_until(start + scheduled.at);
+        let began = MonoTime::now();
+        let _ = writeln!(
+            out,
+            "[+{:>8.3}s] #{:<3} {}",
+            began.saturating_since(start).as_secs_f64(),
+            i + 1,
+            scheduled.fault
+        );
+        let _ = out.flush();
+        match apply(&scheduled.fault, cluster, workers, &mut log) {
+            Ok(note) => {
+                let end = MonoTime::now();
+                let mut text = scheduled.fault.to_string();
+                if !note.is_empty() {
+                    text.push_str(&format!(" ({note})"));
+                }
+                log.applied.push(Applied {
+                    kind: scheduled.fault.kind(),
+                    text,
+                    start: began,
+                    end,
+                });
+            }
+            Err(e) => {
+                let message = format!("fault #{} {}: {e}", i + 1, scheduled.fault);
+                let _ = writeln!(out, "    failed: {e}");
+                log.errors.push(message);
+                // Leave nothing half-applied.
+                cluster.heal();
+                workers.resume_all();
+            }
+        }
+    }
+    cluster.heal();
+    workers.resume_all();
+    log
+}
+
+fn sleep_until(t: MonoTime) {
+    let now = MonoTime::now();
+    if t > now {
+        std::thread::sleep(t.saturating_since(now));
+    }
+}
+
+/// Applies and heals one fault; answers a note on what happened.
+fn apply(
+    fault: &Fault,
+    cluster: &Cluster,
+    workers: &mut Workers,
+    log: &mut NemesisLog,
+) -> std::io::Result<String> {
+    let hold = |d: Duration| std::thread::sleep(d);
+    Ok(match *fault {
+        Fault::ServerRestart { down, crash } => {
+            let from = MonoTime::now();
+            cluster.stop_server(crash)?;
+            let to = MonoTime::now();
+            hold(down);
+            cluster.start_server()?;
+            let back = MonoTime::now();
+            if cluster.restart_loses_data() {
+                log.losses.push(DataLoss { from, to, back });
+                "data lost".to_owned()
+            } else {
+                String::new()
+            }
+        }
+        Fault::PauseWorker { worker, pause } => {
+            let pid = workers.pid(worker).unwrap_or_default();
+            workers.pause(worker)?;
+            hold(pause);
+            workers.resume(worker)?;
+            format!("pid {pid}")
+        }
+        Fault::KillWorker { worker, down } => {
+            let pid = workers.kill(worker)?;
+            hold(down);
+            let new = workers.replace(worker)?;
+            format!("pid {pid} killed, pid {new} started")
+        }
+        Fault::Latency { delay, lasts } => {
+            cluster.latency(delay)?;
+            hold(lasts);
+            cluster.latency(Duration::ZERO)?;
+            String::new()
+        }
+        Fault::Blackhole { lasts } => {
+            cluster.blackhole()?;
+            hold(lasts);
+            cluster.heal();
+            String::new()
+        }
+        Fault::Reset { lasts } => {
+            cluster.reset()?;
+            hold(lasts);
+            cluster.heal();
+            String::new()
+        }
+        Fault::DropReplies { lasts } => {
+            cluster.drop_replies()?;
+            hold(lasts);
+            cluster.heal();
+            String::new()
+        }
+        Fault::KillConnections => {
+            cluster.kill_connections()?;
+            String::new()
+        }
+        Fault::ScriptFlush => {
+            cluster.script_flush()?;
+            String::new()
+        }
+        Fault::ClientKill => format!("{} connections closed", cluster.client_kill()?),
+        Fault::TerminateBackends => {
+            format!("{} backends terminated", cluster.terminate_backends()?)
+        }
+    })
+}

@@ -1,0 +1,453 @@
+//! The fault schedule: which fault, when, for how long, derived from the seed alone.
+//!
+//! [`Plan::new`] deals the faults a store can suffer from a shuffled deck (every kind once
+//! before any kind twice), with gaps and durations drawn from a ChaCha8 generator seeded
+//! with the seed. Nothing else goes in — no clock, no process id — so the same store, seed,
+//! length and worker count always give the same plan, printed at the start of every run
+//! ([`Plan::render`]) and by `soak --plan-only`.
+//!
+//! The nemesis applies the faults one at a time, in order; a fault that takes longer than
+//! planned (a slow server restart) delays the ones after it, never reorders them.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+/// No fault in the first seconds of a run: every worker is connected and contending first.
+pub const WARMUP: Duration = Duration::from_secs(2);
+
+/// No fault in the last seconds of a run: the last fault has healed, so every worker can
+/// release what it holds and write its history before the end.
+pub const COOLDOWN: Duration = Duration::from_secs(3);
+
+/// The store under test.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// A private `redis-server`, without persistence, behind the fault proxy.
+    Redis,
+    /// A private PostgreSQL server behind the fault proxy.
+    Postgres,
+    /// An SQLite file shared by the worker processes.
+    Sqlite,
+}
+
+impl StoreKind {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Redis => "redis",
+            StoreKind::Postgres => "postgres",
+            StoreKind::Sqlite => "sqlite",
+        }
+    }
+
+    /// The kinds of fault this store is subjected to.
+    pub fn fault_kinds(self) -> &'static [FaultKind] {
+        use FaultKind::*;
+        match self {
+            StoreKind::Redis => &[
+                ServerRestart,
+                PauseWorker,
+                KillWorker,
+                Latency,
+                Blackhole,
+                Reset,
+                DropReplies,
+                KillConnections,
+                ScriptFlush,
+                ClientKill,
+            ],
+            StoreKind::Postgres => &[
+                ServerRestart,
+                PauseWorker,
+                KillWorker,
+                Latency,
+                Blackhole,
+                Reset,
+                DropReplies,
+                KillConnections,
+                TerminateBackends,
+            ],
+            StoreKind::Sqlite => &[PauseWorker, KillWorker],
+        }
+    }
+}
+
+impl fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A kind of fault, without its parameters.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// The server is killed and started again on the same port. Redis runs without
+    /// persistence, so it loses every grant, record and budget: a documented unsafe window.
+    /// PostgreSQL is stopped fast or immediately (a crash, then WAL recovery).
+    ServerRestart,
+    /// A worker process is suspended (SIGSTOP) and later resumed (SIGCONT), sometimes for
+    /// longer than the TTLs, so its grants expire under it.
+    PauseWorker,
+    /// A worker process is killed (SIGKILL) with whatever it holds, and a new one starts in
+    /// its place.
+    KillWorker,
+    /// The proxy delays every chunk of bytes, each way.
+    Latency,
+    /// The proxy forwards nothing, either way, and delivers the held bytes late.
+    Blackhole,
+    /// The proxy closes every connection, and every new one, with a TCP RST.
+    Reset,
+    /// Requests reach the server, replies are swallowed; the connections are reset at the
+    /// end.
+    DropReplies,
+    /// The proxy closes the current connections with a TCP RST, once.
+    KillConnections,
+    /// `SCRIPT FLUSH`: every loaded Lua script is gone (Redis).
+    ScriptFlush,
+    /// `CLIENT KILL TYPE normal` and `CLIENT KILL TYPE pubsub` (Redis).
+    ClientKill,
+    /// `pg_terminate_backend` of every store connection, including the listeners
+    /// (PostgreSQL).
+    TerminateBackends,
+}
+
+impl FaultKind {
+    /// The name in plans and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::ServerRestart => "server-restart",
+            FaultKind::PauseWorker => "pause-worker",
+            FaultKind::KillWorker => "kill-worker",
+            FaultKind::Latency => "latency",
+            FaultKind::Blackhole => "blackhole",
+            FaultKind::Reset => "reset",
+            FaultKind::DropReplies => "drop-replies",
+            FaultKind::KillConnections => "kill-connections",
+            FaultKind::ScriptFlush => "script-flush",
+            FaultKind::ClientKill => "client-kill",
+            FaultKind::TerminateBackends => "terminate-backends",
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One fault with its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "fault", rename_all = "kebab-case")]
+pub enum Fault {
+    /// See [`FaultKind::ServerRestart`]; `crash` picks PostgreSQL's immediate shutdown.
+    ServerRestart {
+        /// How long the server stays down before it is started again.
+        down: Duration,
+        /// PostgreSQL: immediate shutdown (a crash) rather than a fast one.
+        crash: bool,
+    },
+    /// See [`FaultKind::PauseWorker`].
+    PauseWorker {
+        /// The worker slot.
+        worker: u32,
+        /// How long it stays suspended.
+        pause: Duration,
+    },
+    /// See [`FaultKind::KillWorker`].
+    KillWorker {
+        /// The worker slot.
+        worker: u32,
+        /// How long until its replacement starts.
+        down: Duration,
+    },
+    /// See [`FaultKind::Latency`].
+    Latency {
+        /// The delay each way.
+        delay: Duration,
+        /// How long it lasts.
+        lasts: Duration,
+    },
+    /// See [`FaultKind::Blackhole`].
+    Blackhole {
+        /// How long it lasts.
+        lasts: Duration,
+    },
+    /// See [`FaultKind::Reset`].
+    Reset {
+        /// How long it lasts.
+        lasts: Duration,
+    },
+    /// See [`FaultKind::DropReplies`].
+    DropReplies {
+        /// How long it lasts.
+        lasts: Duration,
+    },
+    /// See [`FaultKind::KillConnections`].
+    KillConnections,
+    /// See [`FaultKind::ScriptFlush`].
+    ScriptFlush,
+    /// See [`FaultKind::ClientKill`].
+    ClientKill,
+    /// See [`FaultKind::TerminateBackends`].
+    TerminateBackends,
+}
+
+impl Fault {
+    /// The kind.
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::ServerRestart { .. } => FaultKind::ServerRestart,
+            Fault::PauseWorker { .. } => FaultKind::PauseWorker,
+            Fault::KillWorker { .. } => FaultKind::KillWorker,
+            Fault::Latency { .. } => FaultKind::Latency,
+            Fault::Blackhole { .. } => FaultKind::Blackhole,
+            Fault::Reset { .. } => FaultKind::Reset,
+            Fault::DropReplies { .. } => FaultKind::DropReplies,
+            Fault::KillConnections => FaultKind::KillConnections,
+            Fault::ScriptFlush => FaultKind::ScriptFlush,
+            Fault::ClientKill => FaultKind::ClientKill,
+            Fault::TerminateBackends => FaultKind::TerminateBackends,
+        }
+    }
+
+    /// How long the fault is planned to last (restarts: the time down plus an allowance
+    /// for the start).
+    pub fn lasts(&self, store: StoreKind) -> Duration {
+        match *self {
+            Fault::ServerRestart { down, .. } => {
+                down + match store {
+                    StoreKind::Postgres => Duration::from_secs(2),
+                    _ => Duration::from_millis(200),
+                }
+            }
+            Fault::PauseWorker { pause, .. } => pause,
+            Fault::KillWorker { down, .. } => down,
+            Fault::Latency { lasts, .. }
+            | Fault::Blackhole { lasts }
+            | Fault::Reset { lasts }
+            | Fault::DropReplies { lasts } => lasts,
+            Fault::KillConnections
+            | Fault::ScriptFlush
+            | Fault::ClientKill
+            | Fault::TerminateBackends => Duration::ZERO,
+        }
+    }
+
+    fn draw(kind: FaultKind, workers: u32, rng: &mut ChaCha8Rng) -> Fault {
+        let ms = |rng: &mut ChaCha8Rng, low: u64, high: u64| {
+            Duration::from_millis(rng.random_range(low..=high))
+        };
+        match kind {
+            FaultKind::ServerRestart => Fault::ServerRestart {
+                down: ms(rng, 200, 1_500),
+                crash: rng.random_bool(0.5),
+            },
+            FaultKind::PauseWorker => {
+                let worker = rng.random_range(0..workers);
+                // Half of the pauses outlast every TTL of the workload, so the paused
+                // process's grants expire and are taken over while it sleeps.
+                let pause = if rng.random_bool(0.5) {
+                    ms(rng, 200, 1_000)
+                } else {
+                    ms(rng, 2_000, 4_000)
+                };
+                Fault::PauseWorker { worker, pause }
+            }
+            FaultKind::KillWorker => Fault::KillWorker {
+                worker: rng.random_range(0..workers),
+                down: ms(rng, 200, 1_000),
+            },
+            FaultKind::Latency => Fault::Latency {
+                delay: ms(rng, 20, 150),
+                lasts: ms(rng, 1_000, 4_000),
+            },
+            FaultKind::Blackhole => Fault::Blackhole {
+                lasts: ms(rng, 300, 2_500),
+            },
+            FaultKind::Reset => Fault::Reset {
+                lasts: ms(rng, 200, 1_500),
+            },
+            FaultKind::DropReplies => Fault::DropReplies {
+                lasts: ms(rng, 300, 2_000),
+            },
+            FaultKind::KillConnections => Fault::KillConnections,
+            FaultKind::ScriptFlush => Fault::ScriptFlush,
+            FaultKind::ClientKill => Fault::ClientKill,
+            FaultKind::TerminateBackends => Fault::TerminateBackends,
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = |d: &Duration| format!("{:.2}s", d.as_secs_f64());
+        match self {
+            Fault::ServerRestart { down, crash } => write!(
+                f,
+                "server-restart (down {}{})",
+                s(down),
+                if *crash { ", crash" } else { "" }
+            ),
+            Fault::PauseWorker { worker, pause } => {
+                write!(f, "pause-worker w{worker} for {}", s(pause))
+            }
+            Fault::KillWorker { worker, down } => {
+                write!(f, "kill-worker w{worker}, replaced after {}", s(down))
+            }
+            Fault::Latency { delay, lasts } => write!(
+                f,
+                "latency {}ms each way for {}",
+                delay.as_millis(),
+                s(lasts)
+            ),
+            Fault::Blackhole { lasts } => write!(f, "blackhole for {}", s(lasts)),
+            Fault::Reset { lasts } => write!(f, "reset for {}", s(lasts)),
+            Fault::DropReplies { lasts } => write!(f, "drop-replies for {}", s(lasts)),
+            other => f.write_str(other.kind().name()),
+        }
+    }
+}
+
+/// A fault and when it is due, counted from the start of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Scheduled {
+    /// When the fault is due.
+    pub at: Duration,
+    /// The fault.
+    pub fault: Fault,
+}
+
+/// The whole schedule of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// The store.
+    pub store: StoreKind,
+    /// The seed.
+    pub seed: u64,
+    /// The length of the run.
+    pub run: Duration,
+    /// How many worker processes run.
+    pub workers: u32,
+    /// The faults, in order.
+    pub faults: Vec<Scheduled>,
+}
+
+impl Plan {
+    /// The schedule for `store`, `seed`, a run of length `run` and `workers` workers.
+    ///
+    /// # Panics
+    /// When `workers` is zero.
+    pub fn new(store: StoreKind, seed: u64, run: Duration, workers: u32) -> Plan {
+        assert!(workers > 0, "a run needs at least one worker");
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let kinds = store.fault_kinds();
+        let mut deck: Vec<FaultKind> = Vec::new();
+        let mut faults = Vec::new();
+        let end = run.saturating_sub(COOLDOWN);
+        let mut at = WARMUP;
+        loop {
+            if deck.is_empty() {
+                deck = kinds.to_vec();
+                deck.shuffle(&mut rng);
+            }
+            let kind = deck.pop().expect("the deck was just filled");
+            let fault = Fault::draw(kind, workers, &mut rng);
+            if at + fault.lasts(store) > end {
+                break;
+            }
+            faults.push(Scheduled { at, fault });
+            at += fault.lasts(store) + Duration::from_millis(rng.random_range(300..=1_500));
+        }
+        Plan {
+            store,
+            seed,
+            run,
+            workers,
+            faults,
+        }
+    }
+
+    /// The plan as text: a header line, then one line per fault.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "fault plan: store {} seed {} run {}s workers {}: {} faults\n",
+            self.store,
+            self.seed,
+            self.run.as_secs(),
+            self.workers,
+            self.faults.len()
+        );
+        for (i, s) in self.faults.iter().enumerate() {
+            out.push_str(&format!(
+                "  #{:<3} +{:>8.3}s  {}\n",
+                i + 1,
+                s.at.as_secs_f64(),
+                s.fault
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_plan_and_another_seed_another() {
+        let run = Duration::from_secs(60);
+        for store in [StoreKind::Redis, StoreKind::Postgres, StoreKind::Sqlite] {
+            let a = Plan::new(store, 7, run, 4);
+            assert_eq!(a, Plan::new(store, 7, run, 4));
+            assert_eq!(a.render(), Plan::new(store, 7, run, 4).render());
+            assert_ne!(a.faults, Plan::new(store, 8, run, 4).faults, "{store}");
+        }
+    }
+
+    #[test]
+    fn faults_stay_inside_the_run_in_order_and_every_kind_comes_first_once() {
+        for seed in 0..50 {
+            let run = Duration::from_secs(90);
+            let plan = Plan::new(StoreKind::Redis, seed, run, 3);
+            let mut previous_end = Duration::ZERO;
+            for s in &plan.faults {
+                assert!(s.at >= WARMUP && s.at >= previous_end, "seed {seed}: {s:?}");
+                previous_end = s.at + s.fault.lasts(plan.store);
+                assert!(previous_end <= run - COOLDOWN, "seed {seed}: {s:?}");
+                if let Fault::PauseWorker { worker, .. } | Fault::KillWorker { worker, .. } =
+                    s.fault
+                {
+                    assert!(worker < 3);
+                }
+            }
+            let kinds = StoreKind::Redis.fault_kinds();
+            let mut first: Vec<FaultKind> = plan.faults[..kinds.len()]
+                .iter()
+                .map(|s| s.fault.kind())
+                .collect();
+            first.sort();
+            let mut all = kinds.to_vec();
+            all.sort();
+            assert_eq!(first, all, "seed {seed}: the first round deals every kind");
+        }
+    }
+
+    #[test]
+    fn a_run_too_short_for_faults_has_none() {
+        let plan = Plan::new(StoreKind::Sqlite, 1, Duration::from_secs(4), 2);
+        assert!(plan.faults.is_empty());
+        assert!(plan.render().contains(": 0 faults"));
+    }
+}
