@@ -40,6 +40,7 @@ pub mod sql;
 mod store;
 mod table;
 mod url;
+pub mod work;
 
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_POLL_INTERVAL,

@@ -8,10 +8,19 @@
 //! against a new database at the same moment: one creates, the others wait a moment and
 //! find it done. A schema from a newer baton is refused with `Internal` and left untouched;
 //! so is a `baton_lease` table that no baton created.
+//!
+//! Two version tracks are kept, each in a one-row table of its own and each migrated the
+//! same way, in the same transaction: the lease schema (`baton_schema`,
+//! [`sql::SCHEMA_VERSION`]) and the claimable-work tables (`baton_work_schema`,
+//! [`work::sql::SCHEMA_VERSION`](crate::work::sql::SCHEMA_VERSION)). The work tables came
+//! later and are versioned on their own so that neither track has to move when the other
+//! does; a database that has the lease schema but no work tables gets them at the next
+//! connect.
 
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, Transaction};
 
 use crate::sql;
+use crate::work::sql as work_sql;
 
 /// Why the schema could not be prepared.
 #[derive(Debug)]
@@ -28,10 +37,13 @@ impl From<sqlx::Error> for SchemaError {
     }
 }
 
-/// Makes sure the schema exists at [`sql::SCHEMA_VERSION`].
+/// Makes sure the schema exists at [`sql::SCHEMA_VERSION`] and the work tables at
+/// [`work::sql::SCHEMA_VERSION`](crate::work::sql::SCHEMA_VERSION).
 pub(crate) async fn prepare(pool: &PgPool) -> Result<(), SchemaError> {
     let mut conn = pool.acquire().await?;
-    if current_version(&mut conn).await? == Some(sql::SCHEMA_VERSION) {
+    if current_version(&mut conn).await? == Some(sql::SCHEMA_VERSION)
+        && work_version(&mut conn).await? == Some(work_sql::SCHEMA_VERSION)
+    {
         return Ok(());
     }
     let mut tx = conn.begin().await?;
@@ -43,6 +55,10 @@ pub(crate) async fn prepare(pool: &PgPool) -> Result<(), SchemaError> {
     match current_version(&mut tx).await? {
         None => create(&mut tx).await?,
         Some(version) => migrate(&mut tx, version).await?,
+    }
+    match work_version(&mut tx).await? {
+        None => create_work(&mut tx).await?,
+        Some(version) => migrate_work(&mut tx, version).await?,
     }
     tx.commit().await?;
     Ok(())
@@ -106,13 +122,85 @@ async fn migrate(tx: &mut Transaction<'_, Postgres>, version: i32) -> Result<(),
     Ok(())
 }
 
+/// The recorded work-schema version, `None` when there are no work tables.
+async fn work_version(conn: &mut PgConnection) -> Result<Option<i32>, SchemaError> {
+    let exists: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
+        .bind("baton_work_schema")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let version: Option<i32> = sqlx::query_scalar(work_sql::SCHEMA_VERSION_OF)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match version {
+        Some(version) => Ok(Some(version)),
+        None => Err(SchemaError::Refused(
+            "baton_work_schema exists but holds no version; it was not left by baton".into(),
+        )),
+    }
+}
+
+async fn create_work(tx: &mut Transaction<'_, Postgres>) -> Result<(), SchemaError> {
+    for table in [
+        "baton_work_item",
+        "baton_work_dedup",
+        "baton_work_schedule",
+        "baton_work_migration",
+    ] {
+        let stray: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
+            .bind(table)
+            .fetch_one(&mut **tx)
+            .await?;
+        if stray {
+            return Err(SchemaError::Refused(format!(
+                "a {table} table exists without baton_work_schema; it was not created by baton, so baton will not use or change it (point the store at another schema with ?options=-csearch_path%3D<schema>)"
+            )));
+        }
+    }
+    (&mut **tx).execute(work_sql::SCHEMA_V1).await?;
+    migrate_work(tx, 1).await
+}
+
+/// Runs the work-table migrations from `version` to
+/// [`work::sql::SCHEMA_VERSION`](crate::work::sql::SCHEMA_VERSION).
+async fn migrate_work(tx: &mut Transaction<'_, Postgres>, version: i32) -> Result<(), SchemaError> {
+    if version > work_sql::SCHEMA_VERSION {
+        return Err(SchemaError::Refused(format!(
+            "the database has baton work-schema version {version}, newer than version {} that this baton understands; upgrade baton to use it",
+            work_sql::SCHEMA_VERSION
+        )));
+    }
+    if version < 1 {
+        return Err(SchemaError::Refused(format!(
+            "the database has baton work-schema version {version}, which no baton wrote"
+        )));
+    }
+    for to in version + 1..=work_sql::SCHEMA_VERSION {
+        let step = work_sql::MIGRATIONS[(to - 2) as usize];
+        (&mut **tx).execute(step).await?;
+        sqlx::query(work_sql::SET_SCHEMA_VERSION)
+            .bind(to)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::sql;
+    use crate::work::sql as work_sql;
 
     #[test]
     fn every_version_after_the_first_has_a_migration() {
         assert_eq!(sql::MIGRATIONS.len() as i32, sql::SCHEMA_VERSION - 1);
         assert!(sql::SCHEMA_V1.contains("INSERT INTO baton_schema (version) VALUES (1)"));
+        assert_eq!(
+            work_sql::MIGRATIONS.len() as i32,
+            work_sql::SCHEMA_VERSION - 1
+        );
+        assert!(work_sql::SCHEMA_V1.contains("INSERT INTO baton_work_schema (version) VALUES (1)"));
     }
 }
