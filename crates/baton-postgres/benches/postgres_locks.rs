@@ -4,7 +4,7 @@
 //! (DESIGN §9).
 //!
 //! ```text
-//! cargo bench -p baton-postgres --bench postgres_locks              # full run (about 1.5 minutes)
+//! cargo bench -p baton-postgres --bench postgres_locks              # full run (about 2 minutes)
 //! cargo bench -p baton-postgres --bench postgres_locks -- --quick   # short run (or BATON_BENCH_QUICK=1)
 //! ```
 //!
@@ -18,17 +18,34 @@
 //!   and run by hand over a sqlx pool configured like the store's (same size, no test before
 //!   acquire), at the same concurrency. Both subjects are reported as a ratio to it.
 //!
-//! Contended: 8 contenders on one key, each in a store of its own (as 8 replicas), holding
-//! 1 ms and staying away 1 ms between attempts, for a few seconds. Handoff latency is the
-//! time from one holder sending its release to the next grant returning to a *different*
-//! contender. Runs: `listen=on` (waiters woken by `NOTIFY`) and `listen=off` (waiters poll
-//! every `poll_interval`, 200 ms by default, jittered to 50–100 %), each with synchronous
-//! commits (the default: every release and grant waits for its WAL flush, so a handoff
-//! costs two disk flushes) and with `synchronous_commit=off` set on the connections, which
-//! leaves the wake-up path and the statements without the disk.
+//! Commit cost: the floor under a handoff, measured on the same server in the same run. One
+//! connection runs, interleaved, a `SELECT 1` (a round trip), and a one-row `UPDATE` with
+//! `synchronous_commit` on and off; the difference of the two updates is what one WAL flush
+//! costs a commit here and now.
 //!
-//! Subjects run in alternating slices, so drift on a loaded machine hits all of them; a
-//! throughput figure is the median of its slices, a ratio the median of per-round ratios.
+//! Contended: 8 contenders on one key, each with connections of its own (as 8 replicas),
+//! holding 1 ms and staying away 1 ms between attempts. Handoff latency is the time from
+//! one holder sending its release to the next grant returning to a *different* contender.
+//! Rows:
+//! - `baton::Locks` over 8 stores, woken by `NOTIFY`, with the store's default commits (a
+//!   grant waits for its WAL flush, a release does not: one flush per handoff);
+//! - the baseline, the same round trips by hand: `sql::CLAIM`, a wait for the key's
+//!   notification on a LISTEN connection of its own (or the holder's remaining TTL), and
+//!   `sql::RELEASE`, over a pool like the store's;
+//! - the same by hand with the release committed synchronously (`sql::RELEASE` without
+//!   `sql::ASYNC_COMMIT`, as the store released before): two flushes per handoff, so the
+//!   change is measured in the same run;
+//! - `baton::Locks` with `durable_grants=off` (nothing in a handoff waits for the disk; the
+//!   relaxed setting whose risk `docs/postgres.md` states);
+//! - `baton::Locks` with `listen=off` (waiters poll every `poll_interval`, 200 ms by default,
+//!   jittered to 50–100 %), with default and with relaxed commits.
+//!
+//! The rows take turns in slices (3 rounds of 2.5 s each, 1 of 2 s with `--quick`), and
+//! each row's samples are pooled.
+//!
+//! Subjects run in alternating slices, so drift on a loaded machine hits all of them; an
+//! uncontended throughput figure is the median of its slices, a ratio the median of
+//! per-round ratios.
 //! Benchmarks are not tests: nothing here asserts.
 
 use std::sync::{Arc, Mutex};
@@ -38,8 +55,9 @@ use baton_core::store::{Claim, LeaseStore};
 use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
-use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{PgPool, Row};
+use tokio::sync::watch;
 
 /// Concurrency levels of the uncontended run.
 const CONCURRENCY: [usize; 2] = [1, 16];
@@ -51,11 +69,22 @@ const AWAY: Duration = Duration::from_millis(1);
 const TTL: Duration = Duration::from_secs(30);
 /// Pool size of store and baseline alike, so 16 tasks each have a connection.
 const POOL: u32 = 16;
+/// The store's default: grants wait for their WAL flush, releases do not.
+const DEFAULT_COMMITS: &str = "durable grants, asynchronous release (default)";
+/// Grants and releases both wait for their flush: two per handoff.
+const SYNCHRONOUS_COMMITS: &str = "durable grants, synchronous release";
+/// `durable_grants=off`: nothing in a handoff waits for the disk.
+const RELAXED_COMMITS: &str = "`durable_grants=off`: nothing waits for the disk";
 
 struct Settings {
     rounds: usize,
     slice: Duration,
+    /// The length of one handoff slice; each row runs `handoff_rounds` slices, the rows
+    /// taking turns.
     handoff_for: Duration,
+    handoff_rounds: usize,
+    /// Samples of each statement in the commit-cost probe.
+    probes: usize,
 }
 
 impl Settings {
@@ -67,12 +96,16 @@ impl Settings {
                 rounds: 3,
                 slice: Duration::from_millis(500),
                 handoff_for: Duration::from_secs(2),
+                handoff_rounds: 1,
+                probes: 100,
             }
         } else {
             Settings {
                 rounds: 7,
                 slice: Duration::from_secs(1),
-                handoff_for: Duration::from_secs(5),
+                handoff_for: Duration::from_millis(2500),
+                handoff_rounds: 3,
+                probes: 400,
             }
         }
     }
@@ -156,45 +189,196 @@ async fn run(url: String, settings: Settings) {
         }
     }
 
+    println!("\n## Commit cost on this server (one connection, interleaved)\n");
+    println!("| statement | p50 | p90 |");
+    println!("|---|---:|---:|");
+    let probe = commit_costs(&raw, settings.probes).await;
+    for (name, mut samples) in [
+        ("`SELECT 1` (a round trip)", probe.round_trip),
+        (
+            "one-row `UPDATE`, `synchronous_commit=off`",
+            probe.asynchronous,
+        ),
+        (
+            "one-row `UPDATE`, `synchronous_commit=on` (waits for the flush)",
+            probe.synchronous,
+        ),
+    ] {
+        samples.sort();
+        println!(
+            "| {name} | {} | {} |",
+            ms(percentile(&samples, 0.50)),
+            ms(percentile(&samples, 0.90))
+        );
+    }
+
     println!(
         "\n## Handoff, {CONTENDERS} contenders in {CONTENDERS} stores, hold 1 ms, away 1 ms\n"
     );
     println!(
-        "| wake-ups | commits | grants/s | handoffs | handoff p50 | p99 | max | acquire p50 | acquire p99 |"
+        "| contenders | wake-ups | commits | grants/s | handoffs | handoff p50 | p99 | max | acquire p50 | acquire p99 |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (name, commits, query) in [
-        ("LISTEN/NOTIFY", "synchronous", "listen=on"),
-        (
-            "LISTEN/NOTIFY",
-            "asynchronous",
-            "listen=on&options=-csynchronous_commit%3Doff",
-        ),
-        (
-            "polling (listen=off, poll_interval 200ms)",
-            "synchronous",
-            "listen=off",
-        ),
-        (
-            "polling (listen=off, poll_interval 200ms)",
-            "asynchronous",
-            "listen=off&options=-csynchronous_commit%3Doff",
-        ),
-    ] {
-        let (grants, mut latencies, mut waits) =
-            handoff(&format!("{url}?{query}"), settings.handoff_for).await;
-        latencies.sort();
-        waits.sort();
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let runs = HandoffRun::all();
+    let mut results: Vec<HandoffResult> = runs.iter().map(|_| HandoffResult::default()).collect();
+    for round in 0..settings.handoff_rounds {
+        for k in 0..runs.len() {
+            let i = (k + round) % runs.len();
+            let result = handoff(&url, runs[i], settings.handoff_for).await;
+            results[i].add(result);
+        }
+    }
+    for (run, result) in runs.iter().zip(&mut results) {
+        result.latencies.sort();
+        result.waits.sort();
         println!(
-            "| {name} | {commits} | {:.0} | {} | {} | {} | {} | {} | {} |",
-            grants as f64 / settings.handoff_for.as_secs_f64(),
-            latencies.len(),
-            ms(percentile(&latencies, 0.50)),
-            ms(percentile(&latencies, 0.99)),
-            ms(latencies.last().copied().unwrap_or_default()),
-            ms(percentile(&waits, 0.50)),
-            ms(percentile(&waits, 0.99)),
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
+            run.contenders.name(),
+            run.wakeups,
+            run.commits,
+            result.grants as f64 / result.elapsed.as_secs_f64(),
+            result.latencies.len(),
+            ms(percentile(&result.latencies, 0.50)),
+            ms(percentile(&result.latencies, 0.99)),
+            ms(result.latencies.last().copied().unwrap_or_default()),
+            ms(percentile(&result.waits, 0.50)),
+            ms(percentile(&result.waits, 0.99)),
         );
+    }
+}
+
+/// Who contends in a handoff run.
+#[derive(Clone, Copy, Debug)]
+enum Contenders {
+    /// `baton::Locks`, each over a `PostgresStore` of its own.
+    Locks,
+    /// The baseline: the store's round trips by hand, each contender with a pool and a
+    /// LISTEN connection of its own (`sql::CLAIM`, wait for the key's notification or the
+    /// holder's remaining TTL, hold, release). With `synchronous_release`, the release
+    /// statement is `sql::RELEASE` without `sql::ASYNC_COMMIT`: how the store released
+    /// before releases were committed asynchronously, so a handoff waited for two flushes.
+    ByHand { synchronous_release: bool },
+}
+
+impl Contenders {
+    fn name(self) -> &'static str {
+        match self {
+            Contenders::Locks => "`baton::Locks`",
+            Contenders::ByHand {
+                synchronous_release: false,
+            } => "by hand, the store's statements",
+            Contenders::ByHand {
+                synchronous_release: true,
+            } => "by hand, release committed synchronously (as before)",
+        }
+    }
+}
+
+/// One row of the handoff table.
+#[derive(Clone, Copy, Debug)]
+struct HandoffRun {
+    contenders: Contenders,
+    wakeups: &'static str,
+    commits: &'static str,
+    /// baton's options for the stores' URLs.
+    query: &'static str,
+}
+
+impl HandoffRun {
+    fn all() -> [HandoffRun; 6] {
+        const NOTIFY: &str = "LISTEN/NOTIFY";
+        const POLLING: &str = "polling (listen=off, poll_interval 200ms)";
+        [
+            HandoffRun {
+                contenders: Contenders::Locks,
+                wakeups: NOTIFY,
+                commits: DEFAULT_COMMITS,
+                query: "listen=on",
+            },
+            HandoffRun {
+                contenders: Contenders::ByHand {
+                    synchronous_release: false,
+                },
+                wakeups: NOTIFY,
+                commits: DEFAULT_COMMITS,
+                query: "",
+            },
+            HandoffRun {
+                contenders: Contenders::ByHand {
+                    synchronous_release: true,
+                },
+                wakeups: NOTIFY,
+                commits: SYNCHRONOUS_COMMITS,
+                query: "",
+            },
+            HandoffRun {
+                contenders: Contenders::Locks,
+                wakeups: NOTIFY,
+                commits: RELAXED_COMMITS,
+                query: "listen=on&durable_grants=off",
+            },
+            HandoffRun {
+                contenders: Contenders::Locks,
+                wakeups: POLLING,
+                commits: DEFAULT_COMMITS,
+                query: "listen=off",
+            },
+            HandoffRun {
+                contenders: Contenders::Locks,
+                wakeups: POLLING,
+                commits: RELAXED_COMMITS,
+                query: "listen=off&durable_grants=off",
+            },
+        ]
+    }
+}
+
+/// What the slices of one handoff row measured, pooled.
+#[derive(Default)]
+struct HandoffResult {
+    grants: u64,
+    elapsed: Duration,
+    /// Release sent -> next grant returned to a different contender.
+    latencies: Vec<Duration>,
+    /// Acquire called -> granted.
+    waits: Vec<Duration>,
+}
+
+impl HandoffResult {
+    fn add(&mut self, other: HandoffResult) {
+        self.grants += other.grants;
+        self.elapsed += other.elapsed;
+        self.latencies.extend(other.latencies);
+        self.waits.extend(other.waits);
+    }
+}
+
+/// What the contenders share: the last release (when it was sent and by whom), and the
+/// samples.
+#[derive(Default)]
+struct Shared {
+    last: Mutex<Option<(Instant, usize)>>,
+    latencies: Mutex<Vec<Duration>>,
+    waits: Mutex<Vec<Duration>>,
+}
+
+impl Shared {
+    /// Records a grant to contender `me`, asked for at `asked`.
+    fn granted(&self, me: usize, asked: Instant) {
+        let granted = Instant::now();
+        self.waits.lock().unwrap().push(granted - asked);
+        let previous = *self.last.lock().unwrap();
+        if let Some((sent, by)) = previous
+            && by != me
+            && granted >= sent
+        {
+            self.latencies.lock().unwrap().push(granted - sent);
+        }
+    }
+
+    /// Records that contender `me` sends its release now.
+    fn releasing(&self, me: usize) {
+        *self.last.lock().unwrap() = Some((Instant::now(), me));
     }
 }
 
@@ -270,68 +454,240 @@ async fn slice(
     pairs as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Grants, handoff latencies and acquire durations (call to grant) of 8 contenders, each
-/// with its own store on `url`.
-async fn handoff(url: &str, length: Duration) -> (u64, Vec<Duration>, Vec<Duration>) {
+/// One slice of `run`: 8 contenders on one key for `length`.
+async fn handoff(url: &str, run: HandoffRun, length: Duration) -> HandoffResult {
     let ns = namespace();
-    let mut stores = Vec::new();
+    let key = store_key(&ns, "hot");
+    let shared = Arc::new(Shared::default());
+    let sep = if run.query.is_empty() { "" } else { "&" };
+    let store_url = format!("{url}?max_connections=2{sep}{}", run.query);
+    let mut tasks = Vec::new();
+    // Everybody connects first, then the clock starts.
+    let mut contenders = Vec::new();
     for _ in 0..CONTENDERS {
-        stores.push(Arc::new(
-            PostgresStore::connect(&format!("{url}&max_connections=2"))
-                .await
-                .expect("a contender's store"),
-        ));
-    }
-    // The last release: when it was sent and by whom.
-    let last: Arc<Mutex<Option<(Instant, usize)>>> = Arc::new(Mutex::new(None));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
-    let waits = Arc::new(Mutex::new(Vec::new()));
-    let deadline = Instant::now() + length;
-    let tasks: Vec<_> = stores
-        .into_iter()
-        .enumerate()
-        .map(|(me, store)| {
-            let (ns, last, latencies, waits) = (
+        contenders.push(match run.contenders {
+            Contenders::Locks => Contender::Locks(Locks::with_namespace(
+                Arc::new(
+                    PostgresStore::connect(&store_url)
+                        .await
+                        .expect("a contender's store"),
+                ),
                 ns.clone(),
-                Arc::clone(&last),
-                Arc::clone(&latencies),
-                Arc::clone(&waits),
-            );
-            tokio::spawn(async move {
-                let locks = Locks::with_namespace(store, ns);
-                let options = LockOptions::new(TTL).wait(Duration::from_secs(60));
-                let mut grants = 0u64;
-                while Instant::now() < deadline {
-                    let asked = Instant::now();
-                    let Ok(guard) = locks.acquire("hot", &options).await else {
-                        continue;
-                    };
-                    let granted = Instant::now();
-                    waits.lock().unwrap().push(granted - asked);
-                    grants += 1;
-                    let previous = *last.lock().unwrap();
-                    if let Some((sent, by)) = previous
-                        && by != me
-                        && granted >= sent
-                    {
-                        latencies.lock().unwrap().push(granted - sent);
+            )),
+            Contenders::ByHand {
+                synchronous_release,
+            } => Contender::ByHand(ByHand::connect(url, &key, synchronous_release).await),
+        });
+    }
+    let started = Instant::now();
+    let deadline = started + length;
+    for (me, contender) in contenders.into_iter().enumerate() {
+        let shared = Arc::clone(&shared);
+        tasks.push(tokio::spawn(async move {
+            let mut grants = 0u64;
+            match contender {
+                Contender::Locks(locks) => {
+                    let options = LockOptions::new(TTL).wait(Duration::from_secs(60));
+                    while Instant::now() < deadline {
+                        let asked = Instant::now();
+                        let Ok(guard) = locks.acquire("hot", &options).await else {
+                            continue;
+                        };
+                        shared.granted(me, asked);
+                        grants += 1;
+                        tokio::time::sleep(HOLD).await;
+                        shared.releasing(me);
+                        guard.release().await;
+                        tokio::time::sleep(AWAY).await;
                     }
-                    tokio::time::sleep(HOLD).await;
-                    *last.lock().unwrap() = Some((Instant::now(), me));
-                    guard.release().await;
-                    tokio::time::sleep(AWAY).await;
                 }
-                grants
-            })
-        })
-        .collect();
+                Contender::ByHand(mut by_hand) => {
+                    while Instant::now() < deadline {
+                        let asked = Instant::now();
+                        let token = by_hand.acquire().await;
+                        shared.granted(me, asked);
+                        grants += 1;
+                        tokio::time::sleep(HOLD).await;
+                        shared.releasing(me);
+                        by_hand.release(&token).await;
+                        tokio::time::sleep(AWAY).await;
+                    }
+                }
+            }
+            grants
+        }));
+    }
     let mut grants = 0;
     for task in tasks {
         grants += task.await.expect("a contender panicked");
     }
-    let latencies = latencies.lock().unwrap().clone();
-    let waits = waits.lock().unwrap().clone();
-    (grants, latencies, waits)
+    let elapsed = started.elapsed();
+    HandoffResult {
+        grants,
+        elapsed,
+        latencies: std::mem::take(&mut *shared.latencies.lock().unwrap()),
+        waits: std::mem::take(&mut *shared.waits.lock().unwrap()),
+    }
+}
+
+enum Contender {
+    Locks(Locks),
+    ByHand(ByHand),
+}
+
+/// A contender doing the store's round trips by hand (see [`Contenders::ByHand`]).
+struct ByHand {
+    pool: PgPool,
+    key: String,
+    release_sql: &'static str,
+    /// Bumped by the listening task at each notification of `key`.
+    released: watch::Receiver<u64>,
+    listening: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ByHand {
+    fn drop(&mut self) {
+        self.listening.abort();
+    }
+}
+
+impl ByHand {
+    async fn connect(url: &str, key: &StoreKey, synchronous_release: bool) -> ByHand {
+        let options = url.parse::<PgConnectOptions>().expect("url");
+        let pool = PgPoolOptions::new()
+            .max_connections(2)
+            .test_before_acquire(false)
+            .connect_with(options.clone().application_name("baton-bench-by-hand"))
+            .await
+            .expect("a by-hand pool");
+        let mut listener = PgListener::connect_with(&pool).await.expect("a listener");
+        listener.listen(sql::CHANNEL).await.expect("LISTEN");
+        let (sender, released) = watch::channel(0u64);
+        let watched = key.as_str().to_owned();
+        let listening = tokio::spawn(async move {
+            while let Ok(notification) = listener.recv().await {
+                if notification.payload() == watched {
+                    sender.send_modify(|generation| *generation += 1);
+                }
+            }
+        });
+        let release_sql = if synchronous_release {
+            synchronous_release_statement()
+        } else {
+            sql::RELEASE
+        };
+        ByHand {
+            pool,
+            key: key.as_str().to_owned(),
+            release_sql,
+            released,
+            listening,
+        }
+    }
+
+    /// Claims the key with a fresh token, waiting for releases (or the holder's TTL) while
+    /// it is held; returns the token.
+    async fn acquire(&mut self) -> String {
+        let token = format!("{:032x}", rand::random::<u128>());
+        loop {
+            // Subscribe before the attempt, as the core does.
+            self.released.borrow_and_update();
+            let row = sqlx::query(sql::CLAIM)
+                .bind(&self.key)
+                .bind(&token)
+                .bind(TTL.as_millis() as i64)
+                .bind("")
+                .fetch_optional(&self.pool)
+                .await
+                .expect("claim");
+            let Some(row) = row else { continue };
+            if row.get::<bool, _>("claimed") {
+                return token;
+            }
+            let remaining = Duration::from_micros(row.get::<i64, _>("remaining_us").max(0) as u64);
+            tokio::select! {
+                _ = self.released.changed() => {}
+                _ = tokio::time::sleep(remaining + Duration::from_millis(1)) => {}
+            }
+        }
+    }
+
+    async fn release(&self, token: &str) {
+        sqlx::query(self.release_sql)
+            .bind(&self.key)
+            .bind(token)
+            .fetch_one(&self.pool)
+            .await
+            .expect("release");
+    }
+}
+
+/// `sql::RELEASE` without `sql::ASYNC_COMMIT`: the release as the store ran it before
+/// releases were committed asynchronously.
+fn synchronous_release_statement() -> &'static str {
+    static STATEMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    STATEMENT.get_or_init(|| {
+        let asynchronous = format!(", {} AS commit_mode", sql::ASYNC_COMMIT);
+        assert!(sql::RELEASE.contains(&asynchronous), "{}", sql::RELEASE);
+        sql::RELEASE.replace(&asynchronous, "")
+    })
+}
+
+/// Latencies of the commit-cost probe.
+struct CommitCosts {
+    round_trip: Vec<Duration>,
+    asynchronous: Vec<Duration>,
+    synchronous: Vec<Duration>,
+}
+
+/// `samples` of each: a round trip, and a one-row update committed without and with waiting
+/// for the WAL flush, interleaved on one connection of `pool`.
+async fn commit_costs(pool: &PgPool, samples: usize) -> CommitCosts {
+    let mut conn = pool.acquire().await.expect("a probe connection");
+    for statement in [
+        "CREATE TABLE IF NOT EXISTS baton_bench_probe (id int PRIMARY KEY, n bigint NOT NULL)",
+        "INSERT INTO baton_bench_probe VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut *conn)
+            .await
+            .expect("probe table");
+    }
+    let mut costs = CommitCosts {
+        round_trip: Vec::with_capacity(samples),
+        asynchronous: Vec::with_capacity(samples),
+        synchronous: Vec::with_capacity(samples),
+    };
+    let update = "UPDATE baton_bench_probe SET n = n + 1 WHERE id = 1";
+    for _ in 0..samples {
+        let started = Instant::now();
+        sqlx::query("SELECT 1")
+            .execute(&mut *conn)
+            .await
+            .expect("round trip");
+        costs.round_trip.push(started.elapsed());
+        for (setting, into) in [
+            ("off", &mut costs.asynchronous),
+            ("on", &mut costs.synchronous),
+        ] {
+            sqlx::query("SELECT set_config('synchronous_commit', $1, false)")
+                .bind(setting)
+                .execute(&mut *conn)
+                .await
+                .expect("set synchronous_commit");
+            let started = Instant::now();
+            sqlx::query(update)
+                .execute(&mut *conn)
+                .await
+                .expect("probe update");
+            into.push(started.elapsed());
+        }
+    }
+    sqlx::query("RESET synchronous_commit")
+        .execute(&mut *conn)
+        .await
+        .expect("reset");
+    costs
 }
 
 fn median(values: &[f64]) -> f64 {

@@ -3,10 +3,10 @@
 //! Each store keeps one connection of its own (outside its pool, `application_name`
 //! [`LISTENER_APPLICATION`]) that `LISTEN`s on [`CHANNEL`](crate::sql::CHANNEL) for as long
 //! as the store lives. [`RELEASE`](crate::sql::RELEASE) notifies the qualified key in the
-//! releasing transaction; the connection's task calls [`ReleaseHub::notify`] with it, which is
-//! cheap when nobody in this process waits on the key. Because the subscription is
-//! permanent, a waiter's subscribe-before-attempt is a local operation and a handoff costs no
-//! `LISTEN` round trip.
+//! releasing transaction; the task that reads the connection calls [`ReleaseHub::notify`]
+//! with it as soon as it arrives (no hop through another task), which is cheap when nobody in
+//! this process waits on the key. Because the subscription is permanent, a waiter's
+//! subscribe-before-attempt is a local operation and a handoff costs no `LISTEN` round trip.
 //!
 //! ## Behavior
 //! - Every [`HEARTBEAT_EVERY`] the store notifies a channel private to this connection
@@ -111,10 +111,12 @@ struct Source {
     healthy: Arc<AtomicBool>,
 }
 
-/// One listening connection: its receiving task forwards every notification payload, and
-/// ends (with the reason) when the connection is lost.
+/// One listening connection: its receiving task wakes waiters on each release notification,
+/// forwards every other notification (heartbeats), and ends (with the reason) when the
+/// connection is lost.
 struct Connection {
-    /// `(channel, payload)` of each notification, or why the connection was lost.
+    /// `(channel, payload)` of each notification other than a release's, or why the
+    /// connection was lost.
     payloads: mpsc::UnboundedReceiver<Result<(String, String), String>>,
     receiver: JoinHandle<()>,
 }
@@ -155,7 +157,7 @@ async fn run(source: Source, mut connection: Connection) {
 }
 
 impl Source {
-    /// Feeds the hub until the connection is lost; returns why.
+    /// Checks the connection with heartbeats until it is lost; returns why.
     async fn serve(&self, connection: &mut Connection) -> String {
         let mut heartbeat = tokio::time::interval(HEARTBEAT_EVERY);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -166,12 +168,10 @@ impl Source {
             tokio::select! {
                 payload = connection.payloads.recv() => match payload {
                     Some(Ok((channel, payload))) => {
-                        if channel == self.heartbeat_channel {
-                            if outstanding.as_deref() == Some(payload.as_str()) {
-                                outstanding = None;
-                            }
-                        } else if !payload.is_empty() {
-                            self.hub.notify(&StoreKey::from_stored(payload));
+                        if channel == self.heartbeat_channel
+                            && outstanding.as_deref() == Some(payload.as_str())
+                        {
+                            outstanding = None;
                         }
                     }
                     Some(Err(why)) => return why,
@@ -250,20 +250,30 @@ impl Source {
             Err(_) => return Err(timed_out(&what, &self.server, deadline)),
         };
         let (sender, payloads) = mpsc::unbounded_channel();
-        let receiver = tokio::spawn(receive(listener, sender));
+        let receiver = tokio::spawn(receive(listener, Arc::clone(&self.hub), sender));
         Ok(Connection { payloads, receiver })
     }
 }
 
-/// Forwards payloads until the connection is lost. `try_recv` is never cancelled here (it
-/// may lose part of a message if it were); the task is aborted only when the connection is
-/// given up.
+/// Wakes the waiters of each released key and forwards every other notification, until the
+/// connection is lost. A release is handed to the hub here, not forwarded: it is the
+/// handoff's path, and a hop through the serving task would add a task wake-up to every
+/// handoff. `try_recv` is never cancelled here (it may lose part of a message if it were);
+/// the task is aborted only when the connection is given up.
 async fn receive(
     mut listener: PgListener,
+    hub: Arc<ReleaseHub>,
     sender: mpsc::UnboundedSender<Result<(String, String), String>>,
 ) {
     loop {
         let message = match listener.try_recv().await {
+            Ok(Some(notification)) if notification.channel() == sql::CHANNEL => {
+                let payload = notification.payload();
+                if !payload.is_empty() {
+                    hub.notify(&StoreKey::from_stored(payload.to_owned()));
+                }
+                continue;
+            }
             Ok(Some(notification)) => Ok((
                 notification.channel().to_owned(),
                 notification.payload().to_owned(),

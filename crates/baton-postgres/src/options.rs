@@ -2,7 +2,7 @@
 //!
 //! Start from [`PostgresOptions::new`] (the defaults suit most uses) and change what you
 //! need; the same options can be given in a `postgres://` URL's query
-//! (`?connect_timeout=5s&response_timeout=2s&max_connections=10&listen=on&poll_interval=200ms`),
+//! (`?connect_timeout=5s&response_timeout=2s&max_connections=10&listen=on&poll_interval=200ms&durable_grants=on`),
 //! beside the connection parameters PostgreSQL itself knows (`sslmode`, `application_name`,
 //! ...). Values are checked when the store is opened, before any I/O.
 
@@ -28,7 +28,7 @@ const MAX_CONNECTIONS_LIMIT: u32 = 1000;
 
 /// The option names a URL query may hold besides PostgreSQL's own, for error messages.
 pub(crate) const KNOWN_OPTIONS: &str =
-    "connect_timeout, response_timeout, max_connections, listen and poll_interval";
+    "connect_timeout, response_timeout, max_connections, listen, poll_interval and durable_grants";
 
 /// Options of a PostgreSQL store. Every value has a default; see each setter.
 ///
@@ -51,6 +51,7 @@ pub struct PostgresOptions {
     max_connections: u32,
     listen: bool,
     poll_interval: Duration,
+    durable_grants: bool,
 }
 
 impl Default for PostgresOptions {
@@ -61,13 +62,14 @@ impl Default for PostgresOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             listen: true,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            durable_grants: true,
         }
     }
 }
 
 impl PostgresOptions {
     /// The defaults: 5s connect timeout, 2s response timeout, 10 connections, LISTEN on,
-    /// 200ms poll interval.
+    /// 200ms poll interval, durable grants.
     pub fn new() -> Self {
         PostgresOptions::default()
     }
@@ -113,6 +115,31 @@ impl PostgresOptions {
         self
     }
 
+    /// Whether a lock or lease claim and a renewal wait for their commit to reach the disk
+    /// before they answer (default on).
+    ///
+    /// **On** (the default), an answered grant and its fence survive a crash of the database
+    /// server, as every committed row does (`synchronous_commit` as the server sets it). A
+    /// handoff then costs one WAL flush: the new holder's claim. Releases never wait for the
+    /// disk either way: a release lost in a crash only keeps the key held until its TTL.
+    ///
+    /// **Off** turns `synchronous_commit` off for the transaction of each claim and renewal of
+    /// [`PostgresStore`](crate::PostgresStore) (not for rate limits, the cache, the
+    /// idempotency log or [`TableLeases`](crate::TableLeases)), so no handoff waits for the
+    /// disk. The risk, and only after the database server itself crashes (not a restart, not a
+    /// client or network fault): the grants and renewals answered in the last moments before
+    /// the crash, up to three times `wal_writer_delay` (600ms by default), may be lost. A lost
+    /// grant lets another holder take the key while the first still works, possibly with the
+    /// **same fence** (the fence sequence can lose its advance too), so neither exclusion nor
+    /// fencing holds across that crash; a lost renewal leaves the earlier expiry, so the key may be
+    /// taken before its holder's `valid_until`. Use it only where a database crash is rare
+    /// and a doubled critical section then is acceptable. See `docs/postgres.md`, "Durability
+    /// of each statement".
+    pub fn durable_grants(mut self, durable: bool) -> Self {
+        self.durable_grants = durable;
+        self
+    }
+
     /// The connect timeout.
     pub fn get_connect_timeout(&self) -> Duration {
         self.connect_timeout
@@ -138,6 +165,11 @@ impl PostgresOptions {
         self.poll_interval
     }
 
+    /// Whether claims and renewals wait for their commit to reach the disk.
+    pub fn get_durable_grants(&self) -> bool {
+        self.durable_grants
+    }
+
     /// The longest any one store call may take: waiting for a connection plus a statement.
     pub(crate) fn call_deadline(&self) -> Duration {
         self.connect_timeout + self.response_timeout
@@ -154,13 +186,8 @@ impl PostgresOptions {
                     "max_connections={value:?} is not a whole number"
                 ))),
             },
-            "listen" => match value.to_ascii_lowercase().as_str() {
-                "on" | "true" | "1" | "yes" => Ok(self.listen(true)),
-                "off" | "false" | "0" | "no" => Ok(self.listen(false)),
-                _ => Err(Error::invalid_input(format!(
-                    "listen={value:?} is neither on nor off"
-                ))),
-            },
+            "listen" => parse_switch(name, value).map(|on| self.listen(on)),
+            "durable_grants" => parse_switch(name, value).map(|on| self.durable_grants(on)),
             "poll_interval" => parse_duration(value)
                 .map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))
                 .map(|t| self.poll_interval(t)),
@@ -198,6 +225,17 @@ impl PostgresOptions {
             )));
         }
         Ok(())
+    }
+}
+
+/// `on`/`off` (also `true`/`false`, `1`/`0`, `yes`/`no`, in any case).
+fn parse_switch(name: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(Error::invalid_input(format!(
+            "{name}={value:?} is neither on nor off"
+        ))),
     }
 }
 
@@ -243,6 +281,9 @@ mod tests {
         let options = set(options, "max_connections", "3").unwrap();
         let options = set(options, "listen", "off").unwrap();
         let options = set(options, "poll_interval", "50ms").unwrap();
+        assert!(options.get_durable_grants(), "durable by default");
+        let options = set(options, "durable_grants", "OFF").unwrap();
+        assert!(!options.get_durable_grants());
         assert_eq!(options.get_connect_timeout(), Duration::from_millis(250));
         assert_eq!(options.get_response_timeout(), Duration::from_secs(1));
         assert_eq!(options.get_max_connections(), 3);
@@ -260,6 +301,8 @@ mod tests {
         assert!(e.message().contains("response_timeout"), "{e}");
         let e = set(PostgresOptions::new(), "listen", "maybe").unwrap_err();
         assert!(e.message().contains("listen"), "{e}");
+        let e = set(PostgresOptions::new(), "durable_grants", "sometimes").unwrap_err();
+        assert!(e.message().contains("durable_grants=\"sometimes\""), "{e}");
         let e = set(PostgresOptions::new(), "max_connections", "-1").unwrap_err();
         assert!(e.message().contains("max_connections"), "{e}");
         let e = PostgresOptions::new()

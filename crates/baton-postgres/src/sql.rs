@@ -21,12 +21,20 @@
 //!   `expires_at <= clock_timestamp()` is an expired grant: it is free too, and keeps its
 //!   holder only until the next claim or [`PRUNE`].
 //! - Every atom is **one statement** in its own (implicit) transaction.
+//! - **Commits are durable, except a release's.** Claim, renew and evict commit as the
+//!   server is configured (`synchronous_commit = on` by default: the answer waits for the
+//!   WAL flush). [`RELEASE`] sets `synchronous_commit = off` for its own transaction
+//!   ([`ASYNC_COMMIT`]), so it answers, and its `NOTIFY` goes out, without waiting for the
+//!   disk: a release lost in a server crash leaves the key held until its TTL, which is
+//!   safe; a lost claim or renewal would not be. [`CLAIM_RELAXED`] and [`RENEW_RELAXED`] do
+//!   the same for grants, for stores opened with `durable_grants=off` only (see
+//!   `docs/postgres.md`, "Durability of each statement").
 //!
 //! | operation | statement |
 //! |---|---|
-//! | claim | [`CLAIM`] |
-//! | renew | [`RENEW`] (1 changed row: renewed) |
-//! | release | [`RELEASE`] (notifies [`CHANNEL`] in the same transaction) |
+//! | claim | [`CLAIM`] ([`CLAIM_RELAXED`] with `durable_grants=off`) |
+//! | renew | [`RENEW`] (1 changed row: renewed) ([`RENEW_RELAXED`] with `durable_grants=off`) |
+//! | release | [`RELEASE`] (notifies [`CHANNEL`] in the same transaction; commits asynchronously) |
 //! | inspect | [`INSPECT`] |
 //! | list | [`LIST`], or [`LIST_FROM`] when the prefix has no upper bound |
 //! | evict (operators) | [`EVICT`] |
@@ -42,6 +50,12 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// by its commit; no session-level advisory lock is ever taken (see [`CLAIM`] for why the
 /// atoms take none at all).
 pub const MIGRATION_LOCK: i64 = 0x6261_746e_7363_686d;
+
+/// The expression that makes the transaction it runs in commit without waiting for the WAL
+/// flush: `synchronous_commit = off` until the end of the transaction (`SET LOCAL`), read
+/// when it commits. Statements evaluate it in the `RETURNING` list of their write, so it is
+/// set exactly when they change a row (a statement that changes nothing commits nothing).
+pub const ASYNC_COMMIT: &str = "set_config('synchronous_commit', 'off', true)";
 
 /// The channel [`RELEASE`] and [`EVICT`] notify, with the qualified key as the payload.
 pub const CHANNEL: &str = "baton_released";
@@ -169,6 +183,45 @@ FROM baton_lease AS l, c
 WHERE l.key = $1 AND l.holder IS NOT NULL AND l.expires_at > c.now
   AND NOT EXISTS (SELECT 1 FROM claimed)";
 
+/// [`CLAIM`] committing asynchronously ([`ASYNC_COMMIT`] in the `RETURNING` list of both
+/// writes), for stores opened with `durable_grants=off`: an answered grant may be lost if
+/// the server crashes within a moment of it. Same parameters and answer as [`CLAIM`].
+pub const CLAIM_RELAXED: &str = "\
+WITH c AS (SELECT clock_timestamp() AS now),
+updated AS (
+    UPDATE baton_lease AS l SET
+        holder     = $2,
+        fence      = CASE WHEN l.holder = $2 AND l.expires_at > c.now
+                          THEN l.fence ELSE greatest(nextval('baton_fence'), l.fence + 1) END,
+        reason     = $4,
+        granted_at = CASE WHEN l.holder = $2 AND l.expires_at > c.now
+                          THEN l.granted_at ELSE c.now END,
+        updated_at = c.now,
+        expires_at = c.now + $3 * interval '1 millisecond'
+    FROM c
+    WHERE l.key = $1 AND (l.holder IS NULL OR l.expires_at <= c.now OR l.holder = $2)
+    RETURNING l.fence, l.granted_at = l.updated_at AS granted,
+              set_config('synchronous_commit', 'off', true) AS commit_mode
+),
+inserted AS (
+    INSERT INTO baton_lease (key, holder, fence, reason, granted_at, updated_at, expires_at)
+    SELECT $1, $2, nextval('baton_fence'), $4, c.now, c.now, c.now + $3 * interval '1 millisecond'
+    FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM baton_lease WHERE key = $1)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING fence, true AS granted,
+              set_config('synchronous_commit', 'off', true) AS commit_mode
+),
+claimed AS (SELECT fence, granted FROM updated UNION ALL SELECT fence, granted FROM inserted)
+SELECT true AS claimed, granted, fence, NULL::text AS holder, 0::bigint AS remaining_us
+FROM claimed
+UNION ALL
+SELECT false, false, l.fence, l.holder,
+       greatest(0, floor(extract(epoch FROM l.expires_at - c.now) * 1000000))::bigint
+FROM baton_lease AS l, c
+WHERE l.key = $1 AND l.holder IS NOT NULL AND l.expires_at > c.now
+  AND NOT EXISTS (SELECT 1 FROM claimed)";
+
 /// Renew: extends the holder's live grant. One changed row means renewed; none means the
 /// caller is not the holder (expired, released or taken), and nothing changed.
 ///
@@ -178,8 +231,30 @@ UPDATE baton_lease AS l SET updated_at = c.now, expires_at = c.now + $3 * interv
 FROM (SELECT clock_timestamp() AS now) AS c
 WHERE l.key = $1 AND l.holder = $2 AND l.expires_at > c.now";
 
+/// [`RENEW`] committing asynchronously ([`ASYNC_COMMIT`] in a `RETURNING` list), for stores
+/// opened with `durable_grants=off`: an answered renewal may be lost if the server crashes
+/// within a moment of it, leaving the earlier expiry. Same parameters and answer (the
+/// number of changed rows) as [`RENEW`].
+pub const RENEW_RELAXED: &str = "\
+UPDATE baton_lease AS l SET updated_at = c.now, expires_at = c.now + $3 * interval '1 millisecond'
+FROM (SELECT clock_timestamp() AS now) AS c
+WHERE l.key = $1 AND l.holder = $2 AND l.expires_at > c.now
+RETURNING set_config('synchronous_commit', 'off', true) AS commit_mode";
+
 /// Release: frees the holder's live grant, keeping the row and its fence, and notifies
 /// [`CHANNEL`] with the key in the same transaction (delivered when it commits).
+///
+/// A release that frees the key sets `synchronous_commit = off` for its transaction
+/// ([`ASYNC_COMMIT`] in the `RETURNING` list, evaluated for the freed row), so its
+/// commit neither waits for the WAL flush nor delays the notification: the next holder's
+/// claim, which does wait, flushes the release with it. If the server crashes before the
+/// release reaches the disk, the key comes back held by the releasing holder until the
+/// grant's expiry: a conservative loss, unlike a lost claim (a fence handed out twice) or
+/// a lost renewal (an expiry earlier than its holder believes). A release that frees
+/// nothing writes nothing and changes no setting.
+///
+/// Run by hand inside a larger transaction, it turns `synchronous_commit` off for the rest
+/// of that transaction too; the store always runs it alone.
 ///
 /// Returns one row: `removed` (`bigint`, 1 when freed) and `current` (`text`, the live
 /// holder when not freed; `NULL` when nobody holds the key). `removed = 0` with the caller
@@ -193,7 +268,7 @@ released AS (
     UPDATE baton_lease AS l SET holder = NULL, reason = '', updated_at = c.now, expires_at = c.now
     FROM c
     WHERE l.key = $1 AND l.holder = $2 AND l.expires_at > c.now
-    RETURNING l.key
+    RETURNING l.key, set_config('synchronous_commit', 'off', true) AS commit_mode
 ),
 notified AS (SELECT pg_notify('baton_released', key) FROM released)
 SELECT (SELECT count(*) FROM notified) AS removed,
@@ -262,3 +337,28 @@ WHERE (l.holder IS NULL OR l.expires_at <= clock_timestamp())
 ///
 /// Parameters: `$1` channel, `$2` payload.
 pub const NOTIFY: &str = "SELECT pg_notify($1, $2)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The relaxed statements are the durable ones plus [`ASYNC_COMMIT`] in each write's
+    /// `RETURNING` list, and nothing else.
+    #[test]
+    fn relaxed_statements_differ_only_by_the_commit_mode() {
+        let returning = format!(",\n              {ASYNC_COMMIT} AS commit_mode\n");
+        let claim = CLAIM
+            .replace(" AS granted\n", &format!(" AS granted{returning}"))
+            .replace("true AS granted\n", &format!("true AS granted{returning}"));
+        assert_eq!(CLAIM_RELAXED, claim);
+        assert_eq!(CLAIM_RELAXED.matches(ASYNC_COMMIT).count(), 2);
+        assert_eq!(
+            RENEW_RELAXED,
+            format!("{RENEW}\nRETURNING {ASYNC_COMMIT} AS commit_mode")
+        );
+        assert!(RELEASE.contains(&format!("RETURNING l.key, {ASYNC_COMMIT} AS commit_mode")));
+        for durable in [CLAIM, RENEW, EVICT] {
+            assert!(!durable.contains("synchronous_commit"), "{durable}");
+        }
+    }
+}

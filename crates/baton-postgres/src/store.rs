@@ -48,6 +48,12 @@ const MAX_RERUNS: usize = 64;
 ///   sit behind a transaction-pooling proxy (turn `listen` off there).
 /// - Expiry is decided by `clock_timestamp()` on the database server, never by `now()` and
 ///   never by the client's clock.
+/// - A claim or renewal answers once its commit is on disk (with the server's
+///   `synchronous_commit`), so an answered grant survives a server crash; a release answers,
+///   and wakes other processes, without waiting for the disk (a release lost in a crash
+///   keeps the key held until its TTL). A handoff therefore costs one WAL flush.
+///   [`durable_grants(false)`](PostgresOptions::durable_grants) makes grants skip it too, at
+///   the risk stated there.
 /// - Fences strictly increase per key across releases, expiry, restarts and crash recovery.
 /// - Every call answers within `connect_timeout + response_timeout` or fails with
 ///   `Unavailable`; a call whose pooled connection had broken (after a server restart) is
@@ -231,6 +237,24 @@ impl PostgresStore {
             .await
     }
 
+    /// [`sql::CLAIM`], or [`sql::CLAIM_RELAXED`] when grants need not be durable.
+    fn claim_statement(&self) -> &'static str {
+        if self.db.options.get_durable_grants() {
+            sql::CLAIM
+        } else {
+            sql::CLAIM_RELAXED
+        }
+    }
+
+    /// [`sql::RENEW`], or [`sql::RENEW_RELAXED`] when grants need not be durable.
+    fn renew_statement(&self) -> &'static str {
+        if self.db.options.get_durable_grants() {
+            sql::RENEW
+        } else {
+            sql::RENEW_RELAXED
+        }
+    }
+
     fn decode<T>(&self, what: &str, decoded: Result<T, sqlx::Error>) -> Result<T> {
         decoded.map_err(|e| sql_error(e, what, &self.db.server))
     }
@@ -324,7 +348,7 @@ impl LeaseStore for PostgresStore {
                 .call(
                     what,
                     || {
-                        sqlx::query(sql::CLAIM)
+                        sqlx::query(self.claim_statement())
                             .bind(key.as_str())
                             .bind(holder.as_str())
                             .bind(ttl_millis(ttl))
@@ -369,7 +393,7 @@ impl LeaseStore for PostgresStore {
             .call(
                 || format!("renew of {key}"),
                 || async {
-                    Ok(sqlx::query(sql::RENEW)
+                    Ok(sqlx::query(self.renew_statement())
                         .bind(key.as_str())
                         .bind(holder.as_str())
                         .bind(ttl_millis(ttl))

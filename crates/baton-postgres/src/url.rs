@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn urls_with_parameters_and_options() {
         let (target, options) = parse(
-            "postgres://app:s%40cret@db.internal:6543/coord?sslmode=disable&application_name=billing&connect_timeout=3&response_timeout=500ms&listen=off",
+            "postgres://app:s%40cret@db.internal:6543/coord?sslmode=disable&application_name=billing&connect_timeout=3&response_timeout=500ms&listen=off&durable_grants=off",
         )
         .unwrap();
         assert_eq!(target.connect.get_host(), "db.internal");
@@ -198,6 +198,7 @@ mod tests {
         assert_eq!(options.get_connect_timeout(), Duration::from_secs(3));
         assert_eq!(options.get_response_timeout(), Duration::from_millis(500));
         assert!(!options.get_listen());
+        assert!(!options.get_durable_grants());
         let (target, options) = parse("postgresql://localhost/x").unwrap();
         assert_eq!(target.connect.get_database(), Some("x"));
         assert_eq!(options, PostgresOptions::new());
@@ -236,6 +237,10 @@ mod tests {
             "out of range",
         );
         rejected("postgres://u:hunter2@h/d?max_connections=0", "between 1");
+        rejected(
+            "postgres://u:hunter2@h/d?durable_grants=maybe",
+            "neither on nor off",
+        );
         rejected("postgres://u:hunter2@h/d#x", "fragment");
         rejected("postgres://u:hunter2@h/d?password=hunter2&x=1", "unknown");
     }

@@ -1,0 +1,372 @@
+//! The handoff path's commits: a release commits without waiting for the disk and still
+//! wakes waiters everywhere; a claim and a renewal wait for it (unless the store was opened
+//! with `durable_grants=off`); and a release lost in a server crash only keeps the key held
+//! until its TTL, with fences still increasing.
+//!
+//! Whether a commit waited for the WAL flush is read from the server: on a quiet server the
+//! WAL is flushed up to where it was written (`pg_current_wal_flush_lsn() =
+//! pg_current_wal_insert_lsn()`); a synchronous commit moves the flush position past its own
+//! record before it answers, an asynchronous one leaves it behind until the WAL writer runs.
+//! The servers here run with `wal_writer_delay = 10s`, so that gap stays open for seconds;
+//! a reading that other WAL traffic got into (the listener's heartbeat commits every 5 s) is
+//! taken again.
+//!
+//! No test here asserts speed.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::{Fence, Holder, LockOptions, Locks, StoreKey, Ttl};
+use baton_postgres::sql;
+use baton_testkit::postgres::{PostgresOptions as ServerOptions, PostgresServer, Stop};
+use sqlx::PgConnection;
+
+use common::*;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn ttl(d: Duration) -> Ttl {
+    Ttl::new(d).expect("a valid ttl")
+}
+
+fn holder(name: &str) -> Holder {
+    Holder::new(name).expect("a valid holder")
+}
+
+/// A private server whose WAL writer waits 10 s between rounds, so an asynchronous commit
+/// stays unflushed long enough to be seen (and to be lost in a crash).
+async fn lazy_wal_writer() -> PostgresServer {
+    blocking(|| {
+        PostgresServer::start_with(ServerOptions::new().setting("wal_writer_delay", "10s"))
+            .expect("a private PostgreSQL server")
+    })
+    .await
+}
+
+async fn granted(store: &dyn LeaseStore, key: &StoreKey, holder: &Holder, t: Duration) -> Fence {
+    match store.claim(key, holder, ttl(t), "").await {
+        Ok(Claim::Granted { fence }) => fence,
+        other => panic!("expected a grant of {key}, got {other:?}"),
+    }
+}
+
+/// The WAL insert and flush positions, in bytes.
+async fn wal(conn: &mut PgConnection) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint, \
+                (pg_current_wal_flush_lsn() - '0/0')::bigint",
+    )
+    .fetch_one(conn)
+    .await
+    .expect("WAL positions")
+}
+
+/// Waits until the WAL is flushed as far as it is written, and returns that position. A
+/// synchronous commit of a write (as this connection's are) flushes whatever is pending; a
+/// commit that wrote nothing but its own record (`txid_current()`, a `NOTIFY`) would not.
+async fn quiet(conn: &mut PgConnection) -> i64 {
+    sqlx::query("CREATE TABLE IF NOT EXISTS handoff_quiet (n bigint)")
+        .execute(&mut *conn)
+        .await
+        .expect("the table of flushing writes");
+    let mut last = (0, 0);
+    for _ in 0..100 {
+        sqlx::query("INSERT INTO handoff_quiet VALUES (1)")
+            .execute(&mut *conn)
+            .await
+            .expect("a flushing commit");
+        let (insert, flush) = wal(conn).await;
+        if insert == flush {
+            return flush;
+        }
+        last = (insert, flush);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the WAL never caught up with its writes: insert and flush at {last:?}");
+}
+
+/// How a write committed, as far as the WAL positions tell.
+#[derive(Debug, PartialEq, Eq)]
+enum Commit {
+    /// The flush position did not move: the commit answered before reaching the disk.
+    Unflushed,
+    /// The flush position moved past the quiet point: by this commit, or by other WAL
+    /// traffic in between.
+    Flushed,
+}
+
+/// Runs `setup`, waits for a quiet WAL, and reads the WAL positions around `write`, which
+/// must write. Neither may use `conn`.
+async fn commit_of(
+    conn: &mut PgConnection,
+    setup: &mut impl AsyncFnMut(),
+    write: &mut impl AsyncFnMut(),
+) -> Commit {
+    setup().await;
+    let before = quiet(conn).await;
+    write().await;
+    let (insert, flush) = wal(conn).await;
+    assert!(insert > before, "the write wrote no WAL");
+    if flush == before {
+        Commit::Unflushed
+    } else {
+        Commit::Flushed
+    }
+}
+
+/// Asserts that `write` commits without waiting for the disk: one reading without other WAL
+/// traffic in between shows it unflushed.
+async fn assert_asynchronous(
+    what: &str,
+    conn: &mut PgConnection,
+    mut setup: impl AsyncFnMut(),
+    mut write: impl AsyncFnMut(),
+) {
+    for _ in 0..10 {
+        if commit_of(conn, &mut setup, &mut write).await == Commit::Unflushed {
+            return;
+        }
+    }
+    panic!("{what} was flushed before it answered, in each of 10 readings");
+}
+
+/// Asserts that `write` waits for its flush: a synchronous commit can never leave the flush
+/// position where it was.
+async fn assert_synchronous(
+    what: &str,
+    conn: &mut PgConnection,
+    mut setup: impl AsyncFnMut(),
+    mut write: impl AsyncFnMut(),
+) {
+    for _ in 0..3 {
+        assert_eq!(
+            commit_of(conn, &mut setup, &mut write).await,
+            Commit::Flushed,
+            "{what} answered before its commit was flushed"
+        );
+    }
+}
+
+/// By default a claim and a renewal answer after their commit is flushed, and a release
+/// before; with `durable_grants=off` none waits. An evict (an operator's action) waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_commit_asynchronously_and_grants_durably_unless_relaxed() {
+    let server = lazy_wal_writer().await;
+    let mut conn = raw(&server.url()).await;
+    let ns = namespace();
+    let key = lock_key(&ns, "k");
+    let t = secs(60);
+
+    let durable = connect(&server.url()).await;
+    assert!(durable.options().get_durable_grants());
+    let a = holder("a");
+    let free = async || {
+        durable.release(&key, &a).await.unwrap();
+    };
+    let claim = async || {
+        granted(&durable, &key, &a, t).await;
+    };
+    // A new grant whether or not the key is held now.
+    let reclaim = async || {
+        durable.release(&key, &a).await.unwrap();
+        granted(&durable, &key, &a, t).await;
+    };
+    let renew = async || {
+        assert_eq!(
+            durable.renew(&key, &a, ttl(t)).await.unwrap(),
+            Renew::Renewed
+        );
+    };
+    let release = async || {
+        assert_eq!(durable.release(&key, &a).await.unwrap(), Release::Removed);
+    };
+    let evict = async || {
+        assert!(durable.evict(&key).await.unwrap());
+    };
+    let nothing = async || {};
+    assert_synchronous("a claim", &mut conn, free, claim).await;
+    assert_synchronous("a renewal", &mut conn, nothing, renew).await;
+    assert_asynchronous("a release", &mut conn, reclaim, release).await;
+    assert_synchronous("an evict", &mut conn, reclaim, evict).await;
+
+    let relaxed = connect(&format!("{}?durable_grants=off", server.url())).await;
+    assert!(!relaxed.options().get_durable_grants());
+    let b = holder("b");
+    let free = async || {
+        relaxed.release(&key, &b).await.unwrap();
+    };
+    let claim = async || {
+        granted(&relaxed, &key, &b, t).await;
+    };
+    let reclaim = async || {
+        relaxed.release(&key, &b).await.unwrap();
+        granted(&relaxed, &key, &b, t).await;
+    };
+    let renew = async || {
+        assert_eq!(
+            relaxed.renew(&key, &b, ttl(t)).await.unwrap(),
+            Renew::Renewed
+        );
+    };
+    assert_asynchronous("a relaxed claim", &mut conn, free, claim).await;
+    assert_asynchronous("a relaxed renewal", &mut conn, nothing, renew).await;
+    assert_asynchronous("a relaxed release", &mut conn, reclaim, free).await;
+}
+
+/// The release sets `synchronous_commit` for its own transaction only: the connection's
+/// setting is untouched afterwards, while inside a larger transaction it lasts until that
+/// transaction ends (as `sql::RELEASE` documents).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_release_changes_no_session_setting() {
+    let url = shared().await.url();
+    let store = connect(&url).await;
+    let ns = namespace();
+    let key = lock_key(&ns, "k");
+    let a = holder("a");
+    let mut conn = raw(&url).await;
+    let setting = async |conn: &mut PgConnection| -> String {
+        sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    };
+    let release = async |conn: &mut PgConnection| -> i64 {
+        // The first column is `removed`.
+        sqlx::query_scalar::<_, i64>(sql::RELEASE)
+            .bind(key.as_str())
+            .bind(a.as_str())
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    };
+
+    granted(&store, &key, &a, secs(60)).await;
+    assert_eq!(release(&mut conn).await, 1);
+    assert_eq!(setting(&mut conn).await, "on");
+
+    granted(&store, &key, &a, secs(60)).await;
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    assert_eq!(release(&mut conn).await, 1);
+    assert_eq!(setting(&mut conn).await, "off");
+    sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
+    assert_eq!(setting(&mut conn).await, "on");
+
+    // A release that frees nothing changes nothing, the setting included.
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    assert_eq!(release(&mut conn).await, 0);
+    assert_eq!(setting(&mut conn).await, "on");
+    sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+}
+
+/// An asynchronously committed release still sends its `NOTIFY`: a waiter in another store
+/// (another process, as far as wake-ups go) whose holder's TTL is ten minutes is woken by
+/// the release, with durable and with relaxed grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynchronous_release_wakes_waiters_in_other_stores() {
+    let url = shared().await.url();
+    for query in ["", "?durable_grants=off"] {
+        let ns = namespace();
+        let holding = Arc::new(connect(&format!("{url}{query}")).await);
+        let waiting = Arc::new(connect(&format!("{url}{query}")).await);
+        assert!(waiting.is_listening());
+        assert_eq!(
+            waiting.wakeups().poll,
+            None,
+            "no polling: only NOTIFY can wake"
+        );
+        let holder = Locks::with_namespace(holding, ns.clone());
+        let waiter = Locks::with_namespace(waiting, ns.clone());
+        let guard = holder
+            .acquire("k", &LockOptions::new(secs(600)))
+            .await
+            .unwrap();
+        let first = guard.fence();
+        let woken = tokio::spawn(async move {
+            waiter
+                .acquire("k", &LockOptions::new(secs(30)).wait(secs(300)))
+                .await
+        });
+        // Let the waiter find the key held and start waiting.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        guard.release().await;
+        let next = within("the waiter woken by NOTIFY", woken)
+            .await
+            .unwrap()
+            .expect("the release wakes the waiter long before the 10 minute TTL");
+        assert!(next.fence() > first, "{query}");
+        next.release().await;
+    }
+}
+
+/// A release lost in a server crash (it answered before reaching the disk, and the crash
+/// came first) brings the key back held by the releasing holder, with its fence, until the
+/// grant's TTL; another claimer gets it then, with a larger fence. A claim answered before
+/// the crash survives it. Whether the release was lost depends on the WAL writer's timing;
+/// both outcomes are checked, and with a 10 s WAL writer delay the loss is the usual one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_lost_in_a_crash_keeps_the_key_at_most_until_its_ttl() {
+    let server = Arc::new(lazy_wal_writer().await);
+    let store = connect(&server.url()).await;
+    let ns = namespace();
+    let (key, kept) = (lease_key(&ns, "released"), lease_key(&ns, "kept"));
+    let (a, b, c) = (
+        holder("instance-a"),
+        holder("instance-b"),
+        holder("instance-c"),
+    );
+    let t = secs(4);
+
+    let kept_fence = granted(&store, &kept, &c, secs(600)).await;
+    let fence = granted(&store, &key, &a, t).await;
+    assert_eq!(store.release(&key, &a).await.unwrap(), Release::Removed);
+    let crashing = Arc::clone(&server);
+    blocking(move || crashing.restart(Stop::Immediate))
+        .await
+        .expect("the server restarts after the crash");
+
+    // The claim was durable: it survives, fence and all.
+    let info = within("inspect after the crash", store.inspect(&kept))
+        .await
+        .unwrap()
+        .expect("an answered claim survives a crash");
+    assert_eq!((info.holder.as_str(), info.fence), (c.as_str(), kept_fence));
+
+    let lost = match store.inspect(&key).await.unwrap() {
+        Some(info) => {
+            // The release was lost: the key is back with its last holder and fence, and
+            // no longer than the grant's TTL.
+            assert_eq!((info.holder.as_str(), info.fence), (a.as_str(), fence));
+            assert!(info.remaining <= t, "{info:?}");
+            match store.claim(&key, &b, ttl(t), "").await.unwrap() {
+                Claim::Held { holder, remaining } => {
+                    assert_eq!(holder.as_str(), a.as_str());
+                    assert!(remaining <= t);
+                }
+                // The TTL ran out between the two statements.
+                Claim::Granted { fence: next } => {
+                    assert!(next > fence);
+                    store.release(&key, &b).await.unwrap();
+                }
+                other => panic!("{other:?}"),
+            }
+            true
+        }
+        None => false,
+    };
+    // Either way another holder has the key by the TTL at the latest, above the old fence.
+    let next = eventually("another holder's grant", async || {
+        match store.claim(&key, &b, ttl(t), "").await.unwrap() {
+            Claim::Granted { fence } => Some(fence),
+            Claim::Held { .. } => None,
+            other => panic!("{other:?}"),
+        }
+    })
+    .await;
+    assert!(next > fence, "fence {next} after {fence}");
+    eprintln!("release lost in the crash: {lost}");
+}
