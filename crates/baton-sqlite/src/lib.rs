@@ -34,6 +34,7 @@ mod schema;
 pub mod sql;
 mod store;
 mod url;
+pub mod work;
 
 pub use options::{DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, SqliteOptions, Synchronous};
 pub use store::SqliteStore;

@@ -74,6 +74,7 @@ pub(crate) fn prepare(conn: &Connection) -> Result<(), OpError> {
     }
     crate::idempotency::ensure_schema(conn)?;
     crate::limit::ensure_schema(conn)?;
+    crate::work::prepare(conn)?;
     free_earlier_boots(conn, clock::boot_id())
 }
 
