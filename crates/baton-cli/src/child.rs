@@ -7,6 +7,11 @@
 //! by baton): the terminal signals only baton's group, and baton forwards exactly once.
 //! The cost: COMMAND is not in the terminal's foreground group, so an interactive COMMAND
 //! that reads from the terminal is stopped with SIGTTIN. `baton run` is meant for jobs.
+//!
+//! `baton worker` runs one COMMAND per claimed item the same way, with the payload on a
+//! piped stdin ([`Child::spawn_with`], [`Child::take_stdin`]), and marks each child
+//! [`kill_group_on_drop`](Child::kill_group_on_drop) so that a COMMAND whose supervising
+//! task is dropped (the worker gave up waiting for it) never outlives baton's interest in it.
 
 use std::ffi::OsString;
 use std::io;
@@ -15,7 +20,7 @@ use std::process::{ExitStatus, Stdio};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::process::{Child as TokioChild, Command};
+use tokio::process::{Child as TokioChild, ChildStdin, Command};
 
 use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, SIGNAL_BASE};
 
@@ -24,6 +29,10 @@ pub(crate) struct Child {
     process: TokioChild,
     group: Pid,
     name: String,
+    /// Whether [`Child::wait`] has reaped COMMAND (its pid may then be reused).
+    reaped: bool,
+    /// Whether dropping an unreaped child sends SIGKILL to its group.
+    kill_on_drop: bool,
 }
 
 impl Child {
@@ -33,16 +42,32 @@ impl Child {
     /// # Errors
     /// Status 127 when the program was not found, 126 when it could not be executed.
     pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Self, Failure> {
+        Child::spawn_with(command, |process| {
+            process.envs(env.iter().map(|(k, v)| (k, v)));
+        })
+    }
+
+    /// As [`Child::spawn`], after `configure` has changed the command (environment, stdin,
+    /// stdout); COMMAND runs in its own process group whatever `configure` does.
+    ///
+    /// # Errors
+    /// As [`Child::spawn`].
+    pub(crate) fn spawn_with(
+        command: &[OsString],
+        configure: impl FnOnce(&mut Command),
+    ) -> Result<Self, Failure> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Failure::usage("no COMMAND given after --"))?;
         let name = program.to_string_lossy().into_owned();
-        let process = Command::new(program)
+        let mut process = Command::new(program);
+        process
             .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::inherit())
             .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        configure(&mut process);
+        let process = process
             .process_group(0)
             .spawn()
             .map_err(|e| spawn_failure(&name, &e))?;
@@ -56,7 +81,21 @@ impl Child {
             process,
             group,
             name,
+            reaped: false,
+            kill_on_drop: false,
         })
+    }
+
+    /// The same child, which SIGKILLs its process group when dropped before it was reaped.
+    /// For a supervising task that may be aborted: nobody would be left to stop COMMAND.
+    pub(crate) fn kill_group_on_drop(mut self) -> Self {
+        self.kill_on_drop = true;
+        self
+    }
+
+    /// COMMAND's stdin, when it was spawned with a piped one (once).
+    pub(crate) fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.process.stdin.take()
     }
 
     /// The program's name, as given.
@@ -80,7 +119,25 @@ impl Child {
 
     /// Waits for COMMAND to exit. Cancel safe.
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
-        self.process.wait().await
+        let status = self.process.wait().await;
+        if status.is_ok() {
+            self.reaped = true;
+        }
+        status
+    }
+}
+
+impl Drop for Child {
+    /// With [`Child::kill_group_on_drop`], SIGKILLs the group of a COMMAND that was not
+    /// reaped. Sending a signal does not block; tokio reaps the process in the background.
+    fn drop(&mut self) {
+        if self.kill_on_drop && !self.reaped {
+            tracing::debug!(
+                group = self.group.as_raw(),
+                "dropped while running; killing COMMAND"
+            );
+            let _ = killpg(self.group, Signal::SIGKILL);
+        }
     }
 }
 

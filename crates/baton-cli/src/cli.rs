@@ -21,8 +21,8 @@ pub(crate) const DEFAULT_GRACE: &str = "10s";
 /// Default `--limit` of the list commands.
 pub(crate) const DEFAULT_LIST_LIMIT: usize = 1000;
 
-/// Cluster coordination from the shell: run a command on exactly one machine at a time, and
-/// inspect locks and leases.
+/// Cluster coordination from the shell: run a command on exactly one machine at a time,
+/// inspect locks and leases, and queue work for workers on every machine.
 #[derive(Debug, Parser)]
 #[command(
     name = "baton",
@@ -34,7 +34,8 @@ pub(crate) const DEFAULT_LIST_LIMIT: usize = 1000;
     after_help = "Exit statuses: 64 invalid arguments or input, 69 store unavailable, \
 70 internal error, 75 held by another holder or rate-limited, 78 doctor findings, 79 lock lost \
 while COMMAND ran, 1 cache miss; `baton run` otherwise exits with COMMAND's status (127 not \
-found, 126 not executable, 128+N killed by signal N). See docs/cli.md."
+found, 126 not executable, 128+N killed by signal N); `baton worker` exits 0 when stopped or \
+drained, 127/126 when COMMAND cannot be started. See docs/cli.md."
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -93,8 +94,8 @@ pub(crate) enum Command {
     Alerts(crate::ops::alerts::AlertsArgs),
     /// Serve Prometheus metrics at http://ADDR/metrics until stopped.
     ServeMetrics(crate::ops::metrics_cmd::ServeMetricsArgs),
-    /// Serve a read-only status page of held locks, leases and recent events at
-    /// http://ADDR/ (JSON at /status.json) until stopped.
+    /// Serve a read-only status page of held locks, leases, queue depths and recent events
+    /// at http://ADDR/ (JSON at /status.json) until stopped.
     Status(crate::ops::status::StatusArgs),
     /// Take --cost units of the rate limit KEY, at most --max per --window across every
     /// process on the store: exits 0 when admitted, 75 when not now (printing the
@@ -107,6 +108,20 @@ pub(crate) enum Command {
     Publish(crate::broadcast_cmd::PublishArgs),
     /// Print CHANNEL's messages and connection events as JSON lines until stopped.
     Subscribe(crate::broadcast_cmd::SubscribeArgs),
+    /// Add work items (JSON) to a queue, and count the items of queues.
+    #[command(subcommand)]
+    Queue(crate::queue_cmd::QueueCommand),
+    /// Run COMMAND once per item claimed from QUEUE, with the payload on stdin.
+    ///
+    /// Exit 0 completes the item; any other status fails it (retried after a backoff,
+    /// dead-lettered after its last attempt). COMMAND gets BATON_QUEUE, BATON_ITEM_ID,
+    /// BATON_ATTEMPT, BATON_MAX_ATTEMPTS and BATON_DEDUP_ID (when set). SIGINT or SIGTERM
+    /// stops claiming, lets running COMMANDs finish within --drain, releases the rest and
+    /// exits 0; a COMMAND that cannot be started fails its item and exits 127 (126).
+    Worker(crate::worker_cmd::WorkerArgs),
+    /// Inspect the cron schedules services registered.
+    #[command(subcommand)]
+    Schedule(crate::schedule_cmd::ScheduleCommand),
 }
 
 /// `baton run`.
@@ -315,6 +330,22 @@ mod tests {
     }
 
     #[test]
+    fn worker_defaults_and_command() {
+        let cli = parse(&["worker", "emails", "--", "./send", "--dry-run"]).unwrap();
+        let Command::Worker(worker) = cli.command else {
+            panic!("not worker")
+        };
+        assert_eq!(worker.queue, "emails");
+        assert_eq!(worker.concurrency, 1);
+        assert_eq!(worker.batch, None);
+        assert_eq!(worker.lease, Duration::from_secs(30));
+        assert_eq!(worker.drain, Duration::from_secs(30));
+        assert_eq!(worker.grace, Duration::from_secs(10));
+        assert!(!worker.exit_when_empty);
+        assert_eq!(worker.command, ["./send", "--dry-run"]);
+    }
+
+    #[test]
     fn global_options_go_anywhere() {
         let cli = parse(&["lock", "list", "--json", "--namespace", "app"]).unwrap();
         assert!(cli.global.json);
@@ -337,6 +368,16 @@ mod tests {
             &["--namespace", "a:b", "lock", "list"],
             &["lease", "claim", "k"],
             &["lease", "claim", "k", "--holder", ""],
+            &["queue", "enqueue", "q", "not json"],
+            &["queue", "enqueue", "", "1"],
+            &["queue", "enqueue", "q", "1", "--delay", "soon"],
+            &["queue", "enqueue", "q", "1", "--dedup-window", "1h"],
+            &["queue", "stats", "q", "--prefix", "a"],
+            &["worker", "q"],
+            &["worker", "q", "--concurrency", "0", "--", "true"],
+            &["worker", "q", "--lease", "1ms", "--", "true"],
+            &["worker", "", "--", "true"],
+            &["schedule", "list", "extra"],
         ] {
             let err = parse(args).expect_err(&format!("{args:?} parsed"));
             assert!(err.use_stderr(), "{args:?}: {err}");

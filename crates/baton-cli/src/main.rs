@@ -2,13 +2,16 @@
 //!
 //! Its main job is `baton run KEY -- COMMAND`: run COMMAND on exactly one machine at a time,
 //! for cron jobs that must not run on every replica. `baton lock` and `baton lease` inspect
-//! and drive the same locks and leases the library uses. The user guide is `docs/cli.md`.
+//! and drive the same locks and leases the library uses; `baton queue` and `baton worker`
+//! put work items into queues and run a command per item. The user guide is `docs/cli.md`.
 //!
 //! The modules, in the order a command flows through them:
 //! - [`cli`]: the grammar; every argument is validated while parsing, before any I/O;
 //! - [`store`]: which store to open (`--store`, `BATON_STORE`, the default SQLite file);
 //! - [`run`], [`lock_cmd`], [`lease_cmd`], [`limit_cmd`], [`cache_cmd`], [`broadcast_cmd`]: the
 //!   subcommands;
+//! - [`queue_cmd`], [`worker_cmd`], [`schedule_cmd`]: claimable work (queues, a worker that
+//!   runs COMMAND per item, cron schedules);
 //! - [`child`], [`signals`]: COMMAND's process group, and the signals baton forwards to it;
 //! - [`ops`]: the operator commands (`doctor`, `alerts`, `serve-metrics`, `status`);
 //! - [`output`]: tables and JSON;
@@ -27,9 +30,12 @@ mod limit_cmd;
 mod lock_cmd;
 mod ops;
 mod output;
+mod queue_cmd;
 mod run;
+mod schedule_cmd;
 mod signals;
 mod store;
+mod worker_cmd;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -87,6 +93,9 @@ fn execute(cli: &Cli) -> Result<u8, Failure> {
             Command::Cache(command) => cache_cmd::run(&cli.global, command).await,
             Command::Publish(args) => broadcast_cmd::publish(&cli.global, args).await,
             Command::Subscribe(args) => broadcast_cmd::subscribe(&cli.global, args).await,
+            Command::Queue(command) => queue_cmd::run(&cli.global, command).await,
+            Command::Worker(args) => worker_cmd::run(&cli.global, args).await,
+            Command::Schedule(command) => schedule_cmd::run(&cli.global, command).await,
         }
     })
 }

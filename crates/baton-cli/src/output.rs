@@ -4,7 +4,7 @@
 //! fields named `*_ms`; table durations are rounded for reading (`27.5s`, `4m30s`).
 
 use std::io::{self, Write};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -81,6 +81,16 @@ fn two_units(big: u64, big_unit: &str, small: u64, small_unit: &str) -> String {
     }
 }
 
+/// A time in UTC as one token for a table cell: `2026-11-30T16:40:05Z` (whole seconds).
+pub(crate) fn utc_token(at: SystemTime) -> String {
+    // `ops::utc` writes `2026-11-30 16:40:05 UTC` for pages; a table cell wants no spaces.
+    let text = crate::ops::utc(at);
+    match text.strip_suffix(" UTC") {
+        Some(time) => format!("{}Z", time.replacen(' ', "T", 1)),
+        None => text,
+    }
+}
+
 /// A duration as whole milliseconds, for JSON.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -103,6 +113,12 @@ mod tests {
         assert_eq!(human_duration(ms(3_600_000)), "1h");
         assert_eq!(human_duration(ms(7_500_000)), "2h5m");
         assert_eq!(human_duration(ms(273_600_000)), "3d4h");
+    }
+
+    #[test]
+    fn times_are_one_token() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_057_405);
+        assert_eq!(utc_token(at), "2026-11-30T16:50:05Z");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The signals `baton run` catches and forwards to COMMAND.
+//! The signals `baton run` catches and forwards to COMMAND, and that `baton worker` catches
+//! as requests to stop gracefully.
 //!
 //! COMMAND runs in its own process group (see [`crate::child`]), so a signal sent to baton —
 //! by `kill`, systemd, Kubernetes, or Ctrl-C in a terminal, which reaches only the terminal's
@@ -6,6 +7,10 @@
 //! SIGHUP and SIGQUIT, forwards each one once to COMMAND's group, and keeps the lock until
 //! COMMAND has exited. Without this, SIGHUP (a closed terminal) would kill baton and leave
 //! COMMAND running without a lock.
+//!
+//! `baton worker` catches the same four, so that none of them ends baton while its COMMANDs
+//! run: the first one stops the claiming and lets the running COMMANDs finish (see
+//! [`crate::worker_cmd`]); it does not forward them.
 
 use std::io;
 

@@ -93,6 +93,10 @@ fn the_page_and_its_json_show_locks_leases_and_refuse_writes() {
         "<b>primary</b>",
     ])
     .assert_status(0);
+    for payload in ["1", "2"] {
+        env.run(["queue", "enqueue", "emails", payload])
+            .assert_status(0);
+    }
     let holder = hold_lock(
         env.baton(Vec::<&str>::new()),
         &env.path(""),
@@ -119,10 +123,13 @@ fn the_page_and_its_json_show_locks_leases_and_refuse_writes() {
     assert_eq!(leases[0]["holder"], "node-a");
     assert_eq!(leases[0]["reason"], "<b>primary</b>");
     assert!(json["events"].is_array());
-    assert!(
-        json.get("queues").is_none(),
-        "no queue section for a store without queues"
-    );
+    // SQLite keeps claimable work: its queues are on the page.
+    let queues = json["queues"].as_array().expect("a queues section");
+    assert_eq!(queues.len(), 1, "{json}");
+    assert_eq!(queues[0]["queue"], "emails");
+    assert_eq!(queues[0]["ready"], 2);
+    assert_eq!(queues[0]["dead"], 0);
+    assert_eq!(json["queues_truncated"], false);
 
     let (status, head, page) = get(&addr, "/");
     assert_eq!(status, 200, "{head}");
@@ -146,6 +153,8 @@ fn the_page_and_its_json_show_locks_leases_and_refuse_writes() {
     );
     assert!(!page.contains("<b>primary</b>"));
     assert!(!page.contains("<script"), "the page has no script");
+    assert!(page.contains("<h2>Queues</h2>"), "{page}");
+    assert!(page.contains("<code>emails</code>"), "{page}");
 
     let (status, head, _) = request(&addr, "HEAD", "/");
     assert_eq!(status, 200, "{head}");
@@ -161,6 +170,35 @@ fn the_page_and_its_json_show_locks_leases_and_refuse_writes() {
         let json: serde_json::Value = serde_json::from_str(&json).unwrap();
         json["locks"].as_array().is_some_and(Vec::is_empty)
     });
+    server.signal(Signal::SIGTERM);
+    server.finish().assert_status(0);
+}
+
+#[test]
+fn a_store_without_claimable_work_has_no_queue_section() {
+    let redis =
+        RedisServer::start().expect("a private redis-server (apt-get install redis-server)");
+    let dir = tempfile::Builder::new()
+        .prefix("baton-status-redis-")
+        .tempdir()
+        .unwrap();
+    let mut status = bare_baton();
+    status
+        .env("BATON_STORE", redis.url())
+        .current_dir(dir.path())
+        .args(["status", "--listen", "127.0.0.1:0"]);
+    let (server, addr) = serve(status);
+    let (code, head, json) = get(&addr, "/status.json");
+    assert_eq!(code, 200, "{head}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(json["store_error"], serde_json::Value::Null, "{json}");
+    assert!(json["locks"].is_array());
+    assert!(
+        json.get("queues").is_none() && json.get("queues_truncated").is_none(),
+        "no queue section for a store without queues: {json}"
+    );
+    let (_, _, page) = get(&addr, "/");
+    assert!(!page.contains("<h2>Queues</h2>"), "{page}");
     server.signal(Signal::SIGTERM);
     server.finish().assert_status(0);
 }

@@ -6,10 +6,10 @@
 //! `baton_idempotency` in both), `redis://` as one hash per record. A custom lease store
 //! ([`Baton::from_store`]) has none, and says so when the log is asked for.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 pub use baton_core::idempotency::*;
-use baton_core::{Error, MemoryStore, Result};
+use baton_core::{Error, Result};
 
 use crate::{Backend, Baton};
 
@@ -42,7 +42,9 @@ impl Baton {
     /// ```
     pub fn idempotency(&self) -> Result<IdempotencyLog> {
         let store: Arc<dyn IdempotencyStore> = match self.backend() {
-            Backend::Memory(store) => memory_records(store),
+            Backend::Memory(store) => {
+                crate::companion::memory_companion::<MemoryIdempotencyStore>(store)
+            }
             #[cfg(feature = "sqlite")]
             Backend::Sqlite(store) => store.clone(),
             #[cfg(feature = "redis")]
@@ -62,25 +64,6 @@ impl Baton {
             self.namespace().clone(),
         ))
     }
-}
-
-/// The records of one memory store, shared by every log handed out for it.
-///
-/// The memory lease store has no room for them, so they are kept here, beside a weak
-/// reference to the store they belong to (which also keeps its address from being reused),
-/// and dropped at the next lookup once that store is gone.
-fn memory_records(store: &Arc<MemoryStore>) -> Arc<dyn IdempotencyStore> {
-    type Shared = Vec<(Weak<MemoryStore>, Arc<MemoryIdempotencyStore>)>;
-    static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
-    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    shared.retain(|(owner, _)| owner.strong_count() > 0);
-    let target = Arc::downgrade(store);
-    if let Some((_, records)) = shared.iter().find(|(owner, _)| owner.ptr_eq(&target)) {
-        return records.clone();
-    }
-    let records = Arc::new(MemoryIdempotencyStore::new());
-    shared.push((target, records.clone()));
-    records
 }
 
 #[cfg(test)]
@@ -128,7 +111,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_custom_store_has_no_idempotency_log() {
-        let baton = Baton::from_store(Arc::new(MemoryStore::new()), Default::default());
+        let baton = Baton::from_store(Arc::new(crate::MemoryStore::new()), Default::default());
         let e = baton.idempotency().unwrap_err();
         assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported);
         assert!(e.message().contains("custom"), "{e}");

@@ -14,6 +14,10 @@
 //! loses the lock without knowing it. baton gives you what you need to stay correct anyway:
 //! a [`Fence`] on every grant, a lost signal and a monotonic `valid_until` on every guard.
 //!
+//! Beside locks and leases: [`Baton::rate_limiter`], [`Baton::cache`], [`Baton::broadcast`],
+//! [`Baton::idempotency`], and claimable work on the SQL stores — [`Baton::queue`],
+//! [`Baton::scheduler`], [`Baton::migrations`] (module [`work`]).
+//!
 //! # Examples
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,9 +61,11 @@ pub use baton_sqlite::SqliteStore;
 mod backend;
 pub mod broadcast;
 pub mod cache;
+mod companion;
 pub mod doctor;
 pub mod idempotency;
 pub mod limit;
+pub mod work;
 
 pub use backend::Backend;
 pub use broadcast::Broadcast;

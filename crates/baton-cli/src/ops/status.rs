@@ -3,7 +3,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/` | the page: locks (key, holder, fence, remaining), leases (the same and the reason), recent events; `<meta http-equiv="refresh">` reloads it every `--refresh` |
+//! | `/` | the page: locks (key, holder, fence, remaining), leases (the same and the reason), queues (for stores with claimable work), recent events; `<meta http-equiv="refresh">` reloads it every `--refresh` |
 //! | `/status.json` | the same snapshot as one JSON document |
 //!
 //! The page has no script at all (its content security policy forbids any) and loads
@@ -15,9 +15,12 @@
 //! such as its own store connection losing Redis pub/sub; events of other processes are in
 //! their logs and metrics.
 //!
-//! Queues: when baton gains a queue capability, add its depths to [`Snapshot`] as an
-//! optional `queues` section, filled only when `baton.backend()` offers queues, and render
-//! it between the leases and the events; stores without queues show no section.
+//! Queues: for a store with claimable work (`sqlite://`, `postgres://`, `memory://`) the
+//! snapshot has a `queues` section — one row per queue with items (ready, scheduled,
+//! running, expired, dead, oldest due), the same rows as `baton queue stats --json` — shown
+//! between the leases and the events. A store without claimable work (Redis) has no
+//! `queues` field at all, and the page no section, so a missing section means "this store
+//! keeps no queues", never "the queues are empty".
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -36,6 +39,7 @@ use super::{parse_listen, unix_ms, utc};
 use crate::cli::{DEFAULT_LIST_LIMIT, GlobalArgs};
 use crate::exit::{Failure, INTERNAL, SUCCESS, UNAVAILABLE};
 use crate::output::{human_duration, millis};
+use crate::queue_cmd::{StatsRow, list_queues, url_keeps_work};
 
 /// How long one listing of the store serves every request.
 pub(crate) const SNAPSHOT_TTL: Duration = Duration::from_secs(1);
@@ -59,7 +63,7 @@ pub(crate) struct StatusArgs {
     #[arg(long, value_name = "P", default_value = "")]
     pub(crate) prefix: String,
 
-    /// At most this many locks and this many leases.
+    /// At most this many locks, this many leases and this many queues.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIST_LIMIT)]
     pub(crate) limit: usize,
 }
@@ -123,6 +127,12 @@ struct Snapshot {
     leases: Vec<LeaseRow>,
     /// `leases` stopped at `--limit`.
     leases_truncated: bool,
+    /// The queues with items, for a store with claimable work; absent for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues: Option<Vec<StatsRow>>,
+    /// `queues` stopped at `--limit`; absent with `queues`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues_truncated: Option<bool>,
     /// This process's recent events, newest first.
     events: Vec<EventRow>,
 }
@@ -197,17 +207,30 @@ impl Page {
             let ask = self.limit.saturating_add(1);
             let locks = baton.locks().list(&self.prefix, ask).await?;
             let leases = baton.leases().list(&self.prefix, ask).await?;
-            Ok::<_, baton::Error>((locks, leases))
+            // Only a store with claimable work has queues.
+            let queues = match baton.work_store() {
+                Ok(store) => Some(list_queues(&baton, &store, &self.prefix).await?),
+                Err(_) => None,
+            };
+            Ok::<_, baton::Error>((locks, leases, queues))
         }
         .await;
-        let (mut locks, mut leases, store_error) = match listed {
-            Ok((locks, leases)) => (locks, leases, None),
-            Err(e) => (Vec::new(), Vec::new(), Some(e.to_string())),
+        let (mut locks, mut leases, mut queues, store_error) = match listed {
+            Ok((locks, leases, queues)) => (locks, leases, queues, None),
+            Err(e) => {
+                // Unreachable now, but the section stays for a store that keeps queues.
+                let queues = url_keeps_work(&self.store.display_url()).then(Vec::new);
+                (Vec::new(), Vec::new(), queues, Some(e.to_string()))
+            }
         };
         let locks_truncated = locks.len() > self.limit;
         let leases_truncated = leases.len() > self.limit;
+        let queues_truncated = queues.as_ref().map(|q| q.len() > self.limit);
         locks.truncate(self.limit);
         leases.truncate(self.limit);
+        if let Some(queues) = &mut queues {
+            queues.truncate(self.limit);
+        }
         Snapshot {
             store: self.store.display_url(),
             namespace: self.store.namespace().to_owned(),
@@ -237,6 +260,8 @@ impl Page {
                     reason: info.reason,
                 })
                 .collect(),
+            queues,
+            queues_truncated,
             events: telemetry::recent_events()
                 .into_iter()
                 .rev()
@@ -316,9 +341,16 @@ fn render(s: &Snapshot) -> String {
             escape(error)
         );
     }
+    let queued = s.queues.as_ref().map_or_else(String::new, |queues| {
+        let items: u64 = queues
+            .iter()
+            .map(|q| q.ready + q.scheduled + q.running + q.expired)
+            .sum();
+        tile_u64(items, s.queues_truncated.unwrap_or(false), "items queued")
+    });
     let _ = write!(
         html,
-        "<div class=\"summary\">\n{}{}{}</div>\n",
+        "<div class=\"summary\">\n{}{}{queued}{}</div>\n",
         tile(s.locks.len(), s.locks_truncated, "locks held"),
         tile(s.leases.len(), s.leases_truncated, "leases held"),
         tile(s.events.len(), false, "recent events"),
@@ -369,6 +401,10 @@ fn render(s: &Snapshot) -> String {
     }
     html.push_str("</section>\n");
 
+    if let Some(queues) = &s.queues {
+        render_queues(&mut html, queues, s.queues_truncated.unwrap_or(false));
+    }
+
     let _ = write!(
         html,
         "<section>\n<h2>Recent events<small>emitted by this baton process (pid {})</small></h2>\n",
@@ -407,6 +443,45 @@ fn render(s: &Snapshot) -> String {
     html
 }
 
+/// The queues section: one row per queue with items.
+fn render_queues(html: &mut String, queues: &[StatsRow], truncated: bool) {
+    html.push_str("<section>\n<h2>Queues</h2>\n");
+    if queues.is_empty() {
+        html.push_str("<p class=\"empty\">No queue has items.</p>\n");
+    } else {
+        html.push_str("<table>\n<thead><tr><th>Queue</th><th>Ready</th><th>Scheduled</th><th>Running</th><th>Expired</th><th>Dead</th><th>Oldest due</th></tr></thead>\n<tbody>\n");
+        for queue in queues {
+            let dead = if queue.dead > 0 {
+                format!("<span class=\"level error\">{}</span>", queue.dead)
+            } else {
+                "0".to_owned()
+            };
+            let _ = writeln!(
+                html,
+                "<tr><td class=\"key\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{dead}</td><td class=\"num\">{}</td></tr>",
+                escape(&queue.queue),
+                queue.ready,
+                queue.scheduled,
+                queue.running,
+                queue.expired,
+                escape(&queue.oldest_due()),
+            );
+        }
+        html.push_str("</tbody>\n</table>\n");
+        if truncated {
+            html.push_str("<p class=\"note\">Only the first queues are shown (--limit).</p>\n");
+        }
+    }
+    html.push_str("</section>\n");
+}
+
+fn tile_u64(n: u64, truncated: bool, label: &str) -> String {
+    format!(
+        "<div class=\"tile\"><div class=\"n\">{n}{}</div><div class=\"label\">{label}</div></div>\n",
+        if truncated { "+" } else { "" }
+    )
+}
+
 fn tile(n: usize, truncated: bool, label: &str) -> String {
     format!(
         "<div class=\"tile\"><div class=\"n\">{n}{}</div><div class=\"label\">{label}</div></div>\n",
@@ -442,6 +517,8 @@ mod tests {
                 reason: "\"quoted\" & <b>".into(),
             }],
             leases_truncated: false,
+            queues: None,
+            queues_truncated: None,
             events: Vec::new(),
         }
     }
@@ -456,6 +533,56 @@ mod tests {
         assert!(html.contains("<td class=\"num\">27.5s</td>"));
         assert!(html.contains("<td class=\"num\">4m30s</td>"));
         assert!(html.contains("No event since this process started."));
+    }
+
+    #[test]
+    fn queues_show_only_for_stores_that_keep_them() {
+        let without = snapshot();
+        let html = render(&without);
+        assert!(!html.contains("<h2>Queues</h2>"), "{html}");
+        let json = serde_json::to_value(&without).unwrap();
+        assert!(json.get("queues").is_none() && json.get("queues_truncated").is_none());
+
+        let mut with = snapshot();
+        with.queues = Some(Vec::new());
+        with.queues_truncated = Some(false);
+        let html = render(&with);
+        assert!(html.contains("<h2>Queues</h2>") && html.contains("No queue has items."));
+
+        with.queues = Some(vec![StatsRow {
+            queue: "<i>emails</i>".into(),
+            ready: 3,
+            scheduled: 1,
+            running: 2,
+            expired: 0,
+            dead: 4,
+            oldest_due_ms: Some(27_500),
+        }]);
+        let html = render(&with);
+        assert!(
+            html.contains("<code>&lt;i&gt;emails&lt;/i&gt;</code>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<span class=\"level error\">4</span>"),
+            "{html}"
+        );
+        assert!(html.contains("<td class=\"num\">27.5s</td>"), "{html}");
+        assert!(
+            html.contains("<div class=\"n\">6</div><div class=\"label\">items queued</div>"),
+            "{html}"
+        );
+        let events = html.find("Recent events").unwrap();
+        let leases = html.find("<h2>Leases</h2>").unwrap();
+        let queues = html.find("<h2>Queues</h2>").unwrap();
+        assert!(
+            leases < queues && queues < events,
+            "queues go between leases and events"
+        );
+        let json = serde_json::to_value(&with).unwrap();
+        assert_eq!(json["queues"][0]["ready"], 3);
+        assert_eq!(json["queues"][0]["oldest_due_ms"], 27_500);
+        assert_eq!(json["queues_truncated"], false);
     }
 
     #[test]

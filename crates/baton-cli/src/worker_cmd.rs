@@ -1,0 +1,656 @@
+//! `baton worker QUEUE -- COMMAND [ARGS...]`: run COMMAND once per item claimed from QUEUE,
+//! through [`baton::work::Worker`].
+//!
+//! Run it on as many machines as you like: each item goes to one worker at a time, on a
+//! lease that baton extends every third of `--lease` while COMMAND runs.
+//!
+//! ## Behavior
+//! - **Per item:** COMMAND runs in its own process group (see [`crate::child`]) with the
+//!   payload on stdin (then end of file) and `BATON_QUEUE`, `BATON_ITEM_ID`, `BATON_ATTEMPT`,
+//!   `BATON_MAX_ATTEMPTS` and, when the item has one, `BATON_DEDUP_ID` in its environment.
+//!   Exit 0 completes the item. Any other status (or a signal) fails it: retried after a
+//!   backoff (`--backoff`, doubling up to `--backoff-max`, jittered), dead-lettered after its
+//!   last attempt (set per item by `baton queue enqueue --max-attempts`). baton prints one
+//!   line on stderr for each failure; COMMAND's stderr, and its stdout, pass through (with
+//!   `--json`, COMMAND's stdout goes to stderr, so stdout holds only baton's JSON).
+//! - **At least once:** an item can run more than once — when a machine dies mid-item, when
+//!   a lease is lost, when a result cannot be written to the store. Make COMMAND idempotent
+//!   (`BATON_DEDUP_ID` or `BATON_ITEM_ID` are good idempotency keys).
+//! - **Lost lease** (an extension answered that another claim owns the item, or the lease
+//!   ran out without a successful extension): COMMAND's group gets SIGTERM, then SIGKILL
+//!   after `--grace`; its result is discarded (the item belongs to another claim now).
+//! - **Stopping:** SIGINT, SIGTERM, SIGHUP or SIGQUIT stops the claiming; the running
+//!   COMMANDs get `--drain` to finish (they are not signalled: they run in their own process
+//!   groups) and settle their items as usual. Then the ones still running get SIGTERM, and
+//!   SIGKILL after `--grace`, and their items are **released**: claimable again at once,
+//!   the attempt not counted. A second signal ends the drain at once. baton then exits **0**,
+//!   at most `--drain` + `--grace` + 1s after the first signal.
+//! - `--exit-when-empty`: exit 0 once a claim finds nothing claimable and no COMMAND runs
+//!   (items waiting for a `--delay` or a backoff are left for later). For batch jobs.
+//! - **COMMAND cannot run** (not found, not executable): the item is **failed** with that
+//!   error (an attempt counted, as for any failure), baton stops claiming — every further
+//!   item would fail the same way and be dead-lettered for a configuration error — lets
+//!   the other running COMMANDs drain, and exits **127** (not found) or **126** (cannot
+//!   execute), as shells do.
+//! - At exit, one line on stdout (or one JSON document): `Stopped QUEUE by=REASON
+//!   claimed=N completed=N failed=N dead_lettered=N released=N lost=N store_faults=N`, where
+//!   `failed` counts every failed attempt and `dead_lettered` those that were the last.
+//!   Failed items do not change the exit status: they are the queue's business.
+//! - The store: a `redis://` URL exits 64 before connecting (Redis keeps no claimable
+//!   work); a store that cannot be opened exits 69. Store faults while running are
+//!   retried (claims back off; settles are tried three times, then left to the lease) and
+//!   counted in `store_faults`.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::os::fd::AsFd;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton::work::{Backoff, Job, MAX_BATCH, MAX_CONCURRENCY, QueueOptions, Worker, WorkerReport};
+use clap::Args;
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::child::{Child, shell_status};
+use crate::cli::GlobalArgs;
+use crate::exit::{Failure, INTERNAL, SUCCESS};
+use crate::output::{human_duration, print_json, print_line, write_failure};
+use crate::queue_cmd::{connect_work, parse_queue};
+use crate::signals::Forwarded;
+
+/// Default `--lease`: the library's.
+const DEFAULT_LEASE: &str = "30s";
+/// Default `--backoff`: the delay before the first retry.
+const DEFAULT_BACKOFF: &str = "1s";
+/// The longest delay between retries when `--backoff-max` is not given (or `--backoff`, if
+/// that is longer).
+const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Default `--drain`: how long running COMMANDs may finish after a stop signal.
+const DEFAULT_DRAIN: &str = "30s";
+/// Default `--grace`: time between SIGTERM and SIGKILL (as `baton run --grace`).
+const DEFAULT_GRACE: &str = "10s";
+/// The longest `--drain`.
+const MAX_DRAIN: Duration = Duration::from_secs(12 * 3600);
+/// The longest `--grace`.
+const MAX_GRACE: Duration = Duration::from_secs(3600);
+/// Time for COMMANDs killed at the end of `--grace` to be reaped before the library releases
+/// their items.
+const RELEASE_MARGIN: Duration = Duration::from_secs(1);
+
+/// `baton worker`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// How many COMMANDs run at once (1 to 1024).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_concurrency)]
+    pub(crate) concurrency: usize,
+
+    /// The most items one claim takes (1 to 1000) [default: --concurrency]. A claim never
+    /// takes more items than there are free slots.
+    #[arg(long, value_name = "N", value_parser = parse_batch)]
+    pub(crate) batch: Option<u32>,
+
+    /// How long a claim owns an item without an extension (10ms to 30d). baton extends it
+    /// every third of it while COMMAND runs; a machine that dies leaves its items to be
+    /// claimed again this long after its last extension.
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_LEASE, value_parser = parse_lease)]
+    pub(crate) lease: Duration,
+
+    /// The delay before the first retry of a failed item; it doubles after each further
+    /// failure, up to --backoff-max, and is jittered. 0s retries at once.
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_BACKOFF, value_parser = parse_backoff)]
+    pub(crate) backoff: Duration,
+
+    /// The longest delay between retries (at most 30d) [default: 5m, or --backoff if
+    /// longer].
+    #[arg(long, value_name = "DUR", value_parser = parse_backoff)]
+    pub(crate) backoff_max: Option<Duration>,
+
+    /// After SIGINT or SIGTERM: how long the running COMMANDs may finish before they are
+    /// terminated and their items released (at most 12h).
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_DRAIN, value_parser = parse_drain)]
+    pub(crate) drain: Duration,
+
+    /// How long a COMMAND has between SIGTERM and SIGKILL, when it is terminated because
+    /// its lease was lost or --drain ran out (at most 1h).
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_GRACE, value_parser = parse_grace)]
+    pub(crate) grace: Duration,
+
+    /// Exit 0 once nothing is claimable and no COMMAND runs (items waiting for a delay or a
+    /// backoff are left for later).
+    #[arg(long)]
+    pub(crate) exit_when_empty: bool,
+
+    /// The queue's name.
+    #[arg(value_name = "QUEUE", value_parser = parse_queue)]
+    pub(crate) queue: String,
+
+    /// The command and its arguments, after `--`. It gets the payload on stdin.
+    #[arg(
+        value_name = "COMMAND",
+        last = true,
+        required = true,
+        num_args = 1..,
+        allow_hyphen_values = true
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Why the worker stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoppedBy {
+    /// `--exit-when-empty`: nothing was claimable and no COMMAND ran.
+    Empty,
+    /// A signal asked baton to stop.
+    Signal(Signal),
+    /// COMMAND could not be started.
+    CommandError,
+}
+
+impl fmt::Display for StoppedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoppedBy::Empty => f.write_str("empty"),
+            StoppedBy::Signal(signal) => f.write_str(signal.as_str()),
+            StoppedBy::CommandError => f.write_str("command-error"),
+        }
+    }
+}
+
+/// The line (or JSON document) printed at exit.
+#[derive(Debug, Serialize)]
+struct Summary<'a> {
+    result: &'static str,
+    queue: &'a str,
+    stopped_by: String,
+    claimed: u64,
+    completed: u64,
+    /// Every failed attempt: `retried` + `dead_lettered`.
+    failed: u64,
+    retried: u64,
+    dead_lettered: u64,
+    released: u64,
+    lost: u64,
+    store_faults: u64,
+}
+
+impl<'a> Summary<'a> {
+    fn of(queue: &'a str, stopped_by: StoppedBy, report: &WorkerReport) -> Self {
+        Summary {
+            result: "Stopped",
+            queue,
+            stopped_by: stopped_by.to_string(),
+            claimed: report.claimed,
+            completed: report.completed,
+            failed: report.retried + report.dead_lettered,
+            retried: report.retried,
+            dead_lettered: report.dead_lettered,
+            released: report.released,
+            lost: report.lease_lost,
+            store_faults: report.store_faults,
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "Stopped {} by={} claimed={} completed={} failed={} dead_lettered={} released={} lost={} store_faults={}",
+            self.queue,
+            self.stopped_by,
+            self.claimed,
+            self.completed,
+            self.failed,
+            self.dead_lettered,
+            self.released,
+            self.lost,
+            self.store_faults
+        )
+    }
+}
+
+/// What every item's task shares.
+struct Context {
+    queue: String,
+    command: Vec<OsString>,
+    /// `--json`: COMMAND's stdout goes to baton's stderr.
+    stdout_to_stderr: bool,
+    grace: Duration,
+    /// Fires to stop claiming (a signal, or a COMMAND that cannot run).
+    shutdown: CancellationToken,
+    /// Fires when `--drain` is over: running COMMANDs are terminated.
+    terminate: CancellationToken,
+    /// COMMANDs running now.
+    running: AtomicUsize,
+    /// The exit status and message of a COMMAND that could not be started.
+    fatal: Mutex<Option<Failure>>,
+}
+
+impl Context {
+    fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// COMMAND's stdout: baton's, or with `--json` baton's stderr.
+    fn stdout(&self) -> Stdio {
+        if self.stdout_to_stderr {
+            match std::io::stderr().as_fd().try_clone_to_owned() {
+                Ok(fd) => return Stdio::from(fd),
+                Err(e) => tracing::warn!("cannot send COMMAND's stdout to stderr: {e}"),
+            }
+        }
+        Stdio::inherit()
+    }
+
+    /// Records that COMMAND could not be started and stops the claiming; answers the error
+    /// the item is failed with.
+    fn cannot_run(&self, job: &Job, failure: Failure) -> String {
+        eprintln!(
+            "baton: {}; item {} of queue {} failed (attempt {} of {})",
+            failure.message,
+            job.id(),
+            self.queue,
+            job.attempt(),
+            job.max_attempts()
+        );
+        let mut fatal = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
+        if fatal.is_none() {
+            eprintln!(
+                "baton: no more items are claimed: every one would fail the same way; exiting with {} once the running COMMANDs are done",
+                failure.status
+            );
+            *fatal = Some(Failure::new(
+                failure.status,
+                format!(
+                    "{}; stopped claiming from queue {}",
+                    failure.message, self.queue
+                ),
+            ));
+        }
+        self.shutdown.cancel();
+        failure.message
+    }
+}
+
+/// Counts one running COMMAND while alive.
+struct RunningGuard<'a>(&'a AtomicUsize);
+
+impl<'a> RunningGuard<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        RunningGuard(count)
+    }
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Aborts the task writing COMMAND's stdin when the item's task ends (COMMAND's children
+/// may keep the pipe open after COMMAND exited).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `baton worker`; returns baton's exit status.
+pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Failure> {
+    let options = queue_options(args)?;
+    // Catch signals before anything is claimed, so that none can end baton while a COMMAND
+    // runs; one that arrives while connecting stops the worker before its first claim.
+    let mut signals = Forwarded::install()
+        .map_err(|e| Failure::new(INTERNAL, format!("cannot install signal handlers: {e}")))?;
+    let (baton, _) = connect_work(global).await?;
+    let queue = baton.queue(&args.queue)?.with_options(options)?;
+
+    let context = Arc::new(Context {
+        queue: args.queue.clone(),
+        command: args.command.clone(),
+        stdout_to_stderr: global.json,
+        grace: args.grace,
+        shutdown: CancellationToken::new(),
+        terminate: CancellationToken::new(),
+        running: AtomicUsize::new(0),
+        fatal: Mutex::new(None),
+    });
+    let mut worker = Worker::new(queue)
+        .concurrency(args.concurrency)
+        .exit_when_empty(args.exit_when_empty)
+        // The library releases the items still running when its grace is over; by then
+        // baton has terminated their COMMANDs (--drain, then --grace until SIGKILL).
+        .grace(args.drain + args.grace + RELEASE_MARGIN)
+        .shutdown(context.shutdown.clone());
+    if let Some(batch) = args.batch {
+        worker = worker.batch(batch);
+    }
+    let handler_context = Arc::clone(&context);
+    let work = worker.run(move |job: Job| run_item(Arc::clone(&handler_context), job));
+    tokio::pin!(work);
+
+    let mut stopped_by = StoppedBy::Empty;
+    let mut drain_until: Option<Instant> = None;
+    let report = loop {
+        let draining = drain_until.is_some() && !context.terminate.is_cancelled();
+        tokio::select! {
+            report = &mut work => break report?,
+            signal = signals.recv() => {
+                if drain_until.is_none() {
+                    stopped_by = StoppedBy::Signal(signal);
+                    drain_until = Some(Instant::now() + args.drain);
+                    context.shutdown.cancel();
+                    let running = context.running();
+                    if running > 0 {
+                        eprintln!(
+                            "baton: {signal} received: no more claims; {running} running COMMAND(s) may finish within --drain {}",
+                            human_duration(args.drain)
+                        );
+                    }
+                } else if !context.terminate.is_cancelled() {
+                    eprintln!("baton: {signal} received again: ending the drain now");
+                    end_drain(&context);
+                }
+            }
+            () = context.shutdown.cancelled(), if drain_until.is_none() => {
+                // A COMMAND that cannot run stopped the claiming.
+                stopped_by = StoppedBy::CommandError;
+                drain_until = Some(Instant::now() + args.drain);
+            }
+            () = sleep_until(drain_until.unwrap_or_else(Instant::now)), if draining => {
+                end_drain(&context);
+            }
+        }
+    };
+
+    let summary = Summary::of(&args.queue, stopped_by, &report);
+    if global.json {
+        print_json(&summary)
+    } else {
+        print_line(&summary.line())
+    }
+    .map_err(write_failure)?;
+    let fatal = context
+        .fatal
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    match fatal {
+        Some(failure) => Err(failure),
+        None => Ok(SUCCESS),
+    }
+}
+
+/// Ends the drain: the running COMMANDs are terminated and their items released.
+fn end_drain(context: &Context) {
+    let running = context.running();
+    if running > 0 {
+        eprintln!(
+            "baton: terminating {running} running COMMAND(s) (SIGTERM, SIGKILL after --grace {}); their items are released",
+            human_duration(context.grace)
+        );
+    }
+    context.terminate.cancel();
+}
+
+/// The queue's options from the arguments.
+///
+/// # Errors
+/// Status 64 when `--backoff` is above `--backoff-max`.
+fn queue_options(args: &WorkerArgs) -> Result<QueueOptions, Failure> {
+    let cap = args
+        .backoff_max
+        .unwrap_or_else(|| DEFAULT_BACKOFF_MAX.max(args.backoff));
+    let options = QueueOptions::new()
+        .lease(args.lease)
+        .backoff(Backoff::exponential(args.backoff, cap));
+    options.validate().map_err(|e| {
+        Failure::usage(format!(
+            "--backoff {} with --backoff-max {}: {}",
+            human_duration(args.backoff),
+            human_duration(cap),
+            e.message()
+        ))
+    })?;
+    Ok(options)
+}
+
+/// Why baton stopped a COMMAND.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// The item's lease was lost.
+    LeaseLost,
+    /// `--drain` ran out (or a second signal ended it).
+    Drained,
+}
+
+/// Runs COMMAND for one item: `Ok` completes it, `Err` fails it. After the drain ran out it
+/// never returns, so that the worker releases the item when its grace ends.
+async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
+    let id = job.id();
+    let env = [
+        ("BATON_QUEUE", context.queue.clone()),
+        ("BATON_ITEM_ID", id.to_string()),
+        ("BATON_ATTEMPT", job.attempt().to_string()),
+        ("BATON_MAX_ATTEMPTS", job.max_attempts().to_string()),
+    ];
+    let stdout = context.stdout();
+    let spawned = Child::spawn_with(&context.command, |command| {
+        command
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(stdout);
+        match job.dedup_id() {
+            Some(dedup) => command.env("BATON_DEDUP_ID", dedup),
+            // Not inherited from baton's own environment.
+            None => command.env_remove("BATON_DEDUP_ID"),
+        };
+    });
+    let mut child = match spawned {
+        Ok(child) => child.kill_group_on_drop(),
+        Err(failure) => return Err(context.cannot_run(&job, failure)),
+    };
+    let _running = RunningGuard::new(&context.running);
+    tracing::debug!(queue = %context.queue, item = %id, attempt = job.attempt(), command = child.name(), "running");
+    let _writer = AbortOnDrop(tokio::spawn(write_payload(
+        child.take_stdin(),
+        job.payload().to_vec(),
+    )));
+
+    let lost = job.lost();
+    let mut stopped: Option<Stopped> = None;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            () = lost.cancelled(), if stopped.is_none() => {
+                stopped = Some(Stopped::LeaseLost);
+                child.signal(Signal::SIGTERM);
+                kill_at = Some(Instant::now() + context.grace);
+                eprintln!(
+                    "baton: lost the lease of item {id} of queue {} (attempt {}) while {} ran; sent SIGTERM to {}, SIGKILL follows in {}",
+                    context.queue,
+                    job.attempt(),
+                    child.name(),
+                    child.name(),
+                    human_duration(context.grace)
+                );
+            }
+            () = context.terminate.cancelled(), if stopped.is_none() => {
+                stopped = Some(Stopped::Drained);
+                child.signal(Signal::SIGTERM);
+                kill_at = Some(Instant::now() + context.grace);
+            }
+            () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                kill_at = None;
+                eprintln!(
+                    "baton: {} (item {id}) still running {} after SIGTERM; sending SIGKILL",
+                    child.name(),
+                    human_duration(context.grace)
+                );
+                child.signal(Signal::SIGKILL);
+            }
+        }
+    };
+    let name = child.name().to_owned();
+    match stopped {
+        // Hold the item until the worker's grace ends and it releases the item.
+        Some(Stopped::Drained) => return std::future::pending().await,
+        Some(Stopped::LeaseLost) => {
+            return Err(format!(
+                "the lease was lost while {name} ran; {name} was terminated"
+            ));
+        }
+        None => {}
+    }
+    let status = status.map_err(|e| format!("lost track of {name}: {e}"))?;
+    if status.success() {
+        return Ok(());
+    }
+    let error = describe_exit(&name, status);
+    let next = if job.is_last_attempt() {
+        "that was its last attempt: it is dead-lettered"
+    } else {
+        "it will be retried after a backoff"
+    };
+    eprintln!(
+        "baton: item {id} of queue {} (attempt {} of {}): {error}; {next}",
+        context.queue,
+        job.attempt(),
+        job.max_attempts()
+    );
+    Err(error)
+}
+
+/// Writes the payload to COMMAND's stdin and closes it. A COMMAND that does not read its
+/// stdin may exit first: the broken pipe is not an error.
+async fn write_payload(stdin: Option<ChildStdin>, payload: Vec<u8>) {
+    // Dropping `stdin` at the end closes the pipe: COMMAND reads end of file.
+    if let Some(mut stdin) = stdin
+        && let Err(e) = stdin.write_all(&payload).await
+    {
+        tracing::debug!("COMMAND did not read its whole payload: {e}");
+    }
+}
+
+/// `sh exited with status 3`, `sh was killed by signal 9 (status 137)`.
+fn describe_exit(name: &str, status: ExitStatus) -> String {
+    let code = shell_status(status);
+    match status.code() {
+        Some(code) => format!("{name} exited with status {code}"),
+        None => format!(
+            "{name} was killed by signal {} (status {code})",
+            code.saturating_sub(crate::exit::SIGNAL_BASE)
+        ),
+    }
+}
+
+fn parse_concurrency(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_CONCURRENCY).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?}: the concurrency is a number from 1 to {MAX_CONCURRENCY}"
+        )),
+    }
+}
+
+fn parse_batch(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(n) if (1..=MAX_BATCH).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?}: the batch is a number from 1 to {MAX_BATCH}"
+        )),
+    }
+}
+
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    let lease = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    QueueOptions::new()
+        .lease(lease)
+        .validate()
+        .map(|()| lease)
+        .map_err(|e| e.message().to_owned())
+}
+
+fn parse_backoff(text: &str) -> Result<Duration, String> {
+    let delay = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    Backoff::fixed(delay)
+        .validate()
+        .map(|()| delay)
+        .map_err(|e| e.message().to_owned())
+}
+
+fn parse_limited(text: &str, max: Duration) -> Result<Duration, String> {
+    let d = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    if d > max {
+        return Err(format!(
+            "{text:?} is above the maximum of {}",
+            human_duration(max)
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_drain(text: &str) -> Result<Duration, String> {
+    parse_limited(text, MAX_DRAIN)
+}
+
+fn parse_grace(text: &str) -> Result<Duration, String> {
+    parse_limited(text, MAX_GRACE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn arguments_are_checked_by_the_library_rules() {
+        assert_eq!(parse_concurrency("4"), Ok(4));
+        assert!(parse_concurrency("0").is_err());
+        assert!(parse_concurrency("1025").is_err());
+        assert!(parse_concurrency("-1").is_err());
+        assert!(parse_batch("0").is_err());
+        assert!(parse_batch("1001").is_err());
+        assert!(parse_lease("5ms").unwrap_err().contains("lease"));
+        assert!(parse_lease("1m").is_ok());
+        assert!(parse_backoff("0s").is_ok());
+        assert!(parse_backoff("31d").is_err());
+        assert!(parse_drain("13h").is_err());
+        assert!(parse_grace("soon").is_err());
+    }
+
+    #[test]
+    fn exits_are_described_as_shells_report_them() {
+        assert_eq!(
+            describe_exit("sh", ExitStatus::from_raw(3 << 8)),
+            "sh exited with status 3"
+        );
+        assert_eq!(
+            describe_exit("sh", ExitStatus::from_raw(9)),
+            "sh was killed by signal 9 (status 137)"
+        );
+    }
+
+    #[test]
+    fn the_summary_counts_every_failed_attempt() {
+        let mut report = WorkerReport::default();
+        report.claimed = 4;
+        report.completed = 1;
+        report.retried = 2;
+        report.dead_lettered = 1;
+        let summary = Summary::of("emails", StoppedBy::Signal(Signal::SIGTERM), &report);
+        assert_eq!(
+            summary.line(),
+            "Stopped emails by=SIGTERM claimed=4 completed=1 failed=3 dead_lettered=1 released=0 lost=0 store_faults=0"
+        );
+    }
+}
