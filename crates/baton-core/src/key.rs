@@ -130,6 +130,26 @@ impl fmt::Display for Namespace {
     }
 }
 
+/// The smallest string greater than every string that starts with `prefix`, in code point
+/// order (byte order of UTF-8: PostgreSQL's `COLLATE "C"`, SQLite's binary collation), or
+/// `None` when there is none. SQL stores turn a prefix listing into the index range
+/// `key >= prefix AND key < bound`.
+pub fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last as u32 {
+            // The surrogates are not chars: the next one after U+D7FF is U+E000.
+            0xD7FF => Some('\u{E000}'),
+            n => char::from_u32(n + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
 /// Which primitive a stored key belongs to; the middle segment of a qualified key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -214,6 +234,26 @@ impl fmt::Display for StoreKey {
 mod tests {
     use super::*;
     use crate::ErrorKind;
+
+    #[test]
+    fn prefix_upper_bounds() {
+        assert_eq!(
+            prefix_upper_bound("ns:lock:a").as_deref(),
+            Some("ns:lock:b")
+        );
+        assert_eq!(prefix_upper_bound(""), None);
+        assert_eq!(
+            prefix_upper_bound("a\u{D7FF}").as_deref(),
+            Some("a\u{E000}")
+        );
+        assert_eq!(prefix_upper_bound("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_upper_bound("\u{10FFFF}\u{10FFFF}"), None);
+        // Every string with the prefix sorts below the bound, in byte order too.
+        let bound = prefix_upper_bound("ns:q\u{FFFF}").unwrap();
+        for s in ["ns:q\u{FFFF}", "ns:q\u{FFFF}\u{10FFFF}", "ns:q\u{FFFF}zzz"] {
+            assert!(s.as_bytes() < bound.as_bytes(), "{s:?} < {bound:?}");
+        }
+    }
 
     #[test]
     fn key_rules() {

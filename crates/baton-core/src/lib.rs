@@ -42,6 +42,7 @@ pub use fence::Fence;
 pub use holder::{Holder, MAX_HOLDER_BYTES};
 pub use key::{
     DEFAULT_NAMESPACE, Key, KeyKind, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, Namespace, StoreKey,
+    prefix_upper_bound,
 };
 pub use lease::{
     ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, RenewResult,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
 use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
-use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
+use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl, prefix_upper_bound};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use tokio::time::timeout;
@@ -315,23 +315,6 @@ fn info(row: &PgRow, key: StoreKey) -> Result<(HolderInfo, i64), sqlx::Error> {
     ))
 }
 
-/// The smallest string greater than every string that starts with `prefix` in code point
-/// order (the key column's `COLLATE "C"`, for UTF-8), or `None` when there is none.
-fn prefix_upper_bound(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = match last as u32 {
-            0xD7FF => Some('\u{E000}'),
-            n => char::from_u32(n + 1),
-        };
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
 #[async_trait]
 impl LeaseStore for PostgresStore {
     async fn claim(
@@ -524,21 +507,6 @@ impl LeaseStore for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn upper_bounds() {
-        assert_eq!(
-            prefix_upper_bound("ns:lock:a").as_deref(),
-            Some("ns:lock:b")
-        );
-        assert_eq!(prefix_upper_bound(""), None);
-        assert_eq!(
-            prefix_upper_bound("a\u{D7FF}").as_deref(),
-            Some("a\u{E000}")
-        );
-        assert_eq!(prefix_upper_bound("a\u{10FFFF}").as_deref(), Some("b"));
-        assert_eq!(prefix_upper_bound("\u{10FFFF}\u{10FFFF}"), None);
-    }
 
     #[test]
     fn bounds() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
-use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
+use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl, prefix_upper_bound};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::busy;
@@ -358,23 +358,6 @@ impl LiveRow {
     }
 }
 
-/// The smallest string greater than every string that starts with `prefix` (in SQLite's
-/// binary order, which for UTF-8 is code point order), or `None` when there is none.
-fn prefix_upper_bound(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = match last as u32 {
-            0xD7FF => Some('\u{E000}'),
-            n => char::from_u32(n + 1),
-        };
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
 fn list(conn: &Connection, prefix: &str, limit: i64) -> Result<Vec<HolderInfo>, OpError> {
     let now = clock::now();
     let rows = match prefix_upper_bound(prefix) {
@@ -477,21 +460,6 @@ impl LeaseStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn upper_bounds() {
-        assert_eq!(
-            prefix_upper_bound("ns:lock:a").as_deref(),
-            Some("ns:lock:b")
-        );
-        assert_eq!(prefix_upper_bound(""), None);
-        assert_eq!(
-            prefix_upper_bound("a\u{D7FF}").as_deref(),
-            Some("a\u{E000}")
-        );
-        assert_eq!(prefix_upper_bound("a\u{10FFFF}").as_deref(), Some("b"));
-        assert_eq!(prefix_upper_bound("\u{10FFFF}\u{10FFFF}"), None);
-    }
 
     /// The range query and `starts_with` agree, in SQLite's own order, on keys that a LIKE
     /// would get wrong and on the edges of the code space.

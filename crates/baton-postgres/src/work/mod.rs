@@ -60,23 +60,6 @@ fn from_micros(us: i64) -> Duration {
     Duration::from_micros(us.max(0) as u64)
 }
 
-/// The smallest string greater than every string that starts with `prefix` in code point
-/// order (the key columns' `COLLATE "C"`, for UTF-8), or `None` when there is none.
-fn prefix_upper_bound(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = match last as u32 {
-            0xD7FF => Some('\u{E000}'),
-            n => char::from_u32(n + 1),
-        };
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
 /// A stored non-negative integer column that the statements never make negative.
 fn count(raw: i64, what: &str) -> Result<u64, sqlx::Error> {
     u64::try_from(raw).map_err(|_| corrupt(format!("{what} is {raw}")))
@@ -90,20 +73,6 @@ fn corrupt(message: String) -> sqlx::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn upper_bounds() {
-        assert_eq!(
-            prefix_upper_bound("ns:queue:a").as_deref(),
-            Some("ns:queue:b")
-        );
-        assert_eq!(prefix_upper_bound(""), None);
-        assert_eq!(
-            prefix_upper_bound("a\u{D7FF}").as_deref(),
-            Some("a\u{E000}")
-        );
-        assert_eq!(prefix_upper_bound("a\u{10FFFF}").as_deref(), Some("b"));
-    }
 
     #[test]
     fn conversions() {

@@ -9,12 +9,12 @@ use baton_core::work::store::{
     ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, NewItem, QueueStats,
     QueueStore, Settle,
 };
-use baton_core::{Holder, Result, StoreKey, Ttl};
+use baton_core::{Holder, Result, StoreKey, Ttl, prefix_upper_bound};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
-use super::{corrupt, count, from_micros, micros, prefix_upper_bound, sql, ttl_ms};
+use super::{corrupt, count, from_micros, micros, sql, ttl_ms};
 use crate::error::unexpected;
 use crate::store::PostgresStore;
 

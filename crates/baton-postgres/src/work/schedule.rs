@@ -3,11 +3,11 @@
 
 use async_trait::async_trait;
 use baton_core::work::store::{Advance, ScheduleRow, ScheduleStore};
-use baton_core::{Error, Holder, Result, StoreKey};
+use baton_core::{Error, Holder, Result, StoreKey, prefix_upper_bound};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use super::{count, prefix_upper_bound, sql};
+use super::{count, sql};
 use crate::error::sql_error;
 use crate::store::PostgresStore;
 

@@ -39,8 +39,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use baton_core::Ttl;
 use baton_core::time::MAX_TTL;
+use baton_core::{Ttl, prefix_upper_bound};
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::clock;
@@ -115,23 +115,6 @@ fn lapse_earlier_boots(conn: &Connection, boot: Option<String>) -> Result<(), Op
         conn.execute(sql::SET_WORK_BOOT, [&boot])?;
         Ok(())
     })
-}
-
-/// The smallest string greater than every string that starts with `prefix` (in SQLite's
-/// binary order, which for UTF-8 is code point order), or `None` when there is none.
-fn prefix_upper_bound(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = match last as u32 {
-            0xD7FF => Some('\u{E000}'),
-            n => char::from_u32(n + 1),
-        };
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
 }
 
 /// The upper bound parameter of a prefix range: the bound, or a BLOB, which SQLite orders
@@ -261,16 +244,6 @@ mod tests {
         assert!(plan.contains("baton_work_item_ready"), "{plan}");
         assert!(plan.contains("baton_work_item_running"), "{plan}");
         assert!(!plan.contains("SCAN baton_work_item\n"), "{plan}");
-    }
-
-    #[test]
-    fn upper_bounds() {
-        assert_eq!(
-            prefix_upper_bound("ns:queue:a").as_deref(),
-            Some("ns:queue:b")
-        );
-        assert_eq!(prefix_upper_bound(""), None);
-        assert_eq!(prefix_upper_bound("a\u{10FFFF}").as_deref(), Some("b"));
     }
 
     /// A BLOB bound sorts after every key, so an empty prefix lists everything.
