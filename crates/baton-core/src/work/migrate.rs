@@ -93,14 +93,17 @@ pub struct WaitForConvergence {
     pub timeout: Duration,
 }
 
-/// For an admin endpoint: a loser answers at once with [`Contended`].
+/// For an admin endpoint: a loser answers at once with [`Contended`], both when another
+/// replica holds the orchestration lock and when a record is still claimed by a writer whose
+/// lease has not lapsed (a dead runner's, or one that lost the lock while `up()` runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReturnContended;
 
-/// Another replica holds the orchestration lock.
+/// Another replica holds the orchestration lock, or (when the lock was free) a claim on one
+/// of the set's records whose lease has not lapsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contended {
-    /// The lock's holder, when known.
+    /// The lock's holder, or the record's writer, when known.
     pub holder: Option<String>,
     /// Its remaining lock time, when known.
     pub remaining: Option<Duration>,
@@ -155,7 +158,8 @@ pub enum MigrationOutcome<C = Infallible> {
     Completed,
     /// A migration failed; the migrations after it did not run.
     Failed(MigrationFailure),
-    /// Another replica holds the lock ([`ReturnContended`] only).
+    /// Another replica holds the lock, or a record of the set is still claimed by a live
+    /// writer ([`ReturnContended`] only).
     Contended(C),
 }
 
@@ -423,7 +427,7 @@ impl Migrations {
         loop {
             match self.locks.acquire(&self.lock_key(), &options).await {
                 Ok(guard) => {
-                    let walked = self.walk(lease, deadline, report).await;
+                    let walked = self.walk(policy, lease, deadline, report).await;
                     guard.release().await;
                     return walked;
                 }
@@ -519,12 +523,13 @@ impl Migrations {
     }
 
     /// Walks the registry as the lock holder.
-    async fn walk<C>(
+    async fn walk<P: LoserPolicy>(
         &self,
+        policy: &P,
         lease: Ttl,
         deadline: Option<Instant>,
-        mut report: MigrationReport<C>,
-    ) -> Result<MigrationReport<C>> {
+        mut report: MigrationReport<P::Contended>,
+    ) -> Result<MigrationReport<P::Contended>> {
         let writer = Holder::random();
         for m in &self.steps {
             let name = m.name();
@@ -540,7 +545,14 @@ impl Migrations {
                     }
                     MigrationClaim::Busy { by, remaining } => {
                         // Another writer (a co-holder of the lock, or one whose lease has
-                        // not lapsed yet): wait for it to finish or lapse.
+                        // not lapsed yet): an admin run answers at once; a boot run waits
+                        // for it to finish or lapse.
+                        if let Some(c) =
+                            policy.on_contended(Some(by.as_str().to_owned()), Some(remaining))
+                        {
+                            report.outcome = MigrationOutcome::Contended(c);
+                            return Ok(report);
+                        }
                         if let Some(deadline) = deadline
                             && now() >= deadline
                         {
