@@ -368,7 +368,7 @@ impl LeaseKeepAlive {
 
 impl Drop for LeaseKeepAlive {
     fn drop(&mut self) {
-        self.grant.stop.cancel();
+        self.grant.stop();
     }
 }
 

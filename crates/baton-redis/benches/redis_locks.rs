@@ -7,6 +7,9 @@
 //! cargo bench -p baton-redis --bench redis_locks              # full run (about 2 minutes)
 //! cargo bench -p baton-redis --bench redis_locks -- --quick   # short run (or BATON_BENCH_QUICK=1)
 //! cargo bench -p baton-redis --bench redis_locks -- --only handoff   # or --only uncontended
+//! cargo bench -p baton-redis --bench redis_locks -- --only uncontended --subjects locks --concurrency 16
+//!     # diagnostic: only these uncontended subjects (locks, atoms, scripts) beside the
+//!     # baseline, only at these concurrency levels
 //! ```
 //!
 //! Uncontended: C tasks (C = 1, 16, 64) share one store instance, each taking and giving
@@ -70,6 +73,16 @@ const REQUESTS: [&str; 2] = ["evalsha", "eval"];
 struct Settings {
     quick: bool,
     only: Option<String>,
+    /// `--subjects locks,atoms,...`: the uncontended subjects to run (a diagnostic, for
+    /// profiling one of them); the baseline always runs.
+    subjects: Option<Vec<String>>,
+    /// `--pairs N`: run exactly N pairs of each of `--subjects` (the baseline only if
+    /// listed) one after another on one task, print nothing, and exit: a diagnostic, to count
+    /// what a pair costs from outside (`perf stat -e probe_libc:malloc`, with runs of N and
+    /// 2N pairs subtracted).
+    pairs: Option<u64>,
+    /// `--concurrency 16,64`: the uncontended concurrency levels to run (default 1, 16, 64).
+    concurrency: Vec<usize>,
     slices: usize,
     slice: Duration,
     handoff_for: Duration,
@@ -84,6 +97,22 @@ impl Settings {
             .iter()
             .position(|a| a == "--only")
             .and_then(|i| args.get(i + 1).cloned());
+        let subjects = args
+            .iter()
+            .position(|a| a == "--subjects")
+            .and_then(|i| args.get(i + 1))
+            .map(|list| list.split(',').map(str::to_owned).collect());
+        let pairs = args
+            .iter()
+            .position(|a| a == "--pairs")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|n| n.parse().ok());
+        let concurrency = args
+            .iter()
+            .position(|a| a == "--concurrency")
+            .and_then(|i| args.get(i + 1))
+            .map(|list| list.split(',').filter_map(|c| c.parse().ok()).collect())
+            .unwrap_or_else(|| CONCURRENCY.to_vec());
         let (slices, slice, handoff_for) = if quick {
             (3, Duration::from_millis(300), Duration::from_secs(1))
         } else {
@@ -92,6 +121,9 @@ impl Settings {
         Settings {
             quick,
             only,
+            subjects,
+            pairs,
+            concurrency,
             slices,
             slice,
             handoff_for,
@@ -100,6 +132,15 @@ impl Settings {
 
     fn runs(&self, part: &str) -> bool {
         self.only.as_deref().is_none_or(|only| only == part)
+    }
+
+    /// Whether the uncontended subject `name` runs (the baseline always does).
+    fn runs_subject(&self, name: &str) -> bool {
+        name == "raw"
+            || self
+                .subjects
+                .as_ref()
+                .is_none_or(|list| list.iter().any(|s| s == name))
     }
 }
 
@@ -141,6 +182,24 @@ async fn run(settings: Settings, server: Arc<RedisServer>) {
     );
     let url = server.url();
     let store = Arc::new(RedisStore::connect(&url).await.expect("connect the store"));
+    if let Some(pairs) = settings.pairs {
+        let hand = Hand {
+            scripts: Arc::new(RawScripts::connect(&url, TIMEOUT).await),
+            raw: Arc::new(RawLocks::connect(&url, TIMEOUT).await),
+        };
+        for (name, subject) in SUBJECT_KEYS.iter().zip(subjects(&store, &hand)) {
+            if settings
+                .subjects
+                .as_ref()
+                .is_some_and(|l| l.iter().any(|s| s == name))
+            {
+                for _ in 0..pairs {
+                    subject.pair(0).await;
+                }
+            }
+        }
+        return;
+    }
 
     if settings.runs("uncontended") {
         let hand = Hand {
@@ -148,7 +207,7 @@ async fn run(settings: Settings, server: Arc<RedisServer>) {
             raw: Arc::new(RawLocks::connect(&url, TIMEOUT).await),
         };
         let mut rows = Vec::new();
-        for concurrency in CONCURRENCY {
+        for &concurrency in &settings.concurrency {
             rows.push(uncontended(&settings, &server, concurrency, &store, &hand).await);
         }
         print_uncontended(&rows);
@@ -268,6 +327,7 @@ impl Subject {
             per_sec: pairs as f64 / elapsed.as_secs_f64(),
             client_us: per_pair(cpu.client),
             redis_us: per_pair(cpu.redis),
+            ratio: f64::NAN,
         }
     }
 }
@@ -280,6 +340,9 @@ struct Slice {
     client_us: f64,
     /// CPU time of the redis-server per pair, in microseconds.
     redis_us: f64,
+    /// Throughput as a ratio to the baseline's slice of the same round; in a summary, the
+    /// median of those.
+    ratio: f64,
 }
 
 /// CPU seconds used so far by this process (all threads) and by the redis-server.
@@ -343,6 +406,9 @@ struct Uncontended {
     subjects: Vec<Slice>,
 }
 
+/// The uncontended subjects, as `--subjects` names them, in the order of [`SUBJECTS`].
+const SUBJECT_KEYS: [&str; 4] = ["locks", "atoms", "scripts", "raw"];
+
 /// The uncontended subjects, as the table names them; the last is the baseline.
 const SUBJECTS: [&str; 4] = [
     "baton::Locks acquire+release",
@@ -358,21 +424,29 @@ async fn uncontended(
     store: &Arc<RedisStore>,
     hand: &Hand,
 ) -> Uncontended {
-    let subjects = [
-        Subject::Locks(Locks::with_namespace(store.clone(), namespace("locks"))),
-        Subject::Atoms(Arc::clone(store), namespace("atoms")),
-        Subject::Scripts(Arc::clone(&hand.scripts)),
-        Subject::Raw(Arc::clone(&hand.raw)),
-    ];
+    let subjects = subjects(store, hand);
+    let runs: Vec<bool> = SUBJECT_KEYS
+        .iter()
+        .map(|name| settings.runs_subject(name))
+        .collect();
     // Warm up: connections, script cache, allocator.
-    for subject in &subjects {
+    for (subject, _) in subjects.iter().zip(&runs).filter(|(_, runs)| **runs) {
         subject.slice(concurrency, settings.slice / 4, server).await;
     }
     let mut results: Vec<Vec<Slice>> = vec![Vec::new(); subjects.len()];
+    let baseline = subjects.len() - 1;
     for round in 0..settings.slices {
         // Rotate who goes first, so no subject always follows the same one.
         for i in (0..subjects.len()).map(|i| (i + round) % subjects.len()) {
-            results[i].push(subjects[i].slice(concurrency, settings.slice, server).await);
+            if runs[i] {
+                results[i].push(subjects[i].slice(concurrency, settings.slice, server).await);
+            }
+        }
+        // Each subject's throughput against the baseline's in the same round: the rounds
+        // are a few seconds long, so these ratios shrug off the load drifting between rounds.
+        let base = results[baseline][round].per_sec;
+        for result in results.iter_mut().filter(|r| r.len() > round) {
+            result[round].ratio = result[round].per_sec / base;
         }
     }
     let summary = |slices: &[Slice]| {
@@ -381,12 +455,23 @@ async fn uncontended(
             per_sec: of(|s| s.per_sec),
             client_us: of(|s| s.client_us),
             redis_us: of(|s| s.redis_us),
+            ratio: of(|s| s.ratio),
         }
     };
     Uncontended {
         concurrency,
         subjects: results.iter().map(|r| summary(r)).collect(),
     }
+}
+
+/// The uncontended subjects, in the order of [`SUBJECTS`].
+fn subjects(store: &Arc<RedisStore>, hand: &Hand) -> [Subject; 4] {
+    [
+        Subject::Locks(Locks::with_namespace(store.clone(), namespace("locks"))),
+        Subject::Atoms(Arc::clone(store), namespace("atoms")),
+        Subject::Scripts(Arc::clone(&hand.scripts)),
+        Subject::Raw(Arc::clone(&hand.raw)),
+    ]
 }
 
 /// The clients that send requests by hand.
@@ -400,6 +485,8 @@ struct Grant {
     contender: usize,
     granted: Instant,
     release_sent: Instant,
+    /// When the release returned to the holder.
+    released: Instant,
 }
 
 /// The contended figures of one shape.
@@ -408,8 +495,13 @@ struct Handoff {
     grants: usize,
     per_sec: f64,
     handoffs: Vec<Duration>,
+    /// For each handoff, how long the holder's `release` took to return (a diagnostic: the
+    /// first of the handoff's two round trips, as the releasing holder sees it).
+    releases: Vec<Duration>,
     regrants: usize,
     requests: u64,
+    /// Microseconds the server spent running the requests (scripts included).
+    usec: u64,
     commands: u64,
     by_command: BTreeMap<String, u64>,
     shares: Vec<u64>,
@@ -440,6 +532,28 @@ async fn command_calls(server: &Arc<RedisServer>) -> BTreeMap<String, u64> {
         .expect("INFO commandstats")
 }
 
+/// Microseconds the server has spent running client requests (`EVALSHA`/`EVAL`, scripts
+/// included), from the `usec` fields of `INFO commandstats`.
+async fn request_usec(server: &Arc<RedisServer>) -> u64 {
+    let server = Arc::clone(server);
+    let info = tokio::task::spawn_blocking(move || server.info("commandstats"))
+        .await
+        .expect("INFO commandstats")
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| {
+            REQUESTS
+                .iter()
+                .any(|r| l.starts_with(&format!("cmdstat_{r}:")))
+        })
+        .filter_map(|l| {
+            l.split(',')
+                .find_map(|field| field.strip_prefix("usec="))
+                .and_then(|usec| usec.parse::<u64>().ok())
+        })
+        .sum()
+}
+
 async fn handoff(
     shape: &'static str,
     settings: &Settings,
@@ -448,6 +562,7 @@ async fn handoff(
 ) -> Handoff {
     let options = LockOptions::new(TTL).wait(Duration::from_secs(60));
     let before = command_calls(server).await;
+    let usec_before = request_usec(server).await;
     let start = Instant::now();
     let stop_at = start + settings.handoff_for;
     let mut tasks = Vec::new();
@@ -464,10 +579,12 @@ async fn handoff(
                 tokio::time::sleep(HOLD).await;
                 let release_sent = Instant::now();
                 guard.release().await;
+                let released = Instant::now();
                 grants.push(Grant {
                     contender,
                     granted,
                     release_sent,
+                    released,
                 });
                 tokio::time::sleep(AWAY).await;
             }
@@ -480,6 +597,7 @@ async fn handoff(
     }
     let elapsed = start.elapsed();
     let after = command_calls(server).await;
+    let usec = request_usec(server).await - usec_before;
     let by_command: BTreeMap<String, u64> = after
         .iter()
         .filter(|(name, _)| name.as_str() != "info")
@@ -489,6 +607,7 @@ async fn handoff(
     grants.sort_by_key(|g| g.granted);
 
     let mut handoffs = Vec::new();
+    let mut releases = Vec::new();
     let mut regrants = 0;
     for pair in grants.windows(2) {
         if pair[0].contender == pair[1].contender {
@@ -499,9 +618,15 @@ async fn handoff(
                     .granted
                     .saturating_duration_since(pair[0].release_sent),
             );
+            releases.push(
+                pair[0]
+                    .released
+                    .saturating_duration_since(pair[0].release_sent),
+            );
         }
     }
     handoffs.sort();
+    releases.sort();
     let mut shares = vec![0u64; CONTENDERS];
     for grant in &grants {
         shares[grant.contender] += 1;
@@ -511,8 +636,10 @@ async fn handoff(
         grants: grants.len(),
         per_sec: grants.len() as f64 / elapsed.as_secs_f64(),
         handoffs,
+        releases,
         regrants,
         requests: REQUESTS.iter().filter_map(|r| by_command.get(*r)).sum(),
+        usec,
         commands: by_command.values().sum(),
         by_command,
         shares,
@@ -526,17 +653,21 @@ fn print_uncontended(rows: &[Uncontended]) {
     );
     let baseline = SUBJECTS.len() - 1;
     println!(
-        "{:<52} {:>4} {:>10} {:>6} {:>12}",
-        "subject", "C", "pairs/s", "ratio", "CPU us/pair"
+        "{:<52} {:>4} {:>10} {:>6} {:>8} {:>12}",
+        "subject", "C", "pairs/s", "ratio", "by round", "CPU us/pair"
     );
     for row in rows {
         let base = row.subjects[baseline].per_sec;
         for (name, slice) in SUBJECTS.iter().zip(&row.subjects) {
+            if slice.per_sec.is_nan() {
+                continue; // not run (--subjects)
+            }
             println!(
-                "{name:<52} {:>4} {:>10} {:>6.2} {:>12}",
+                "{name:<52} {:>4} {:>10} {:>6.2} {:>8.2} {:>12}",
                 row.concurrency,
                 thousands(slice.per_sec),
                 slice.per_sec / base,
+                slice.ratio,
                 format!("{:.0}+{:.0}", slice.client_us, slice.redis_us),
             );
         }
@@ -544,7 +675,8 @@ fn print_uncontended(rows: &[Uncontended]) {
     println!(
         "baseline: raw SET key token NX PX + EVALSHA compare-and-delete over the same redis \
          ConnectionManager (one multiplexed connection) at the same concurrency; \
-         target for baton::Locks: ratio >= 0.80"
+         ratio: of the median slices; by round: the median of each round's ratio to the \
+         baseline's slice of the same round; target for baton::Locks: ratio >= 0.80"
     );
 }
 
@@ -597,6 +729,12 @@ fn print_handoffs(runs: &[Handoff], floor: &[Duration]) {
             .map(|(name, &n)| format!("{name} {:.2}", per_handoff(n)))
             .collect();
         println!("    per handoff: {}", breakdown.join(", "));
+        println!(
+            "    server time running the requests: {:.1} us per handoff; the release returned \
+             to its holder after p50 {}",
+            per_handoff(run.usec),
+            ms(percentile(&run.releases, 0.50)),
+        );
         if run.regrants > 0 {
             println!(
                 "    ({} grants went back to the contender that had just released)",

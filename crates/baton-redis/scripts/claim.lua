@@ -1,78 +1,98 @@
 -- claim: grant a key to a holder if it is free (or reserved for this store), with the next
 -- fence; extend it if the holder already holds it; otherwise report who holds it and for how
 -- long, and queue this store if one of its waiters waits for the key.
--- (Runs after lock_prelude.lua: constants, qualified() and helpers().)
+-- (Runs after lock_prelude.lua, which defines helpers().)
 --
 -- KEYS[1]  the grant: "{<qualified key>}"
 -- KEYS[2]  the fence counter, a string: "{<qualified key>}:fence"
--- KEYS[3]  the queue of waiting stores: "{<qualified key>}:queue"
+-- KEYS[3]  the queue of waiting stores: "{<qualified key>}:queue"; only with ARGV[3]
 -- ARGV[1]  holder
 -- ARGV[2]  ttl, milliseconds
--- ARGV[3]  this store: its wake-up channel
--- ARGV[4]  '1' when a waiter of this store waits for the key, else '0'
--- ARGV[5]  reason; absent when empty (every lock)
+-- ARGV[3]  this store (its wake-up channel), when a waiter of this store waits for the key;
+--          '' or absent otherwise, and then the claim neither queues the store nor takes a
+--          reservation made for it
+-- ARGV[4]  reason; absent when empty (every lock)
 --
 -- Returns the fence (an integer) when granted; {1, fence} extended; {2, holder, remaining ms}
--- held (holder is "handoff:<store>" while the key is reserved for another store's waiter).
+-- held (holder is "handoff:<store>" while the key is reserved for a store's waiter).
 --
--- Expiry is Redis's: an expired grant reads as absent. Fences come from INCR on the counter,
--- taken first so that the uncontended grant is one SET NX (a claim that does not grant skips
--- a number, which fences allow). A missing counter (new key, expired, evicted, lost in a
--- restart without persistence) is seeded from the server's TIME in microseconds. The counter
--- advances by one per claim, and claims of one key run one at a time, each for more than a
--- microsecond, so it never overtakes TIME: a re-seeded counter starts above every fence
--- handed out before, unless the server clock stepped back.
-local counter = redis.pcall('INCR', KEYS[2])
-if type(counter) ~= 'number' then
-    return redis.error_reply('BATONCORRUPT fence counter ' .. KEYS[2] .. ' is not a number')
+-- Without a store in ARGV[3] (a lock nobody here waits for, a lease) the claim first takes a
+-- fence and tries SET NX: the uncontended claim is those two calls and one string, with
+-- nothing else made. With one (a waiter, which usually finds the key held or reserved for it)
+-- it reads the key first, so that finding it held takes no fence and writes no grant.
+--
+-- Expiry is Redis's: an expired grant reads as absent. Fences come from INCR on the counter
+-- (a claim that does not grant may skip a number, which fences allow). A missing counter
+-- (new key, expired, evicted, lost in a restart without persistence) is seeded from the
+-- server's TIME in microseconds. The counter advances by at most one per claim, and claims of
+-- one key run one at a time, each for more than a microsecond, so it never overtakes TIME: a
+-- re-seeded counter starts above every fence handed out before, unless the server clock
+-- stepped back.
+local store = ARGV[3]
+if store == '' then
+    store = nil
 end
-if counter == 1 then
-    local time = redis.call('TIME')
-    counter = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    redis.call('SET', KEYS[2], string.format('%d', counter), 'PX',
-        tonumber(ARGV[2]) + FENCE_RETENTION_MS)
-end
-local reason = ARGV[5] or ''
-local value = string.format('%d', counter) .. ':' .. ARGV[1]
-if reason ~= '' then
-    value = value .. '\n' .. reason
-end
-if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-    if ARGV[4] == '1' and redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
-        -- A queued waiter took a free key (after a reservation lapsed or a grant expired): the
-        -- new head watches this grant, and its release hands on.
-        local lib = helpers()
-        if lib.watch_head(KEYS[1], KEYS[3], tonumber(ARGV[2])) then
-            lib.mark(KEYS[1], value)
+local reason = ARGV[4] or ''
+local read, grant_value, mark, watch_head, enqueue, seed_fence
+local current, held, holder, _, marked, reserved_for
+if store then
+    current = redis.call('GET', KEYS[1])
+    if current then
+        read, grant_value, mark, watch_head, enqueue = helpers()
+        held, holder, _, marked, reserved_for = read(KEYS[1], current)
+        if (held and holder ~= ARGV[1]) or (not held and reserved_for ~= store) then
+            -- Held by another holder, or reserved for another store: queue this store.
+            local remaining = redis.call('PTTL', KEYS[1])
+            enqueue(KEYS[3], store, remaining)
+            if held and not marked then
+                mark(KEYS[1], current)
+            end
+            return {2, holder or current, remaining}
         end
     end
-    return counter
 end
-local lib = helpers()
-local current = redis.call('GET', KEYS[1])
-local held, holder, _, marked, reserved_for = lib.read(KEYS[1], current)
-if held and holder == ARGV[1] then
-    redis.call('SET', KEYS[1], lib.grant_value(held, holder, reason, marked), 'PX', ARGV[2])
-    return {1, held}
-end
-if not held and reserved_for == ARGV[3] then
-    -- This store's turn: take the reservation. The next store in the queue already has a
-    -- watch from the release that made it (if this grant outlasts it, that store's waiter
-    -- looks again and sets its timer by this grant).
-    if ARGV[4] == '1' then
-        redis.call('ZREM', KEYS[3], ARGV[3])
+if not held then
+    local counter = redis.pcall('INCR', KEYS[2])
+    if type(counter) ~= 'number' then
+        return redis.error_reply('BATONCORRUPT fence counter ' .. KEYS[2] .. ' is not a number')
     end
-    if redis.call('ZCARD', KEYS[3]) > 0 then
-        value = '*' .. value
+    if counter == 1 then
+        _, _, _, _, _, _, seed_fence = helpers()
+        counter = seed_fence(KEYS[2], ARGV[2])
     end
-    redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-    return counter
-end
-local remaining = redis.call('PTTL', KEYS[1])
-if ARGV[4] == '1' then
-    lib.enqueue(KEYS[3], ARGV[3], remaining + QUEUE_GRACE_MS)
-    if held and not marked then
-        lib.mark(KEYS[1], current)
+    local value
+    if reason == '' then
+        value = string.format('%d:%s', counter, ARGV[1])
+    else
+        value = string.format('%d:%s\n%s', counter, ARGV[1], reason)
+    end
+    if current then
+        -- Reserved for this store: its turn. The release that made the reservation took the
+        -- store from the queue and told the next store to watch. The grant is marked without
+        -- looking whether others still wait (they usually do): its release hands on, or finds
+        -- the queue empty and deletes it.
+        redis.call('SET', KEYS[1], '*' .. value, 'PX', ARGV[2])
+        return counter
+    end
+    if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+        if store and redis.call('ZREM', KEYS[3], store) == 1 then
+            -- A queued waiter took a free key (after a reservation lapsed or a grant
+            -- expired): the new head watches this grant, and its release hands on.
+            _, _, mark, watch_head = helpers()
+            if watch_head(KEYS[1], KEYS[3], ARGV[2]) then
+                mark(KEYS[1], value)
+            end
+        end
+        return counter
+    end
+    -- Held (a claim without a store only: a claim with one read the key first).
+    read, grant_value = helpers()
+    current = redis.call('GET', KEYS[1])
+    held, holder, _, marked = read(KEYS[1], current)
+    if not held or holder ~= ARGV[1] then
+        return {2, holder or current, redis.call('PTTL', KEYS[1])}
     end
 end
-return {2, holder or current, remaining}
+-- The holder's own grant: extend it (new TTL, same fence).
+redis.call('SET', KEYS[1], grant_value(held, holder, reason, marked), 'PX', ARGV[2])
+return {1, held}

@@ -9,7 +9,8 @@ local value = redis.call('GET', KEYS[1])
 if not value then
     return false
 end
-local fence, holder, reason = helpers().read(KEYS[1], value)
+local read = helpers()
+local fence, holder, reason = read(KEYS[1], value)
 if not fence then
     return false
 end

@@ -19,29 +19,27 @@
 -- key is free, but only a claim from that store may take it until the reservation ends.
 --
 -- The queue of stores waiting for Q is the sorted set "{Q}:queue": member = store, score = the
--- server time (microseconds) it joined, so ZPOPMIN takes the store that waited longest.
+-- server time (microseconds) it joined, so its first member is the store that waited longest.
 --
--- The protocol's durations, in milliseconds. A unit test in scripts.rs checks that they
--- equal the Rust constants of the same names (store.rs, pubsub.rs).
-local FENCE_RETENTION_MS = 3600000 -- a seeded counter lives this long beyond the grant's TTL
-local QUEUE_GRACE_MS = 5000 -- a queue outlives the holder's remaining time by this much
-local HANDOFF_RESERVATION_MS = 250 -- a released key waits this long for the next store
-
--- The qualified key of a grant's Redis key "{Q}": the wake-up messages' payload.
-local function qualified(grant)
-    return string.sub(grant, 2, -2)
-end
-
--- The helpers are made by calling helpers(), only on the paths that need them: making a Lua
--- function costs every call that runs the definition, and the uncontended claim and release
--- need none.
+-- The helpers are made by calling helpers(), only on the paths that need them: every function
+-- definition runs on every call that reaches it (and becomes garbage), so the uncontended claim
+-- and release, which need none of this, make only the one closure `helpers` itself. Nothing
+-- at the top level is captured by a closure, so making it allocates nothing else. helpers()
+-- returns the functions themselves, in this order, not a table of them (a table of ten fields
+-- costs more than all the closures):
+--
+--     local read, grant_value, mark, watch_head, enqueue, hand_off, seed_fence = helpers()
 local function helpers()
-    local lib = {}
+    -- The protocol's durations, in milliseconds. A unit test in scripts.rs checks that they
+    -- equal the Rust constants of the same names (store.rs, pubsub.rs).
+    local FENCE_RETENTION_MS = 3600000 -- a seeded counter lives this long beyond the grant's TTL
+    local QUEUE_GRACE_MS = 5000 -- a queue outlives the holder's remaining time by this much
+    local HANDOFF_RESERVATION_MS = 250 -- a released key waits this long for the next store
 
     -- Splits a stored value: fence, holder, reason, marked for a grant; or false, nil, nil,
     -- false, store for a handoff reservation. Anything else is not baton's: an error.
-    function lib.read(key, value)
-        if string.sub(value, 1, 8) == 'handoff:' then
+    local function read(key, value)
+        if string.byte(value, 1) == 104 and string.sub(value, 1, 8) == 'handoff:' then -- 'h'
             return false, nil, nil, false, string.sub(value, 9)
         end
         local marked = string.byte(value, 1) == 42 -- '*'
@@ -60,7 +58,7 @@ local function helpers()
     end
 
     -- The stored string of a grant.
-    function lib.grant_value(fence, holder, reason, marked)
+    local function grant_value(fence, holder, reason, marked)
         local value = fence .. ':' .. holder
         if reason ~= '' then
             value = value .. '\n' .. reason
@@ -72,33 +70,33 @@ local function helpers()
     end
 
     -- Marks the unmarked grant `value` at `grant`: a store is queued, so its release hands on.
-    function lib.mark(grant, value)
+    local function mark(grant, value)
         redis.call('SET', grant, '*' .. value, 'KEEPTTL')
     end
 
     -- Tells the store at the head of the queue of `grant` to look at the key again in `ms`
-    -- milliseconds if nothing wakes it before: the head's waiters may be asleep on a timer set
-    -- for an earlier holder, so after every change of holder the head keeps a timer that ends
-    -- no later than the current one. Returns whether anybody is queued.
-    function lib.watch_head(grant, queue, ms)
+    -- milliseconds (a string of digits) if nothing wakes it before: the head's waiters may be
+    -- asleep on a timer set for an earlier holder, so after every change of holder the head
+    -- keeps a timer that ends no later than the current one. Returns whether anybody is queued.
+    local function watch_head(grant, queue, ms)
         local head = redis.call('ZRANGE', queue, 0, 0)[1]
         if not head then
             return false
         end
-        redis.call('PUBLISH', head, 'w' .. string.format('%d', ms) .. ':' .. qualified(grant))
+        -- The payload names the qualified key Q of the grant's Redis key "{Q}".
+        redis.call('PUBLISH', head, 'w' .. ms .. ':' .. string.sub(grant, 2, -2))
         return true
     end
 
-    -- Puts `store` at the end of the queue unless it is already in it, and keeps the queue for
-    -- at least `keep_ms` (the holder's remaining time plus a grace: waiters look again by then).
-    function lib.enqueue(queue, store, keep_ms)
-        if not redis.call('ZSCORE', queue, store) then
-            local time = redis.call('TIME')
-            local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-            redis.call('ZADD', queue, string.format('%d', now_us), store)
-        end
+    -- Puts `store` at the end of the queue unless it is already in it (ZADD NX), and keeps the
+    -- queue for at least `remaining` (the holder's remaining time, in milliseconds) plus a grace:
+    -- waiters look again by then.
+    local function enqueue(queue, store, remaining)
+        local time = redis.call('TIME')
+        redis.call('ZADD', queue, 'NX', time[1] .. string.format('%06d', tonumber(time[2])), store)
+        local keep_ms = remaining + QUEUE_GRACE_MS
         if redis.call('PTTL', queue) < keep_ms then
-            redis.call('PEXPIRE', queue, keep_ms)
+            redis.call('PEXPIRE', queue, string.format('%d', keep_ms))
         end
     end
 
@@ -109,29 +107,52 @@ local function helpers()
     -- without a message when `me_waiting` is '1' (one of its waiters waits for the key now).
     -- Returns the store the key is reserved for, or false when nobody can take it (the caller
     -- then deletes the key).
-    function lib.hand_off(grant, queue, me, me_waiting)
-        while true do
-            local store = redis.call('ZPOPMIN', queue)[1]
-            if not store then
-                return false
-            end
+    local function hand_off(grant, queue, me, me_waiting)
+        -- The first two stores in line: the one whose turn it is, and the one told to watch.
+        local line = redis.call('ZRANGE', queue, 0, 1)
+        local i = 1
+        while line[i] do
+            local store = line[i]
+            redis.call('ZREM', queue, store)
             local reached
             if store == me then
                 reached = me_waiting == '1'
             else
-                reached = redis.call('PUBLISH', store, 'h' .. qualified(grant)) > 0
+                reached = redis.call('PUBLISH', store, 'h' .. string.sub(grant, 2, -2)) > 0
             end
             if reached then
-                redis.call('SET', grant, 'handoff:' .. store, 'PX', HANDOFF_RESERVATION_MS)
+                local ms = string.format('%d', HANDOFF_RESERVATION_MS)
+                redis.call('SET', grant, 'handoff:' .. store, 'PX', ms)
                 -- The next store in line looks again when the reservation ends: if the store
                 -- whose turn it is stalls (paused, partitioned), it finds the key free; if that
                 -- store's grant outlasts the reservation, its waiter sets its timer by it.
-                lib.watch_head(grant, queue, HANDOFF_RESERVATION_MS)
+                local next = line[i + 1]
+                if next then
+                    redis.call('PUBLISH', next, 'w' .. ms .. ':' .. string.sub(grant, 2, -2))
+                elseif #line == 2 then
+                    watch_head(grant, queue, ms)
+                end
                 return store
             end
+            i = i + 1
+            if not line[i] and #line == 2 then
+                -- Both were gone; more may wait behind them.
+                line = redis.call('ZRANGE', queue, 0, 1)
+                i = 1
+            end
         end
+        return false
     end
 
-    return lib
-end
+    -- Seeds the missing fence counter `counter` from the server's TIME in microseconds, to
+    -- live `ttl` (the grant's TTL, milliseconds, a string) plus the retention; returns it.
+    local function seed_fence(counter, ttl)
+        local time = redis.call('TIME')
+        local fence = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        redis.call('SET', counter, string.format('%d', fence), 'PX',
+            string.format('%d', tonumber(ttl) + FENCE_RETENTION_MS))
+        return fence
+    end
 
+    return read, grant_value, mark, watch_head, enqueue, hand_off, seed_fence
+end

@@ -2,7 +2,7 @@
 -- behind it are not kept waiting: it leaves the queue, and a reservation made for it goes to
 -- the next store that can be reached. Sent by the store's pub/sub task when it is told it is
 -- its turn (or its watch timer ends) and none of its waiters wants the key.
--- (Runs after lock_prelude.lua: constants, qualified() and helpers().)
+-- (Runs after lock_prelude.lua, which defines helpers().)
 --
 -- KEYS[1]  the grant: "{<qualified key>}"
 -- KEYS[2]  the queue of waiting stores: "{<qualified key>}:queue"
@@ -12,19 +12,20 @@
 -- store (whose release or claim moves the queue on; the new head watches in this store's
 -- place, and the grant is marked so that its release hands on).
 redis.call('ZREM', KEYS[2], ARGV[1])
-local lib = helpers()
+local read, _, mark, watch_head, _, hand_off = helpers()
 local value = redis.call('GET', KEYS[1])
 if value then
-    local fence, _, _, marked, reserved_for = lib.read(KEYS[1], value)
+    local fence, _, _, marked, reserved_for = read(KEYS[1], value)
     if fence or reserved_for ~= ARGV[1] then
-        local queued = lib.watch_head(KEYS[1], KEYS[2], redis.call('PTTL', KEYS[1]))
+        local queued = watch_head(KEYS[1], KEYS[2],
+            string.format('%d', redis.call('PTTL', KEYS[1])))
         if queued and fence and not marked then
-            lib.mark(KEYS[1], value)
+            mark(KEYS[1], value)
         end
         return 0
     end
 end
-if not lib.hand_off(KEYS[1], KEYS[2], ARGV[1], '0') and value then
+if not hand_off(KEYS[1], KEYS[2], ARGV[1], '0') and value then
     redis.call('DEL', KEYS[1])
 end
 return 1

@@ -1,13 +1,13 @@
 -- release: free a grant, only if the holder still holds it. If stores queued for the key
 -- during the grant (it is marked), the key is not deleted but reserved for the store that
 -- waited longest, and only that store is told; otherwise nothing is published.
--- (Runs after lock_prelude.lua: constants, qualified() and helpers().)
+-- (Runs after lock_prelude.lua, which defines helpers().)
 --
 -- KEYS[1]  the grant: "{<qualified key>}"
 -- KEYS[2]  the queue of waiting stores: "{<qualified key>}:queue"
 -- ARGV[1]  holder
--- ARGV[2]  this store: its wake-up channel
--- ARGV[3]  '1' when a waiter of this store waits for the key, else '0'
+-- ARGV[2]  this store: '1' when a waiter of this store waits for the key, else '0', followed
+--          by the store's wake-up channel (one argument: every argument costs each call)
 --
 -- Returns 0 removed, 1 removed and reserved for this store's own waiter (which the caller
 -- wakes), 2 nobody holds it, or the holder (a string) when another holder holds it (left
@@ -25,8 +25,8 @@ if first >= 48 and first <= 57 and colon and #value == colon + #ARGV[1]
     redis.call('DEL', KEYS[1])
     return 0
 end
-local lib = helpers()
-local fence, holder, _, marked = lib.read(KEYS[1], value)
+local read, _, _, _, _, hand_off = helpers()
+local fence, holder, _, marked = read(KEYS[1], value)
 if not fence then
     -- Reserved for a waiter after an earlier release: nobody holds it.
     return 2
@@ -34,12 +34,13 @@ end
 if holder ~= ARGV[1] then
     return holder
 end
-local to = marked and lib.hand_off(KEYS[1], KEYS[2], ARGV[2], ARGV[3])
+local me = string.sub(ARGV[2], 2)
+local to = marked and hand_off(KEYS[1], KEYS[2], me, string.sub(ARGV[2], 1, 1))
 if not to then
     redis.call('DEL', KEYS[1])
     return 0
 end
-if to == ARGV[2] then
+if to == me then
     return 1
 end
 return 0

@@ -9,7 +9,8 @@
 -- Returns 1 renewed, 0 not the holder (nothing changed).
 local value = redis.call('GET', KEYS[1])
 if value then
-    local fence, holder = helpers().read(KEYS[1], value)
+    local read = helpers()
+    local fence, holder = read(KEYS[1], value)
     if fence and holder == ARGV[1] then
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
         return 1

@@ -32,6 +32,7 @@ use baton_core::{Holder, Result, StoreKey, Ttl};
 use redis::{Script, Value};
 
 use crate::keys;
+use crate::scripts::Evalsha;
 use crate::store::RedisStore;
 
 /// Inserts a pending record, takes over a lapsed or failed one, or reports the record.
@@ -60,9 +61,9 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 #[async_trait]
 impl IdempotencyStore for RedisStore {
     async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
-        let mut invocation = SCRIPTS.acquire.prepare_invoke();
+        let mut invocation = Evalsha::new(&SCRIPTS.acquire, 1, 128 + request.fingerprint.len());
         invocation
-            .key(keys::grant_key(key))
+            .arg(keys::grant(key))
             .arg(request.attempt.as_str())
             .arg(request.fingerprint)
             .arg(request.ttl.as_millis())
@@ -73,9 +74,9 @@ impl IdempotencyStore for RedisStore {
     }
 
     async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
-        let mut invocation = SCRIPTS.renew.prepare_invoke();
+        let mut invocation = Evalsha::new(&SCRIPTS.renew, 1, 128);
         invocation
-            .key(keys::grant_key(key))
+            .arg(keys::grant(key))
             .arg(owner.as_str())
             .arg(lease.as_millis());
         let what = || format!("idempotency renewal of {key}");
@@ -94,9 +95,9 @@ impl IdempotencyStore for RedisStore {
         outcome: Outcome,
         metadata: &[u8],
     ) -> Result<FinalizeAnswer> {
-        let mut invocation = SCRIPTS.finalize.prepare_invoke();
+        let mut invocation = Evalsha::new(&SCRIPTS.finalize, 1, 128 + metadata.len());
         invocation
-            .key(keys::grant_key(key))
+            .arg(keys::grant(key))
             .arg(owner.as_str())
             .arg(outcome.status().as_str())
             .arg(metadata);
@@ -106,8 +107,8 @@ impl IdempotencyStore for RedisStore {
     }
 
     async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
-        let mut invocation = SCRIPTS.get.prepare_invoke();
-        invocation.key(keys::grant_key(key));
+        let mut invocation = Evalsha::new(&SCRIPTS.get, 1, 64);
+        invocation.arg(keys::grant(key));
         let what = || format!("idempotency read of {key}");
         self.call(what, &invocation, parse_get, |_| true).await
     }

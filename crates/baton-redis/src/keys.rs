@@ -19,21 +19,59 @@
 //! Each store instance listens on a channel of its own, [`wake_channel`]; a release tells only
 //! the store whose turn it is (see `docs/redis.md`).
 
+use std::io::Write;
+
 use baton_core::StoreKey;
+use redis::{RedisWrite, ToRedisArgs, ToSingleRedisArg};
+
+/// One of the Redis keys of a qualified key, written straight into a command's buffer (no
+/// `String` per key per call): `{Q}` plus a suffix.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RedisKey<'a> {
+    key: &'a StoreKey,
+    suffix: &'static str,
+}
+
+impl RedisKey<'_> {
+    /// The key as a `String`.
+    #[cfg(test)]
+    pub(crate) fn owned(self) -> String {
+        format!("{{{}}}{}", self.key.as_str(), self.suffix)
+    }
+}
+
+impl ToRedisArgs for RedisKey<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let mut arg = out.writer_for_next_arg();
+        // Writing into a command's buffer cannot fail.
+        let _ = arg.write_all(b"{");
+        let _ = arg.write_all(self.key.as_str().as_bytes());
+        let _ = arg.write_all(b"}");
+        let _ = arg.write_all(self.suffix.as_bytes());
+    }
+}
+
+impl ToSingleRedisArg for RedisKey<'_> {}
 
 /// The Redis key of `key`'s grant: `{Q}`.
-pub(crate) fn grant_key(key: &StoreKey) -> String {
-    format!("{{{}}}", key.as_str())
+pub(crate) fn grant(key: &StoreKey) -> RedisKey<'_> {
+    RedisKey { key, suffix: "" }
 }
 
 /// The Redis key of `key`'s fence counter: `{Q}:fence`.
-pub(crate) fn fence_key(key: &StoreKey) -> String {
-    format!("{{{}}}:fence", key.as_str())
+pub(crate) fn fence(key: &StoreKey) -> RedisKey<'_> {
+    RedisKey {
+        key,
+        suffix: ":fence",
+    }
 }
 
 /// The Redis key of the queue of stores waiting for `key`: `{Q}:queue`.
-pub(crate) fn queue_key(key: &StoreKey) -> String {
-    format!("{{{}}}:queue", key.as_str())
+pub(crate) fn queue(key: &StoreKey) -> RedisKey<'_> {
+    RedisKey {
+        key,
+        suffix: ":queue",
+    }
 }
 
 /// The qualified key of a grant's Redis key, or `None` for any other key.
@@ -98,30 +136,48 @@ mod tests {
     #[test]
     fn layout() {
         let key = q("app:lock:jobs:nightly");
-        assert_eq!(grant_key(&key), "{app:lock:jobs:nightly}");
-        assert_eq!(fence_key(&key), "{app:lock:jobs:nightly}:fence");
-        assert_eq!(queue_key(&key), "{app:lock:jobs:nightly}:queue");
-        assert_eq!(from_grant_key(&grant_key(&key)), Some(key));
+        assert_eq!(grant(&key).owned(), "{app:lock:jobs:nightly}");
+        assert_eq!(fence(&key).owned(), "{app:lock:jobs:nightly}:fence");
+        assert_eq!(queue(&key).owned(), "{app:lock:jobs:nightly}:queue");
+        assert_eq!(from_grant_key(&grant(&key).owned()), Some(key.clone()));
         assert_eq!(from_grant_key("{app:lock:x}:fence"), None);
         assert_eq!(from_grant_key("{app:lock:x}:queue"), None);
         assert_eq!(from_grant_key("{}"), None);
         assert_eq!(from_grant_key("plain"), None);
         assert_eq!(wake_channel(3, "ab12"), "baton:wake:3:ab12");
+        // Written into a command, a key is the same bytes as its String.
+        let mut cmd = redis::cmd("X");
+        cmd.arg(grant(&key)).arg(fence(&key)).arg(queue(&key));
+        let packed = String::from_utf8(cmd.get_packed_command()).unwrap();
+        for expected in [
+            grant(&key).owned(),
+            fence(&key).owned(),
+            queue(&key).owned(),
+        ] {
+            assert!(
+                packed.contains(&format!("${}\r\n{expected}\r\n", expected.len())),
+                "{packed:?}"
+            );
+        }
     }
 
     #[test]
     fn one_grant_shares_one_slot_whatever_braces_the_key_holds() {
         for user in ["plain", "a}b", "{x}", "}", "{", "a{b}c}d", "{}", "}}{{"] {
             let key = q(&format!("ns:lock:{user}"));
-            let (grant, fence, queue) = (grant_key(&key), fence_key(&key), queue_key(&key));
-            assert_eq!(slot(&grant), slot(&fence), "{user}");
-            assert_eq!(slot(&grant), slot(&queue), "{user}");
-            assert_eq!(from_grant_key(&grant), Some(key), "{user}");
+            let (g, f, q) = (
+                grant(&key).owned(),
+                fence(&key).owned(),
+                queue(&key).owned(),
+            );
+            assert_eq!(slot(&g), slot(&f), "{user}");
+            assert_eq!(slot(&g), slot(&q), "{user}");
+            assert_eq!(from_grant_key(&g), Some(key), "{user}");
         }
         // The tag is the qualified key, so different keys spread over the slots.
         assert_ne!(
-            slot(&grant_key(&q("ns:lock:a"))),
-            slot(&grant_key(&q("ns:lock:b")))
+            slot(&grant(&q("ns:lock:a")).owned()),
+            slot(&grant(&q("ns:lock:b")).owned())
         );
         // The reference value from the Redis Cluster specification.
         assert_eq!(slot("123456789"), 0x31C3);
@@ -137,9 +193,9 @@ mod tests {
             "ns:lock:a}:queue",
             "ns:lock:a:queue",
         ];
-        let mut all: Vec<String> = keys.iter().map(|k| grant_key(&q(k))).collect();
-        all.extend(keys.iter().map(|k| fence_key(&q(k))));
-        all.extend(keys.iter().map(|k| queue_key(&q(k))));
+        let mut all: Vec<String> = keys.iter().map(|k| grant(&q(k)).owned()).collect();
+        all.extend(keys.iter().map(|k| fence(&q(k)).owned()));
+        all.extend(keys.iter().map(|k| queue(&q(k)).owned()));
         let unique: std::collections::BTreeSet<_> = all.iter().collect();
         assert_eq!(unique.len(), all.len(), "{all:?}");
     }

@@ -31,6 +31,7 @@ use baton_core::limit::window::resolution;
 use baton_core::{Decision, Quota, RateStore, Result, StoreKey};
 use redis::{Script, Value};
 
+use crate::scripts::Evalsha;
 use crate::store::RedisStore;
 
 /// The rate-limit step (see the module docs).
@@ -90,9 +91,10 @@ fn parse(value: &Value) -> Option<Decision> {
 #[async_trait]
 impl RateStore for RedisStore {
     async fn admit(&self, key: &StoreKey, cost: u32, quota: Quota) -> Result<Decision> {
-        let mut invocation = SCRIPT.prepare_invoke();
-        for redis_key in redis_keys(key) {
-            invocation.key(redis_key);
+        let redis_keys = redis_keys(key);
+        let mut invocation = Evalsha::new(&SCRIPT, redis_keys.len(), 128);
+        for redis_key in redis_keys {
+            invocation.arg(redis_key);
         }
         for argument in arguments(cost, quota) {
             invocation.arg(argument);

@@ -113,8 +113,8 @@ impl Identity {
         tokio::spawn(async move {
             let mut invocation = SCRIPTS.pass.prepare_invoke();
             invocation
-                .key(keys::grant_key(&key))
-                .key(keys::queue_key(&key))
+                .key(keys::grant(&key))
+                .key(keys::queue(&key))
                 .arg(&identity.channel);
             let mut conn = identity.conn.clone();
             let what = format!("giving up the turn for {key}");

@@ -12,7 +12,8 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs, Value};
 
 /// The helpers every lock script starts with: the grant's string format, reading it, the
 /// queue of waiting stores, and the handoff to the store that waited longest.
@@ -74,6 +75,50 @@ impl Scripts {
             &self.pass,
         ]
     }
+}
+
+/// An `EVALSHA` of one of the store's scripts, its keys and arguments packed into one command
+/// buffer as they are added. The atoms run on every acquire and release, so they avoid what a
+/// [`redis::ScriptInvocation`] costs on top: a vector per key and argument, copied again into
+/// the command at every send.
+///
+/// [`Evalsha::send`] sends it once; after `NOSCRIPT` (a restart or `SCRIPT FLUSH`),
+/// [`Evalsha::load`] loads the script so that it can be sent again. A `NOSCRIPT` is never an
+/// answer.
+pub(crate) struct Evalsha<'a> {
+    script: &'a Script,
+    cmd: Cmd,
+}
+
+impl<'a> Evalsha<'a> {
+    /// A call of `script` with `keys` keys; `capacity` is the expected size of the keys and
+    /// arguments in bytes (a hint).
+    pub(crate) fn new(script: &'a Script, keys: usize, capacity: usize) -> Self {
+        let mut cmd = Cmd::with_capacity(8, capacity + 48);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        Evalsha { script, cmd }
+    }
+
+    /// Adds the next key or argument (keys first, as many as [`Evalsha::new`] was told).
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Sends the call once.
+    pub(crate) async fn send<C: ConnectionLike + Send>(&self, conn: &mut C) -> RedisResult<Value> {
+        self.cmd.query_async::<Value>(conn).await
+    }
+
+    /// Loads the script (after `NOSCRIPT`).
+    pub(crate) async fn load<C: ConnectionLike + Send>(&self, conn: &mut C) -> RedisResult<()> {
+        self.script.load_async(conn).await.map(drop)
+    }
+}
+
+/// Whether `e` is the server's `NOSCRIPT`: the script must be loaded and the call sent again.
+pub(crate) fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 #[cfg(test)]

@@ -12,13 +12,13 @@ use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{Client, IntoConnectionInfo, RedisError, ScriptInvocation, Value};
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::error::{redis_error, timed_out, unexpected};
 use crate::keys;
 use crate::options::RedisOptions;
 use crate::pubsub::{DEGRADED_POLL, Identity, PushChannel};
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Evalsha, SCRIPTS, is_noscript};
 use crate::server::{self, ServerInfo};
 use crate::url::{self, Target};
 
@@ -69,6 +69,10 @@ pub struct RedisStore {
     /// The channel this store listens on, `baton:wake:<db>:<random id>`; also its name in
     /// the queues of waiting stores.
     channel: String,
+    /// The release script's last argument, made once: `1` (a waiter of this store waits for
+    /// the key) or `0`, then the channel.
+    release_waiting: String,
+    release_idle: String,
     hub: Arc<ReleaseHub>,
     push: PushChannel,
     /// The broadcast subscriber connection, started by the first subscription.
@@ -161,6 +165,8 @@ impl RedisStore {
             conn,
             target,
             options,
+            release_waiting: format!("1{channel}"),
+            release_idle: format!("0{channel}"),
             channel,
             hub,
             push,
@@ -185,41 +191,40 @@ impl RedisStore {
         &self.options
     }
 
-    /// Runs one script invocation and parses its answer, within the call deadline.
+    /// Runs one script call and parses its answer, within the call deadline.
     ///
     /// A call that found the connection refused never reached the server, and is tried once
     /// more on the connection the manager is opening by then. A call whose connection
     /// dropped may or may not have run: it is tried once more too, and the second answer is
     /// taken only if `trust_retry` says it means the same whether or not the first attempt
     /// ran (always, for the idempotent atoms); otherwise the first error stands.
+    ///
+    /// The first request needs no timer of its own: the client's connect and response
+    /// timeouts bound it to the call deadline (`connect_timeout + response_timeout`), and it
+    /// is by far the most common case. Whatever follows it (loading the script after
+    /// `NOSCRIPT`, the retry) runs within what is left of the deadline.
     pub(crate) async fn call<T>(
         &self,
         what: impl Fn() -> String,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &Evalsha<'_>,
         parse: impl Fn(&Value) -> Option<T>,
         trust_retry: impl Fn(&T) -> bool,
     ) -> Result<T> {
         let deadline = self.options.call_deadline();
         let server = &self.target.redacted;
-        let attempts = async {
-            let mut conn = self.conn.clone();
-            let first = invocation.invoke_async::<Value>(&mut conn).await;
-            let error = match first {
-                Err(e) if e.is_connection_refusal() || e.is_connection_dropped() => e,
-                answer => return answer.map(|v| (v, None)),
-            };
-            let again = invocation.invoke_async::<Value>(&mut conn).await;
-            match again {
-                Ok(value) if error.is_connection_refusal() => Ok((value, None)),
-                Ok(value) => Ok((value, Some(error))),
-                Err(_) => Err(error),
+        let started = Instant::now();
+        let mut conn = self.conn.clone();
+        let answer = match invocation.send(&mut conn).await {
+            Ok(value) => Ok((value, None)),
+            Err(first) => {
+                let rest = finish(invocation, &mut conn, first);
+                match timeout_at(started + deadline, rest).await {
+                    Ok(answer) => answer,
+                    Err(_) => return Err(timed_out(&what(), server, deadline)),
+                }
             }
         };
-        let (value, dropped) = match timeout(deadline, attempts).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => return Err(redis_error(e, &what(), server)),
-            Err(_) => return Err(timed_out(&what(), server, deadline)),
-        };
+        let (value, dropped) = answer.map_err(|e| redis_error(e, &what(), server))?;
         let parsed =
             parse(&value).ok_or_else(|| unexpected(&what(), server, format!("{value:?}")))?;
         match dropped {
@@ -308,28 +313,32 @@ impl LeaseStore for RedisStore {
         reason: &str,
     ) -> Result<Claim> {
         // A waiter of this process subscribes before it claims, so this tells whether the
-        // store should queue for the key if it is held.
+        // store should queue for the key if it is held. The queue key and the store's channel
+        // go only with such a claim: the uncontended one carries two keys and two arguments.
         let waiting = self.hub.has_waiters(key);
-        let mut invocation = SCRIPTS.claim.prepare_invoke();
-        invocation
-            .key(keys::grant_key(key))
-            .key(keys::fence_key(key))
-            .key(keys::queue_key(key))
-            .arg(holder.as_str())
-            .arg(ttl.as_millis())
-            .arg(&self.channel)
-            .arg(if waiting { "1" } else { "0" });
-        if !reason.is_empty() {
-            invocation.arg(reason);
+        let holder = holder.as_str();
+        let ttl = ttl.as_millis();
+        let size = 3 * key.as_str().len() + holder.len() + reason.len() + self.channel.len();
+        let mut invocation = Evalsha::new(&SCRIPTS.claim, if waiting { 3 } else { 2 }, size);
+        invocation.arg(keys::grant(key)).arg(keys::fence(key));
+        if waiting {
+            invocation.arg(keys::queue(key));
         }
+        invocation.arg(holder).arg(ttl);
+        match (waiting, reason.is_empty()) {
+            (true, true) => invocation.arg(&self.channel),
+            (true, false) => invocation.arg(&self.channel).arg(reason),
+            (false, true) => &mut invocation,
+            (false, false) => invocation.arg("").arg(reason),
+        };
         let what = || format!("claim of {key}");
         self.call(what, &invocation, parse_claim, |_| true).await
     }
 
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
-        let mut invocation = SCRIPTS.renew.prepare_invoke();
+        let mut invocation = Evalsha::new(&SCRIPTS.renew, 1, key.as_str().len() + 64);
         invocation
-            .key(keys::grant_key(key))
+            .arg(keys::grant(key))
             .arg(holder.as_str())
             .arg(ttl.as_millis());
         let what = || format!("renewal of {key}");
@@ -342,13 +351,19 @@ impl LeaseStore for RedisStore {
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
-        let mut invocation = SCRIPTS.release.prepare_invoke();
+        let store = if self.hub.has_waiters(key) {
+            &self.release_waiting
+        } else {
+            &self.release_idle
+        };
+        let holder = holder.as_str();
+        let size = 2 * key.as_str().len() + holder.len() + store.len();
+        let mut invocation = Evalsha::new(&SCRIPTS.release, 2, size);
         invocation
-            .key(keys::grant_key(key))
-            .key(keys::queue_key(key))
-            .arg(holder.as_str())
-            .arg(&self.channel)
-            .arg(if self.hub.has_waiters(key) { "1" } else { "0" });
+            .arg(keys::grant(key))
+            .arg(keys::queue(key))
+            .arg(holder)
+            .arg(store);
         let what = || format!("release of {key}");
         // A release retried after its connection dropped answers NoHolder if the first
         // attempt had removed the grant: that answer would report an expiry that did not
@@ -374,8 +389,8 @@ impl LeaseStore for RedisStore {
     }
 
     async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
-        let mut invocation = SCRIPTS.inspect.prepare_invoke();
-        invocation.key(keys::grant_key(key));
+        let mut invocation = Evalsha::new(&SCRIPTS.inspect, 1, key.as_str().len());
+        invocation.arg(keys::grant(key));
         let what = || format!("inspection of {key}");
         self.call(what, &invocation, |v| holder_info(key, v), |_| true)
             .await
@@ -392,7 +407,7 @@ impl LeaseStore for RedisStore {
                 .iter()
                 .map(|key| {
                     let mut invocation = SCRIPTS.inspect.prepare_invoke();
-                    invocation.key(keys::grant_key(key));
+                    invocation.key(keys::grant(key));
                     invocation
                 })
                 .collect();
@@ -433,6 +448,46 @@ impl LeaseStore for RedisStore {
             poll: (!self.push.is_healthy()).then_some(DEGRADED_POLL),
         }
     }
+}
+
+/// What follows a first attempt that failed with `first`: after `NOSCRIPT`, the script is
+/// loaded and the call sent again; after a refused or dropped connection, the call is sent
+/// once more (loading the script if the server restarted meanwhile). Answers the value and,
+/// for a call retried after its connection dropped, the first error.
+async fn finish(
+    invocation: &Evalsha<'_>,
+    conn: &mut ConnectionManager,
+    first: RedisError,
+) -> redis::RedisResult<(Value, Option<RedisError>)> {
+    let error = if is_noscript(&first) {
+        match reload_and_send(invocation, conn).await {
+            Ok(value) => return Ok((value, None)),
+            Err(e) => e,
+        }
+    } else {
+        first
+    };
+    if !(error.is_connection_refusal() || error.is_connection_dropped()) {
+        return Err(error);
+    }
+    let again = match invocation.send(conn).await {
+        Err(e) if is_noscript(&e) => reload_and_send(invocation, conn).await,
+        again => again,
+    };
+    match again {
+        Ok(value) if error.is_connection_refusal() => Ok((value, None)),
+        Ok(value) => Ok((value, Some(error))),
+        Err(_) => Err(error),
+    }
+}
+
+/// Loads the script and sends the call again.
+async fn reload_and_send(
+    invocation: &Evalsha<'_>,
+    conn: &mut ConnectionManager,
+) -> redis::RedisResult<Value> {
+    invocation.load(conn).await?;
+    invocation.send(conn).await
 }
 
 /// Builds the redis client for `target`: `TCP_NODELAY`, TLS when `rediss://`.
@@ -556,6 +611,116 @@ fn holder_info(key: &StoreKey, value: &Value) -> Option<Option<HolderInfo>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    use baton_testkit::redis::RedisServer;
+
+    /// What `step` made the server run: every command, including those the scripts call.
+    async fn commands_of<T>(
+        server: &Arc<RedisServer>,
+        step: impl Future<Output = T>,
+    ) -> (T, BTreeMap<String, u64>) {
+        let calls = |server: Arc<RedisServer>| async move {
+            tokio::task::spawn_blocking(move || server.command_calls().unwrap())
+                .await
+                .unwrap()
+        };
+        let before = calls(Arc::clone(server)).await;
+        let answer = step.await;
+        let after = calls(Arc::clone(server)).await;
+        let ran = after
+            .into_iter()
+            .filter(|(name, _)| name != "info")
+            .map(|(name, n)| (n - before.get(&name).copied().unwrap_or(0), name))
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, name)| (name, n))
+            .collect();
+        (answer, ran)
+    }
+
+    fn ran(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        list.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
+    }
+
+    /// The calls the lock scripts make are what the benchmarks measure: the uncontended pair
+    /// is two calls in each script, and a handoff makes no call it can do without. This pins
+    /// them, so that a change to a script that adds work on these paths is a decision.
+    #[tokio::test]
+    async fn the_scripts_make_only_the_calls_their_paths_need() {
+        let server = Arc::new(
+            tokio::task::spawn_blocking(RedisServer::start)
+                .await
+                .unwrap()
+                .expect("a private redis-server"),
+        );
+        let a = RedisStore::connect(&server.url()).await.unwrap();
+        let b = RedisStore::connect(&server.url()).await.unwrap();
+        let key = StoreKey::from_stored("t:lock:calls".to_owned());
+        let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+        let granted = |claim: Result<Claim>| match claim.unwrap() {
+            Claim::Granted { fence } => fence,
+            other => panic!("expected a grant, got {other:?}"),
+        };
+        // The first claim of a key seeds its counter.
+        let first = Holder::random();
+        granted(a.claim(&key, &first, ttl, "").await);
+        assert_eq!(a.release(&key, &first).await.unwrap(), Release::Removed);
+
+        let holder = Holder::random();
+        let (claim, calls) = commands_of(&server, a.claim(&key, &holder, ttl, "")).await;
+        granted(claim);
+        assert_eq!(calls, ran(&[("evalsha", 1), ("incr", 1), ("set", 1)]));
+        let (release, calls) = commands_of(&server, a.release(&key, &holder)).await;
+        assert_eq!(release.unwrap(), Release::Removed);
+        assert_eq!(calls, ran(&[("evalsha", 1), ("get", 1), ("del", 1)]));
+
+        // A handoff to a waiter of another store: it queues, the release reserves the key
+        // for it and tells it, and its claim takes the reservation.
+        let (held, waiter) = (Holder::random(), Holder::random());
+        granted(a.claim(&key, &held, ttl, "").await);
+        let _waiting = b.wakeups().hub.subscribe(&key);
+        let (claim, calls) = commands_of(&server, b.claim(&key, &waiter, ttl, "")).await;
+        assert!(matches!(claim.unwrap(), Claim::Held { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("get", 1),
+                ("pttl", 2),
+                ("time", 1),
+                ("zadd", 1),
+                ("pexpire", 1),
+                ("set", 1),
+            ])
+        );
+        let (release, calls) = commands_of(&server, a.release(&key, &held)).await;
+        assert_eq!(release.unwrap(), Release::Removed);
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("get", 1),
+                ("zrange", 1),
+                ("zrem", 1),
+                ("publish", 1),
+                ("set", 1),
+            ])
+        );
+        let (claim, calls) = commands_of(&server, b.claim(&key, &waiter, ttl, "")).await;
+        granted(claim);
+        assert_eq!(
+            calls,
+            ran(&[("evalsha", 1), ("get", 1), ("incr", 1), ("set", 1)])
+        );
+        // Its grant is marked (others may wait): the release looks at the queue, finds it
+        // empty, and deletes.
+        let (release, calls) = commands_of(&server, b.release(&key, &waiter)).await;
+        assert_eq!(release.unwrap(), Release::Removed);
+        assert_eq!(
+            calls,
+            ran(&[("evalsha", 1), ("get", 1), ("zrange", 1), ("del", 1)])
+        );
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

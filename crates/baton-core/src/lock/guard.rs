@@ -169,7 +169,7 @@ impl Drop for PendingRelease {
 
 /// Releases `grant` on the store and reports the outcome.
 pub(crate) async fn release_grant(grant: Arc<GrantState>) -> ReleaseOutcome {
-    grant.stop.cancel();
+    grant.stop();
     let key = grant.key.as_str();
     let held_for = now().saturating_duration_since(grant.granted_at);
     telemetry::record_hold(held_for.as_secs_f64());
@@ -217,7 +217,7 @@ impl Drop for LockGuard {
             return;
         }
         let grant = Arc::clone(&self.handle.grant);
-        grant.stop.cancel();
+        grant.stop();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 telemetry::emit(

@@ -25,7 +25,7 @@ pub use guard::{LockGuard, LockHandle, ReleaseOutcome};
 pub use options::{LockOptions, MAX_HOLD_LIMIT, MAX_LABEL_BYTES};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::grant::{GrantState, Watch, now, spawn_watchdog};
+use crate::grant::{Deadlines, GrantState, Watch, now, spawn_watchdog};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
 use crate::store::{Claim, LeaseStore};
@@ -123,6 +123,8 @@ struct Inner {
     store: Arc<dyn LeaseStore>,
     namespace: Namespace,
     turns: Turns,
+    /// Fires the lost signal of grants without keep-alive.
+    deadlines: Deadlines,
 }
 
 impl fmt::Debug for Locks {
@@ -132,6 +134,12 @@ impl fmt::Debug for Locks {
             .field("namespace", &self.inner.namespace)
             .finish()
     }
+}
+
+/// A claim that granted: the grant's fence, and when its request was sent.
+struct Granted {
+    fence: crate::fence::Fence,
+    sent: Instant,
 }
 
 /// The last holder seen while waiting.
@@ -153,6 +161,7 @@ impl Locks {
                 store,
                 namespace,
                 turns: Turns::default(),
+                deadlines: Deadlines::new(&events::LOCK_LOST),
             }),
         }
     }
@@ -283,7 +292,7 @@ impl Locks {
     ) -> Result<LockGuard, AcquireError> {
         if options.wait.is_zero() {
             return match self.attempt(&key, &holder, options).await? {
-                Ok(guard) => Ok(guard),
+                Ok(granted) => Ok(self.guard(key, holder, granted, options)),
                 Err(seen) => Err(contended(Some(seen))),
             };
         }
@@ -294,16 +303,19 @@ impl Locks {
             // Other waiters of this process kept the key's queue busy for the whole wait.
             // One last attempt tells whether it is still held, and by whom.
             return match self.attempt(&key, &holder, options).await? {
-                Ok(guard) => Ok(guard),
+                Ok(granted) => Ok(self.guard(key, holder, granted, options)),
                 Err(seen) => Err(contended(Some(seen))),
             };
         };
         let wakeups = self.inner.store.wakeups();
+        // Subscribe before the first attempt so that a release in between is not missed; the
+        // subscription then lasts the whole wait (a signal that arrives while an attempt is
+        // in flight is kept for the next sleep), so this process counts as waiting for the key
+        // from the first attempt to the last.
+        let mut released = wakeups.hub.subscribe(&key);
         loop {
-            // Subscribe before the attempt so that a release in between is not missed.
-            let mut released = wakeups.hub.subscribe(&key);
             let seen = match self.attempt(&key, &holder, options).await? {
-                Ok(guard) => return Ok(guard),
+                Ok(granted) => return Ok(self.guard(key, holder, granted, options)),
                 Err(seen) => seen,
             };
             let now = now();
@@ -322,13 +334,14 @@ impl Locks {
         }
     }
 
-    /// One claim. `Ok(Err(seen))` is contention.
+    /// One claim. `Ok(Err(seen))` is contention; `Ok(Ok(granted))` a grant, which
+    /// [`Locks::guard`] turns into a guard.
     async fn attempt(
         &self,
         key: &StoreKey,
         holder: &Holder,
         options: ValidOptions,
-    ) -> Result<Result<LockGuard, Seen>, AcquireError> {
+    ) -> Result<Result<Granted, Seen>, AcquireError> {
         let store = &self.inner.store;
         let sent = now();
         let pending = PendingClaim {
@@ -340,26 +353,7 @@ impl Locks {
         pending.disarm();
         match claim {
             Ok(Claim::Granted { fence } | Claim::Extended { fence }) => {
-                let grant = GrantState::new(
-                    Arc::clone(store),
-                    key.clone(),
-                    holder.clone(),
-                    fence,
-                    sent,
-                    options.ttl,
-                );
-                spawn_watchdog(
-                    Arc::clone(&grant),
-                    Watch {
-                        ttl: options.ttl,
-                        keep_alive: options.keep_alive,
-                        max_hold: options.max_hold,
-                        lost_event: &events::LOCK_LOST,
-                        renew_failed_event: &events::LOCK_RENEW_FAILED,
-                        max_hold_event: Some(&events::LOCK_MAX_HOLD_REACHED),
-                    },
-                );
-                Ok(Ok(LockGuard::new(grant)))
+                Ok(Ok(Granted { fence, sent }))
             }
             Ok(Claim::Held { holder, remaining }) => Ok(Err(Seen { holder, remaining })),
             Err(error) => {
@@ -371,6 +365,41 @@ impl Locks {
                 Err(AcquireError::from_error(error))
             }
         }
+    }
+
+    /// The guard of a grant, watched until it is released.
+    fn guard(
+        &self,
+        key: StoreKey,
+        holder: Holder,
+        granted: Granted,
+        options: ValidOptions,
+    ) -> LockGuard {
+        let store = Arc::clone(&self.inner.store);
+        let Granted { fence, sent } = granted;
+        let grant = match options.keep_alive {
+            // The lost signal fires at valid_until: a shared timer, no task.
+            None => self
+                .inner
+                .deadlines
+                .watch(store, key, holder, fence, sent, options.ttl),
+            Some(_) => {
+                let grant = GrantState::new(store, key, holder, fence, sent, options.ttl);
+                spawn_watchdog(
+                    Arc::clone(&grant),
+                    Watch {
+                        ttl: options.ttl,
+                        keep_alive: options.keep_alive,
+                        max_hold: options.max_hold,
+                        lost_event: &events::LOCK_LOST,
+                        renew_failed_event: &events::LOCK_RENEW_FAILED,
+                        max_hold_event: Some(&events::LOCK_MAX_HOLD_REACHED),
+                    },
+                );
+                grant
+            }
+        };
+        LockGuard::new(grant)
     }
 }
 

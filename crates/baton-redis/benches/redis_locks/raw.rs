@@ -91,9 +91,11 @@ impl RawScripts {
     }
 
     /// Claims and releases the qualified key `qualified` as the store would, with no waiter
-    /// (its key layout is in `baton-redis/src/keys.rs`, its arguments in the scripts).
+    /// (its key layout is in `baton-redis/src/keys.rs`, its arguments in the scripts): the
+    /// claim with the grant and counter keys, holder and TTL; the release with the grant and
+    /// queue keys, holder, and `0` + the store's channel.
     pub(crate) async fn pair(&self, qualified: &str, holder: &str, ttl: Duration) {
-        const CHANNEL: &str = "baton:wake:0:bench00000000000";
+        const STORE: &str = "0baton:wake:0:bench00000000000";
         let mut conn = self.conn.clone();
         let grant = format!("{{{qualified}}}");
         let counter = format!("{{{qualified}}}:fence");
@@ -102,11 +104,8 @@ impl RawScripts {
             .claim
             .key(&grant)
             .key(&counter)
-            .key(&queue)
             .arg(holder)
             .arg(ttl.as_millis() as u64)
-            .arg(CHANNEL)
-            .arg("0")
             .invoke_async(&mut conn)
             .await
             .expect("claim script");
@@ -119,8 +118,7 @@ impl RawScripts {
             .key(&grant)
             .key(&queue)
             .arg(holder)
-            .arg(CHANNEL)
-            .arg("0")
+            .arg(STORE)
             .invoke_async(&mut conn)
             .await
             .expect("release script");
