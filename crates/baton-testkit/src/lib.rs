@@ -44,6 +44,7 @@
 pub mod capture;
 pub mod check;
 pub mod history;
+pub mod idempotency;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
