@@ -107,29 +107,37 @@ local function helpers()
     -- without a message when `me_waiting` is '1' (one of its waiters waits for the key now).
     -- Returns the store the key is reserved for, or false when nobody can take it (the caller
     -- then deletes the key).
+    --
+    -- The store after the one whose turn it is gets its watch message first: Redis writes the
+    -- output of the clients a command reached last in, first out, so the turn, published
+    -- second, leaves first (right after the caller's own reply) and the watch does not delay
+    -- the handoff. If the turn reaches nobody, the watched store is the next one tried, and a
+    -- watch followed by a turn is just a turn.
     local function hand_off(grant, queue, me, me_waiting)
+        local name = string.sub(grant, 2, -2)
+        local ms = string.format('%d', HANDOFF_RESERVATION_MS)
         -- The first two stores in line: the one whose turn it is, and the one told to watch.
         local line = redis.call('ZRANGE', queue, 0, 1)
         local i = 1
         while line[i] do
             local store = line[i]
             redis.call('ZREM', queue, store)
+            -- The next store in line looks again when the reservation ends: if the store
+            -- whose turn it is stalls (paused, partitioned), it finds the key free; if that
+            -- store's grant outlasts the reservation, its waiter sets its timer by it.
+            local next = line[i + 1]
+            if next then
+                redis.call('PUBLISH', next, 'w' .. ms .. ':' .. name)
+            end
             local reached
             if store == me then
                 reached = me_waiting == '1'
             else
-                reached = redis.call('PUBLISH', store, 'h' .. string.sub(grant, 2, -2)) > 0
+                reached = redis.call('PUBLISH', store, 'h' .. name) > 0
             end
             if reached then
-                local ms = string.format('%d', HANDOFF_RESERVATION_MS)
                 redis.call('SET', grant, 'handoff:' .. store, 'PX', ms)
-                -- The next store in line looks again when the reservation ends: if the store
-                -- whose turn it is stalls (paused, partitioned), it finds the key free; if that
-                -- store's grant outlasts the reservation, its waiter sets its timer by it.
-                local next = line[i + 1]
-                if next then
-                    redis.call('PUBLISH', next, 'w' .. ms .. ':' .. string.sub(grant, 2, -2))
-                elseif #line == 2 then
+                if not next and #line == 2 then
                     watch_head(grant, queue, ms)
                 end
                 return store

@@ -868,3 +868,86 @@ async fn calls_after_a_connection_reset_run_on_a_new_connection() {
         sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A release that hands the key on publishes the watch to the second store in line before the
+/// turn to the first: Redis writes the output of the clients a command reached last in, first
+/// out, so the turn leaves before the watch and the watch does not delay the handoff. The
+/// order of the calls is what the server shows to `MONITOR`.
+#[tokio::test]
+async fn a_handoff_publishes_the_watch_before_the_turn() {
+    use futures_util::StreamExt as _;
+
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let key = key("order");
+    let holder = Holder::random();
+    granted(&store, &key, &holder).await;
+    // Two stand-in stores queued, in this order, and the grant marked as a waiter's claim
+    // would have marked it.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut raw = common::raw(&server.url()).await;
+    let mut subscribers = Vec::new();
+    for (score, channel) in [
+        (1, "baton:wake:0:first0000000000"),
+        (2, "baton:wake:0:second000000000"),
+    ] {
+        let mut subscriber = client.get_async_pubsub().await.unwrap();
+        subscriber.subscribe(channel).await.unwrap();
+        subscribers.push(subscriber);
+        let _: i64 = redis::cmd("ZADD")
+            .arg("{t:lock:order}:queue")
+            .arg(score)
+            .arg(channel)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let value: String = redis::cmd("GET")
+        .arg("{t:lock:order}")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("{t:lock:order}")
+        .arg(format!("*{value}"))
+        .arg("KEEPTTL")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    let monitor = client.get_async_monitor().await.unwrap();
+    let mut lines = monitor.into_on_message::<String>();
+    assert_eq!(
+        store.release(&key, &holder).await.unwrap(),
+        Release::Removed
+    );
+    let mut publishes = Vec::new();
+    while publishes.len() < 2 {
+        let line = timeout(Duration::from_secs(5), lines.next())
+            .await
+            .expect("MONITOR shows the release's calls")
+            .expect("the monitor connection stays open");
+        if line.contains("\"PUBLISH\"") || line.contains("\"publish\"") {
+            publishes.push(line);
+        }
+    }
+    assert!(
+        publishes[0].contains("second000000000") && publishes[0].contains("\"w250:t:lock:order\""),
+        "the watch goes out first: {publishes:?}"
+    );
+    assert!(
+        publishes[1].contains("first0000000000") && publishes[1].contains("\"ht:lock:order\""),
+        "the turn goes out second: {publishes:?}"
+    );
+    // Each stand-in got its own message.
+    for (subscriber, expected) in subscribers
+        .iter_mut()
+        .zip([&b"ht:lock:order"[..], b"w250:t:lock:order"])
+    {
+        let message = timeout(Duration::from_secs(5), subscriber.on_message().next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(message.get_payload_bytes(), expected);
+    }
+}
