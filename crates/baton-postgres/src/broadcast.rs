@@ -5,9 +5,10 @@
 //! qualified channel name (`<namespace>:broadcast:<channel>`) and a newline before the
 //! message: PostgreSQL channel names are identifiers of at most 63 bytes, where baton's
 //! channels may be 588, and one fixed channel needs no `LISTEN`/`UNLISTEN` per subscription
-//! (the same design as the release wake-ups, [`crate::listen`]). The connection's task hands
-//! each message to the local subscriptions of its channel through a [`Fanout`]; messages of
-//! channels nobody here subscribes to are dropped on arrival.
+//! (the same design as the release wake-ups, [`crate::listen`], whose connection loop it
+//! shares). The task that reads the connection hands each message to the local
+//! subscriptions of its channel through a [`Fanout`] as it arrives; messages of channels
+//! nobody here subscribes to are dropped on arrival.
 //!
 //! ## Behavior
 //! - `NOTIFY` payloads must be shorter than 8000 bytes, so a message (with baton's envelope)
@@ -28,21 +29,17 @@
 //!   `Baton::broadcast` refuses it with `Unsupported`, and `subscribe` fails the same way.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::broadcast::RawSubscription;
 use baton_core::broadcast::fanout::Fanout;
 use baton_core::{BroadcastStore, Error, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, Result, StoreKey};
-use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use tokio::sync::{OnceCell, mpsc, watch};
-use tokio::task::JoinHandle;
-use tokio::time::{sleep, timeout};
+use tokio::sync::{OnceCell, watch};
+use tokio::time::timeout;
 
-use crate::error::{sql_error, timed_out};
+use crate::error::timed_out;
 pub use crate::listen::HEARTBEAT_EVERY;
-use crate::options::PostgresOptions;
+use crate::listener::{ListenTask, Sink, Spec};
 use crate::sql;
 use crate::store::PostgresStore;
 
@@ -61,9 +58,6 @@ const CHANNEL_ROOM: usize = MAX_NAMESPACE_BYTES + ":broadcast:".len() + MAX_KEY_
 /// The largest message (baton's envelope included) this store carries.
 pub const MAX_MESSAGE: usize = NOTIFY_LIMIT - CHANNEL_ROOM;
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
 /// The store's broadcast connection, started by its first subscription.
 #[derive(Debug, Default)]
 pub(crate) struct HubCell(OnceCell<Hub>);
@@ -72,197 +66,67 @@ pub(crate) struct HubCell(OnceCell<Hub>);
 pub(crate) struct Hub {
     fanout: Arc<Fanout>,
     listening: watch::Receiver<bool>,
-    task: JoinHandle<()>,
+    _task: ListenTask,
 }
 
 impl Drop for Hub {
     fn drop(&mut self) {
-        self.task.abort();
         self.fanout.close();
     }
 }
 
-struct Source {
-    connect: PgConnectOptions,
-    heartbeat_channel: String,
-    pool: PgPool,
-    options: PostgresOptions,
-    server: String,
+/// Hands each notification to the local subscriptions of its channel, and the connection's
+/// loss and return to all of them.
+#[derive(Debug)]
+struct Deliver {
     fanout: Arc<Fanout>,
     listening: watch::Sender<bool>,
 }
 
-/// One listening connection: its receiving task forwards every notification, and ends
-/// (with the reason) when the connection is lost.
-struct Connection {
-    notifications: mpsc::UnboundedReceiver<Result<(String, String), String>>,
-    receiver: JoinHandle<()>,
-}
+impl Sink for Deliver {
+    fn notify(&self, payload: &str) {
+        if let Some((name, message)) = payload.split_once('\n') {
+            self.fanout.deliver(name, message.as_bytes());
+        }
+    }
 
-impl Drop for Connection {
-    fn drop(&mut self) {
-        self.receiver.abort();
+    fn lost(&self, server: &str, why: &str) {
+        self.listening.send_replace(false);
+        self.fanout.disconnected(&format!(
+            "the LISTEN connection to {server} was lost: {why}"
+        ));
+    }
+
+    fn restored(&self, _server: &str) {
+        self.listening.send_replace(true);
+        self.fanout.resubscribed();
     }
 }
 
 impl Hub {
     async fn start(store: &PostgresStore) -> Result<Hub> {
-        let (listening, watching) = watch::channel(false);
-        let source = Source {
-            connect: (*store.db.pool.connect_options())
-                .clone()
-                .application_name(APPLICATION),
-            heartbeat_channel: format!("baton_bheartbeat_{:016x}", rand::random::<u64>()),
+        // Nobody sees `listening` before the first `LISTEN` worked: the hub exists only then.
+        let (listening, watching) = watch::channel(true);
+        let fanout = Arc::new(Fanout::new());
+        let task = ListenTask::start(Spec {
+            connect: (*store.db.pool.connect_options()).clone(),
             pool: store.db.pool.clone(),
             options: store.db.options.clone(),
             server: store.db.server.clone(),
-            fanout: Arc::new(Fanout::new()),
-            listening,
-        };
-        let connection = source.listen().await?;
-        source.listening.send_replace(true);
-        let fanout = Arc::clone(&source.fanout);
-        let task = tokio::spawn(run(source, connection));
+            application: APPLICATION,
+            channel: CHANNEL,
+            heartbeat_prefix: "baton_bheartbeat_",
+            sink: Arc::new(Deliver {
+                fanout: Arc::clone(&fanout),
+                listening,
+            }),
+        })
+        .await?;
         Ok(Hub {
             fanout,
             listening: watching,
-            task,
+            _task: task,
         })
-    }
-}
-
-async fn run(source: Source, mut connection: Connection) {
-    loop {
-        let why = source.serve(&mut connection).await;
-        drop(connection);
-        source.listening.send_replace(false);
-        source.fanout.disconnected(&format!(
-            "the LISTEN connection to {} was lost: {why}",
-            source.server
-        ));
-        connection = source.reconnect().await;
-        source.listening.send_replace(true);
-        source.fanout.resubscribed();
-    }
-}
-
-impl Source {
-    /// Delivers notifications until the connection is lost; returns why.
-    async fn serve(&self, connection: &mut Connection) -> String {
-        let mut heartbeat = tokio::time::interval(HEARTBEAT_EVERY);
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        heartbeat.tick().await;
-        let mut outstanding: Option<String> = None;
-        let mut beats: u64 = 0;
-        loop {
-            tokio::select! {
-                notification = connection.notifications.recv() => match notification {
-                    Some(Ok((channel, payload))) => {
-                        if channel == self.heartbeat_channel {
-                            if outstanding.as_deref() == Some(payload.as_str()) {
-                                outstanding = None;
-                            }
-                        } else if let Some((name, message)) = payload.split_once('\n') {
-                            self.fanout.deliver(name, message.as_bytes());
-                        }
-                    }
-                    Some(Err(why)) => return why,
-                    None => return "the receiving task ended".to_owned(),
-                },
-                _ = heartbeat.tick() => {
-                    if outstanding.is_some() {
-                        return format!("a heartbeat sent {HEARTBEAT_EVERY:?} ago did not come back");
-                    }
-                    beats += 1;
-                    let beat = beats.to_string();
-                    let sent = timeout(
-                        self.options.call_deadline(),
-                        sqlx::query(sql::NOTIFY)
-                            .bind(&self.heartbeat_channel)
-                            .bind(&beat)
-                            .execute(&self.pool),
-                    )
-                    .await;
-                    // Only a heartbeat that was sent and never came back says the
-                    // connection is silent; one that could not be sent says nothing.
-                    if let Ok(Ok(_)) = sent {
-                        outstanding = Some(beat);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Listens again, retrying until it works: at once, then with a doubling backoff.
-    async fn reconnect(&self) -> Connection {
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            match self.listen().await {
-                Ok(connection) => return connection,
-                Err(e) => {
-                    tracing::debug!(error = %e, retry_in = ?backoff, "broadcast LISTEN reconnect failed");
-                }
-            }
-            sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
-    }
-
-    /// Opens a connection of its own, `LISTEN`s on [`CHANNEL`] and the heartbeat channel,
-    /// and starts the receiving task.
-    async fn listen(&self) -> Result<Connection> {
-        let what = format!("LISTEN {CHANNEL}");
-        let deadline = self.options.call_deadline();
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .acquire_timeout(self.options.get_connect_timeout())
-            .test_before_acquire(false)
-            .connect_lazy_with(self.connect.clone());
-        let listening = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.ignore_pool_close_event(true);
-            listener.eager_reconnect(false);
-            listener
-                .listen_all([CHANNEL, self.heartbeat_channel.as_str()])
-                .await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        let listener = match timeout(deadline, listening).await {
-            Ok(Ok(listener)) => listener,
-            Ok(Err(e)) => return Err(sql_error(e, &what, &self.server)),
-            Err(_) => return Err(timed_out(&what, &self.server, deadline)),
-        };
-        let (sender, notifications) = mpsc::unbounded_channel();
-        let receiver = tokio::spawn(receive(listener, sender));
-        Ok(Connection {
-            notifications,
-            receiver,
-        })
-    }
-}
-
-/// Forwards notifications until the connection is lost. `try_recv` is never cancelled
-/// here; the task is aborted only when the connection is given up.
-async fn receive(
-    mut listener: PgListener,
-    sender: mpsc::UnboundedSender<Result<(String, String), String>>,
-) {
-    loop {
-        let message = match listener.try_recv().await {
-            Ok(Some(notification)) => Ok((
-                notification.channel().to_owned(),
-                notification.payload().to_owned(),
-            )),
-            Ok(None) => Err("the server closed it".to_owned()),
-            Err(e) => Err(e.to_string()),
-        };
-        let lost = message.is_err();
-        if sender.send(message).is_err() || lost {
-            return;
-        }
     }
 }
 

@@ -34,6 +34,7 @@ mod error;
 pub mod idempotency;
 pub mod limit;
 pub mod listen;
+mod listener;
 mod options;
 mod schema;
 pub mod sql;

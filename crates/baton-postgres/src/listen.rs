@@ -1,7 +1,7 @@
 //! The LISTEN connection that turns release notifications into wake-ups.
 //!
 //! Each store keeps one connection of its own (outside its pool, `application_name`
-//! [`LISTENER_APPLICATION`]) that `LISTEN`s on [`CHANNEL`](crate::sql::CHANNEL) for as long
+//! [`LISTENER_APPLICATION`], kept up by the loop it shares with broadcast) that `LISTEN`s on [`CHANNEL`](crate::sql::CHANNEL) for as long
 //! as the store lives. [`RELEASE`](crate::sql::RELEASE) notifies the qualified key in the
 //! releasing transaction; the task that reads the connection calls [`ReleaseHub::notify`]
 //! with it as soon as it arrives (no hop through another task), which is cheap when nobody in
@@ -34,12 +34,9 @@ use baton_core::StoreKey;
 use baton_core::signals::ReleaseHub;
 use baton_core::telemetry::{self, events};
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio::time::{sleep, timeout};
+use sqlx::postgres::PgConnectOptions;
 
-use crate::error::{sql_error, timed_out};
+use crate::listener::{ListenTask, Sink, Spec};
 use crate::options::PostgresOptions;
 use crate::sql;
 
@@ -50,21 +47,12 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 /// `pg_stat_activity`.
 pub const LISTENER_APPLICATION: &str = "baton-listen";
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
 /// The store's LISTEN connection and its task. Dropping it stops the task and closes the
 /// connection.
 #[derive(Debug)]
 pub(crate) struct Listener {
-    healthy: Arc<AtomicBool>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    wakeups: Arc<Wakeups>,
+    _task: ListenTask,
 }
 
 impl Listener {
@@ -80,210 +68,70 @@ impl Listener {
         options: PostgresOptions,
         server: String,
     ) -> baton_core::Result<Self> {
-        let source = Source {
-            connect: connect.application_name(LISTENER_APPLICATION),
-            heartbeat_channel: format!("baton_heartbeat_{:016x}", rand::random::<u64>()),
-            pool,
+        let wakeups = Arc::new(Wakeups {
             hub,
+            healthy: AtomicBool::new(true),
+        });
+        let task = ListenTask::start(Spec {
+            connect,
+            pool,
             options,
             server,
-            healthy: Arc::new(AtomicBool::new(true)),
-        };
-        let connection = source.listen().await?;
-        let healthy = Arc::clone(&source.healthy);
-        let task = tokio::spawn(run(source, connection));
-        Ok(Listener { healthy, task })
+            application: LISTENER_APPLICATION,
+            channel: sql::CHANNEL,
+            heartbeat_prefix: "baton_heartbeat_",
+            sink: Arc::clone(&wakeups),
+        })
+        .await?;
+        Ok(Listener {
+            wakeups,
+            _task: task,
+        })
     }
 
     /// Whether the connection is listening now.
     pub(crate) fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Acquire)
+        self.wakeups.healthy.load(Ordering::Acquire)
     }
 }
 
-struct Source {
-    connect: PgConnectOptions,
-    heartbeat_channel: String,
-    pool: PgPool,
+/// Turns release notifications into wake-ups, and a lost connection into a re-check by
+/// every waiter.
+#[derive(Debug)]
+struct Wakeups {
     hub: Arc<ReleaseHub>,
-    options: PostgresOptions,
-    server: String,
-    healthy: Arc<AtomicBool>,
+    healthy: AtomicBool,
 }
 
-/// One listening connection: its receiving task wakes waiters on each release notification,
-/// forwards every other notification (heartbeats), and ends (with the reason) when the
-/// connection is lost.
-struct Connection {
-    /// `(channel, payload)` of each notification other than a release's, or why the
-    /// connection was lost.
-    payloads: mpsc::UnboundedReceiver<Result<(String, String), String>>,
-    receiver: JoinHandle<()>,
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        self.receiver.abort();
+impl Sink for Wakeups {
+    fn notify(&self, payload: &str) {
+        if !payload.is_empty() {
+            self.hub.notify(&StoreKey::from_stored(payload.to_owned()));
+        }
     }
-}
 
-async fn run(source: Source, mut connection: Connection) {
-    loop {
-        let why = source.serve(&mut connection).await;
-        drop(connection);
-        source.healthy.store(false, Ordering::Release);
+    fn lost(&self, server: &str, why: &str) {
+        self.healthy.store(false, Ordering::Release);
         telemetry::emit(
             &events::STORE_PUSH_LOST,
             None,
             format_args!(
-                "LISTEN connection to {} lost ({why}); waiters re-check now and fall back to TTL timers and polling until it is back",
-                source.server
+                "LISTEN connection to {server} lost ({why}); waiters re-check now and fall back to TTL timers and polling until it is back"
             ),
         );
-        source.hub.notify_all();
-        connection = source.reconnect().await;
-        source.healthy.store(true, Ordering::Release);
+        self.hub.notify_all();
+    }
+
+    fn restored(&self, server: &str) {
+        self.healthy.store(true, Ordering::Release);
         telemetry::emit(
             &events::STORE_PUSH_RESTORED,
             None,
             format_args!(
-                "LISTEN connection to {} is listening again on {}; waiters re-check for releases missed in the gap",
-                source.server,
+                "LISTEN connection to {server} is listening again on {}; waiters re-check for releases missed in the gap",
                 sql::CHANNEL
             ),
         );
-        source.hub.notify_all();
-    }
-}
-
-impl Source {
-    /// Checks the connection with heartbeats until it is lost; returns why.
-    async fn serve(&self, connection: &mut Connection) -> String {
-        let mut heartbeat = tokio::time::interval(HEARTBEAT_EVERY);
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        heartbeat.tick().await;
-        let mut outstanding: Option<String> = None;
-        let mut beats: u64 = 0;
-        loop {
-            tokio::select! {
-                payload = connection.payloads.recv() => match payload {
-                    Some(Ok((channel, payload))) => {
-                        if channel == self.heartbeat_channel
-                            && outstanding.as_deref() == Some(payload.as_str())
-                        {
-                            outstanding = None;
-                        }
-                    }
-                    Some(Err(why)) => return why,
-                    None => return "the receiving task ended".to_owned(),
-                },
-                _ = heartbeat.tick() => {
-                    if outstanding.is_some() {
-                        return format!(
-                            "a heartbeat sent {HEARTBEAT_EVERY:?} ago did not come back"
-                        );
-                    }
-                    beats += 1;
-                    let beat = beats.to_string();
-                    // A heartbeat that cannot be sent says nothing about the listener (the
-                    // pool may be busy or the server down, which the listener notices by
-                    // itself); only one that was sent and never came back does.
-                    let deadline = self.options.call_deadline();
-                    let sent = timeout(
-                        deadline,
-                        sqlx::query(sql::NOTIFY)
-                            .bind(&self.heartbeat_channel)
-                            .bind(&beat)
-                            .execute(&self.pool),
-                    )
-                    .await;
-                    match sent {
-                        Ok(Ok(_)) => outstanding = Some(beat),
-                        Ok(Err(e)) => tracing::debug!(error = %e, "heartbeat notification not sent"),
-                        Err(_) => tracing::debug!("heartbeat notification not sent in time"),
-                    }
-                }
-            }
-        }
-    }
-
-    /// Listens again, retrying until it works: at once, then with a doubling backoff.
-    async fn reconnect(&self) -> Connection {
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            match self.listen().await {
-                Ok(connection) => return connection,
-                Err(e) => {
-                    tracing::debug!(error = %e, retry_in = ?backoff, "LISTEN reconnect failed");
-                }
-            }
-            sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
-    }
-
-    /// Opens a connection of its own (a pool of one, which the listener keeps), `LISTEN`s on
-    /// the release channel and the heartbeat channel, and starts the receiving task.
-    async fn listen(&self) -> baton_core::Result<Connection> {
-        let what = format!("LISTEN {}", sql::CHANNEL);
-        let deadline = self.options.call_deadline();
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .acquire_timeout(self.options.get_connect_timeout())
-            .test_before_acquire(false)
-            .connect_lazy_with(self.connect.clone());
-        let listening = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.ignore_pool_close_event(true);
-            listener.eager_reconnect(false);
-            listener
-                .listen_all([sql::CHANNEL, self.heartbeat_channel.as_str()])
-                .await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        let listener = match timeout(deadline, listening).await {
-            Ok(Ok(listener)) => listener,
-            Ok(Err(e)) => return Err(sql_error(e, &what, &self.server)),
-            Err(_) => return Err(timed_out(&what, &self.server, deadline)),
-        };
-        let (sender, payloads) = mpsc::unbounded_channel();
-        let receiver = tokio::spawn(receive(listener, Arc::clone(&self.hub), sender));
-        Ok(Connection { payloads, receiver })
-    }
-}
-
-/// Wakes the waiters of each released key and forwards every other notification, until the
-/// connection is lost. A release is handed to the hub here, not forwarded: it is the
-/// handoff's path, and a hop through the serving task would add a task wake-up to every
-/// handoff. `try_recv` is never cancelled here (it may lose part of a message if it were);
-/// the task is aborted only when the connection is given up.
-async fn receive(
-    mut listener: PgListener,
-    hub: Arc<ReleaseHub>,
-    sender: mpsc::UnboundedSender<Result<(String, String), String>>,
-) {
-    loop {
-        let message = match listener.try_recv().await {
-            Ok(Some(notification)) if notification.channel() == sql::CHANNEL => {
-                let payload = notification.payload();
-                if !payload.is_empty() {
-                    hub.notify(&StoreKey::from_stored(payload.to_owned()));
-                }
-                continue;
-            }
-            Ok(Some(notification)) => Ok((
-                notification.channel().to_owned(),
-                notification.payload().to_owned(),
-            )),
-            Ok(None) => Err("the server closed it".to_owned()),
-            Err(e) => Err(e.to_string()),
-        };
-        let lost = message.is_err();
-        if sender.send(message).is_err() || lost {
-            return;
-        }
+        self.hub.notify_all();
     }
 }
