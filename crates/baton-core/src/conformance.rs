@@ -1,6 +1,7 @@
 //! The conformance suite: one test per contract rule, written once, run by every store.
 //!
-//! A store's test target implements [`Harness`] and expands [`conformance_tests!`]
+//! A store's test target implements [`Harness`] and expands
+//! [`conformance_tests!`](crate::conformance_tests)
 //! (`baton_core::conformance_tests!(my_harness())`), which generates one `#[tokio::test]` per
 //! rule. Each rule uses a fresh random namespace, so the rules may share a server.
 //!

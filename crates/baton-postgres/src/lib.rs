@@ -39,7 +39,7 @@ mod options;
 mod schema;
 pub mod sql;
 mod store;
-mod table;
+pub mod table;
 mod url;
 pub mod work;
 

@@ -7,7 +7,7 @@
 //!
 //! ## Objects
 //! Created when a store connects if missing (idempotent, under the schema's migration lock,
-//! so replicas starting together do not race; see [`ensure_schema`]):
+//! so replicas starting together do not race; see `ensure_schema` in this module):
 //!
 //! - `baton_limit (key, ends, units, forget_at)`: one row per key; `ends` and `units` are
 //!   the log's entries, oldest first (slot ends in microseconds since the Unix epoch, on the
