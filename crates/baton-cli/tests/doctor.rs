@@ -2,7 +2,9 @@
 //! write; a private `redis-server` with `--maxmemory-policy allkeys-lru` (a finding naming
 //! `maxmemory-policy`) and a healthy one (status 0); a server that is down (69); a private
 //! PostgreSQL before and after baton created its schema (status 0) and with a schema from
-//! a newer baton (a finding); the memory store (a finding) and a malformed URL (64).
+//! a newer baton (a finding); its claimable-work schema absent, present, newer and
+//! unrecorded; `durable_grants` on and off, and the server settings that undo it; the
+//! memory store (a finding) and a malformed URL (64).
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use baton_testkit::postgres::PostgresServer;
+use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 use baton_testkit::redis::{RedisOptions, RedisServer};
 use common::*;
 
@@ -62,6 +64,7 @@ fn a_healthy_sqlite_file_exits_0_and_a_missing_one_is_not_created() {
         "file",
         "connect",
         "schema",
+        "work-schema",
         "wal",
         "permissions",
         "durability",
@@ -285,4 +288,125 @@ fn postgres_before_and_after_the_schema_and_with_a_newer_one() {
     let findings = lines(&out, "finding", "schema");
     assert_eq!(findings.len(), 1, "{}", out.stdout);
     assert!(findings[0].contains("version 99") && findings[0].contains("; fix: upgrade baton"));
+}
+
+/// The one line of `verdict name` in stdout.
+fn only_line<'a>(out: &'a Finished, verdict: &str, name: &str) -> &'a str {
+    let found = lines(out, verdict, name);
+    assert_eq!(
+        found.len(),
+        1,
+        "no single {verdict} {name}:\n{}",
+        out.stdout
+    );
+    found[0]
+}
+
+#[test]
+fn postgres_work_schema_absent_present_newer_and_unrecorded() {
+    let server =
+        PostgresServer::start().expect("a private PostgreSQL (apt-get install postgresql)");
+    let url = patient(&server.url());
+    let missing = |table: &str| {
+        server
+            .sql(&format!("SELECT to_regclass('{table}') IS NULL"))
+            .unwrap()
+            .trim()
+            == "t"
+    };
+
+    // A new database: a note, and doctor creates nothing.
+    let out = run(doctor(&url, &[]));
+    out.assert_status(0);
+    let note = only_line(&out, "note", "work-schema");
+    assert!(note.contains("no baton_work_schema table"), "{note}");
+    assert!(missing("baton_work_schema") && missing("baton_work_item"));
+    // The test server runs with fsync=off: grants are not flushed, and the note says why.
+    let durable = only_line(&out, "note", "durable-grants");
+    assert!(durable.contains("fsync=off"), "{durable}");
+    assert!(!durable.contains("durable_grants=off"), "{durable}");
+
+    let mut enqueue = bare_baton();
+    enqueue.args(["--store", &url, "queue", "enqueue", "doctor-q", "{}"]);
+    run(enqueue).assert_status(0);
+    let out = run(doctor(&url, &[]));
+    out.assert_status(0);
+    let ok = only_line(&out, "ok", "work-schema");
+    assert!(ok.contains("baton work schema version "), "{ok}");
+
+    server
+        .sql("UPDATE baton_work_schema SET version = 99")
+        .unwrap();
+    let out = run(doctor(&url, &[]));
+    out.assert_status(FINDINGS);
+    let finding = only_line(&out, "finding", "work-schema");
+    assert!(
+        finding.contains("version 99, newer than version ")
+            && finding.contains("; fix: upgrade baton"),
+        "{finding}"
+    );
+    // The lease schema is still current: only the work schema is reported.
+    assert_eq!(lines(&out, "ok", "schema").len(), 1, "{}", out.stdout);
+
+    server.sql("DELETE FROM baton_work_schema").unwrap();
+    let out = run(doctor(&url, &[]));
+    out.assert_status(FINDINGS);
+    let finding = only_line(&out, "finding", "work-schema");
+    assert!(finding.contains("records no version"), "{finding}");
+
+    // A database a baton without work tables left behind: a note again.
+    server
+        .sql("DROP TABLE baton_work_schema, baton_work_item, baton_work_dedup, baton_work_schedule, baton_work_migration")
+        .unwrap();
+    let out = run(doctor(&url, &[]));
+    out.assert_status(0);
+    only_line(&out, "note", "work-schema");
+    only_line(&out, "ok", "schema");
+}
+
+#[test]
+fn postgres_durable_grants_off_is_a_note_and_the_default_is_ok() {
+    let server = PostgresServer::start_with(PostgresOptions::new().durable())
+        .expect("a private PostgreSQL (apt-get install postgresql)");
+    let url = patient(&server.url());
+    let out = run(doctor(&url, &[]));
+    out.assert_status(0);
+    let ok = only_line(&out, "ok", "durable-grants");
+    assert!(
+        ok.contains("durable_grants=on") && ok.contains("flushed to the WAL"),
+        "{ok}"
+    );
+
+    let relaxed = format!("{url}&durable_grants=off");
+    let out = run(doctor(&relaxed, &[]));
+    out.assert_status(0);
+    let note = only_line(&out, "note", "durable-grants");
+    assert!(
+        note.contains("durable_grants=off in the store URL")
+            && note.contains("a crash of the server or its host can lose an answered grant")
+            && note.contains("; consider: remove durable_grants=off from the store URL"),
+        "{note}"
+    );
+    assert!(!note.contains("fsync"), "{note}");
+    let json = run(doctor(&relaxed, &["--json"])).json();
+    let check = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "durable-grants")
+        .cloned()
+        .unwrap();
+    assert_eq!(check["verdict"], "note");
+
+    // The server can undo durable grants too: synchronous_commit off for the database.
+    server
+        .sql("ALTER DATABASE postgres SET synchronous_commit = off")
+        .unwrap();
+    let out = run(doctor(&url, &[]));
+    out.assert_status(0);
+    let note = only_line(&out, "note", "durable-grants");
+    assert!(
+        note.contains("synchronous_commit is off") && !note.contains("durable_grants=off"),
+        "{note}"
+    );
 }

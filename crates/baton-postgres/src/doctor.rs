@@ -1,9 +1,11 @@
 //! What `baton doctor` reads about a PostgreSQL server: [`inspect`] returns [`ServerFacts`].
 //!
 //! These are facts, not verdicts: round-trip times, the server clock against this host's,
-//! the version, whether the server is a read-only standby, the baton schema version, and
-//! whether a transaction-pooling proxy stands in front. The `baton` facade turns them into
-//! findings with fixes.
+//! the version, whether the server is a read-only standby, the settings that decide whether
+//! a commit is on disk when it answers (`synchronous_commit`, `fsync`, and the URL's
+//! `durable_grants`), the versions of the lease schema (`baton_schema`) and of the
+//! claimable-work tables (`baton_work_schema`), and whether a transaction-pooling proxy
+//! stands in front. The `baton` facade turns them into findings with fixes.
 //!
 //! Inspecting opens two connections of its own (not the store's pool) and sends read-only
 //! statements, each unprepared (so that a transaction-pooling proxy that cannot keep named
@@ -27,6 +29,7 @@ use tokio::time::timeout;
 use crate::error::{sql_error, timed_out};
 use crate::sql;
 use crate::url;
+use crate::work::sql as work_sql;
 
 /// How many `SELECT 1`s measure the round trip.
 pub const PINGS: usize = 5;
@@ -41,6 +44,9 @@ pub struct ServerFacts {
     pub response_timeout: Duration,
     /// Whether the store URL asks for `LISTEN`/`NOTIFY` wake-ups (`listen=on`, the default).
     pub listen: bool,
+    /// Whether the store URL leaves claims and renewals waiting for their commit to reach
+    /// the disk (`durable_grants=on`, the default).
+    pub durable_grants: bool,
     /// The time of each of [`PINGS`] `SELECT 1`s, in order.
     pub round_trips: Vec<Duration>,
     /// The server clock (`clock_timestamp()`) minus this host's, in microseconds, against
@@ -54,22 +60,32 @@ pub struct ServerFacts {
     pub in_recovery: bool,
     /// `default_transaction_read_only`.
     pub read_only: bool,
-    /// The baton schema version recorded in `baton_schema`.
+    /// `synchronous_commit` as this user's sessions get it (`on`, `off`, `local`,
+    /// `remote_write`, `remote_apply`): only `off` answers a commit before its WAL flush.
+    pub synchronous_commit: String,
+    /// `fsync`: with `off` the server never forces the WAL to disk.
+    pub fsync: bool,
+    /// The lease schema's version, recorded in `baton_schema` (compare with
+    /// [`sql::SCHEMA_VERSION`]).
     pub schema: SchemaState,
+    /// The claimable-work tables' version, recorded in `baton_work_schema` (compare with
+    /// [`work::sql::SCHEMA_VERSION`](crate::work::sql::SCHEMA_VERSION)).
+    pub work_schema: SchemaState,
     /// How a transaction-pooling proxy gave itself away (see the [module docs](self)), or
     /// `None` when nothing did.
     pub transaction_pooling: Option<String>,
 }
 
-/// The baton schema in the database.
+/// One of baton's schema version tracks in the database: the lease schema
+/// (`baton_schema`) or the claimable-work tables (`baton_work_schema`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SchemaState {
-    /// No `baton_schema` table in the `search_path`: the store creates it at first connect.
+    /// No version table in the `search_path`: the store creates it at its next connect.
     Missing,
-    /// `baton_schema` exists but records no version: baton did not create it.
+    /// The version table exists but records no version: baton did not create it.
     Unrecorded,
-    /// The recorded version, to compare with [`sql::SCHEMA_VERSION`].
+    /// The recorded version, to compare with the track's `SCHEMA_VERSION`.
     Version(i32),
 }
 
@@ -113,36 +129,34 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
     let round_trip = started.elapsed();
     let local_micros = micros_since_epoch(before + round_trip / 2);
 
-    let (version, in_recovery, read_only): (String, bool, String) = within(
+    let (version, in_recovery, read_only, synchronous_commit, fsync): (
+        String,
+        bool,
+        String,
+        String,
+        String,
+    ) = within(
         step("reading the server's settings"),
         sqlx::query_as(
-            "SELECT current_setting('server_version'), pg_is_in_recovery(), current_setting('default_transaction_read_only')",
+            "SELECT current_setting('server_version'), pg_is_in_recovery(), current_setting('default_transaction_read_only'), current_setting('synchronous_commit'), current_setting('fsync')",
         )
         .persistent(false)
         .fetch_one(&mut first),
     )
     .await?;
 
-    let exists: bool = within(
-        step("looking for baton_schema"),
-        sqlx::query_scalar(sql::RELATION_EXISTS)
-            .bind("baton_schema")
-            .persistent(false)
-            .fetch_one(&mut first),
+    let schema = schema_state(
+        &mut first,
+        ("baton_schema", sql::SCHEMA_VERSION_OF),
+        step("reading the schema version"),
     )
     .await?;
-    let schema = if exists {
-        let version: Option<i32> = within(
-            step("reading the schema version"),
-            sqlx::query_scalar(sql::SCHEMA_VERSION_OF)
-                .persistent(false)
-                .fetch_optional(&mut first),
-        )
-        .await?;
-        version.map_or(SchemaState::Unrecorded, SchemaState::Version)
-    } else {
-        SchemaState::Missing
-    };
+    let work_schema = schema_state(
+        &mut first,
+        ("baton_work_schema", work_sql::SCHEMA_VERSION_OF),
+        step("reading the work-schema version"),
+    )
+    .await?;
 
     // Alternate between two connections: first, second, first, second.
     let mut second = connect().await?;
@@ -168,16 +182,47 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
     Ok(ServerFacts {
         response_timeout: options.get_response_timeout(),
         listen: options.get_listen(),
+        durable_grants: options.get_durable_grants(),
         round_trips,
         clock_offset_micros: server_micros.saturating_sub(local_micros),
         clock_uncertainty: round_trip / 2,
         version,
         in_recovery,
         read_only: read_only == "on",
+        synchronous_commit,
+        fsync: fsync == "on",
         schema,
+        work_schema,
         transaction_pooling: pooling_evidence(&pids[0], &pids[1]),
         server,
     })
+}
+
+/// The version recorded in `table` (read with `version_of`), looking for the table first.
+async fn schema_state(
+    conn: &mut sqlx::PgConnection,
+    (table, version_of): (&'static str, &'static str),
+    step: (&'static str, &str, Duration),
+) -> Result<SchemaState> {
+    let exists: bool = within(
+        step,
+        sqlx::query_scalar(sql::RELATION_EXISTS)
+            .bind(table)
+            .persistent(false)
+            .fetch_one(&mut *conn),
+    )
+    .await?;
+    if !exists {
+        return Ok(SchemaState::Missing);
+    }
+    let version: Option<i32> = within(
+        step,
+        sqlx::query_scalar(version_of)
+            .persistent(false)
+            .fetch_optional(&mut *conn),
+    )
+    .await?;
+    Ok(version.map_or(SchemaState::Unrecorded, SchemaState::Version))
 }
 
 /// How the backend pids seen by two connections betray transaction pooling, if they do.

@@ -1,8 +1,13 @@
 //! What `baton doctor` reads about an SQLite store file: [`inspect`] returns [`StoreFile`].
 //!
 //! These are facts, not verdicts: the file's metadata, the file system it lives on, the
-//! header (`application_id`, `user_version`), the journal mode, and whether this user can
-//! take the write lock. The `baton` facade turns them into findings with fixes.
+//! header (`application_id`, `user_version`), which of the claimable-work tables
+//! ([`WORK_TABLES`]) it holds, the journal mode, and whether this user can take the write
+//! lock. The `baton` facade turns them into findings with fixes.
+//!
+//! The claimable-work tables have no version of their own in SQLite: the store creates any
+//! that are missing (`CREATE TABLE IF NOT EXISTS`) every time it opens the file, and
+//! `user_version` is the only schema version the file records.
 //!
 //! Inspecting never creates or changes the store: the file is opened without
 //! `SQLITE_OPEN_CREATE` and without the store's pragmas, and the write probe is
@@ -22,6 +27,15 @@ use rusqlite::{Connection, OpenFlags};
 use crate::options::SqliteOptions;
 use crate::sql;
 use crate::url;
+
+/// The tables of claimable work (queues, schedules, migration records), as created by
+/// [`work::sql::SCHEMA`](crate::work::sql::SCHEMA).
+pub const WORK_TABLES: &[&str] = &[
+    "baton_work_item",
+    "baton_work_dedup",
+    "baton_work_schedule",
+    "baton_work_migration",
+];
 
 /// Facts about the file of an SQLite store, as read by [`inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +120,8 @@ pub enum DatabaseFacts {
         schema_version: i32,
         /// How many tables and indexes the file holds (0 for an empty file).
         objects: i64,
+        /// The [`WORK_TABLES`] the file lacks, in that order (all of them for an empty file).
+        missing_work_tables: Vec<&'static str>,
         /// `PRAGMA journal_mode` as stored in the file: `wal` once baton has opened it.
         journal_mode: String,
         /// Whether this user may write the file: `Ok` with the time `BEGIN IMMEDIATE` took,
@@ -217,19 +233,40 @@ fn read_database(path: &Path, options: &SqliteOptions) -> DatabaseFacts {
         let schema_version = pragma("user_version")?;
         let objects: i64 =
             conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+        let mut missing_work_tables = Vec::new();
+        for &table in WORK_TABLES {
+            let found: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1)",
+                [table],
+                |r| r.get(0),
+            )?;
+            if !found {
+                missing_work_tables.push(table);
+            }
+        }
         let journal_mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
-        Ok((conn, application_id, schema_version, objects, journal_mode))
-    });
-    let read_time = started.elapsed();
-    match read {
-        Ok((conn, application_id, schema_version, objects, journal_mode)) => DatabaseFacts::Read {
-            read_time,
+        Ok((
+            conn,
             application_id,
             schema_version,
             objects,
-            journal_mode: journal_mode.to_ascii_lowercase(),
-            write_lock: probe_write(&conn),
-        },
+            missing_work_tables,
+            journal_mode,
+        ))
+    });
+    let read_time = started.elapsed();
+    match read {
+        Ok((conn, application_id, schema_version, objects, missing_work_tables, journal_mode)) => {
+            DatabaseFacts::Read {
+                read_time,
+                application_id,
+                schema_version,
+                objects,
+                missing_work_tables,
+                journal_mode: journal_mode.to_ascii_lowercase(),
+                write_lock: probe_write(&conn),
+            }
+        }
         Err(e) => DatabaseFacts::Unreadable {
             error: e.to_string(),
         },
@@ -366,6 +403,7 @@ mod tests {
         let DatabaseFacts::Read {
             application_id,
             schema_version,
+            missing_work_tables,
             journal_mode,
             write_lock,
             ..
@@ -375,8 +413,21 @@ mod tests {
         };
         assert_eq!(application_id, sql::APPLICATION_ID);
         assert_eq!(schema_version, sql::SCHEMA_VERSION);
+        assert_eq!(missing_work_tables, Vec::<&str>::new());
         assert_eq!(journal_mode, "wal");
         assert!(matches!(write_lock, WriteProbe::Taken(_)), "{write_lock:?}");
+    }
+
+    #[test]
+    fn the_work_tables_are_those_the_store_creates() {
+        let created = crate::work::sql::SCHEMA
+            .matches("CREATE TABLE IF NOT EXISTS ")
+            .count();
+        assert_eq!(created, WORK_TABLES.len());
+        for table in WORK_TABLES {
+            let create = format!("CREATE TABLE IF NOT EXISTS {table} (");
+            assert!(crate::work::sql::SCHEMA.contains(&create), "{table}");
+        }
     }
 
     #[tokio::test]

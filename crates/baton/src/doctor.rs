@@ -9,8 +9,8 @@
 //! | store | checks |
 //! |---|---|
 //! | `redis://` | connect and round trip; server version, role and cluster mode; server clock against this host's; `maxmemory-policy`; persistence (`appendonly`, `appendfsync`, `save`) and what it means for exclusion and fences |
-//! | `sqlite://` | the file, its file system and permissions; header and schema version; WAL mode; whether this user can take the write lock; `synchronous`; the clock (the host's: nothing to compare) |
-//! | `postgres://` | connect and round trip; version, standby or read-only; server clock against this host's; baton schema version; a transaction-pooling proxy in front (with `listen=on`) |
+//! | `sqlite://` | the file, its file system and permissions; header and schema version; the claimable-work tables (`work-schema`: present or not, since SQLite keeps no version of them); WAL mode; whether this user can take the write lock; `synchronous`; the clock (the host's: nothing to compare) |
+//! | `postgres://` | connect and round trip; version, standby or read-only; server clock against this host's; baton schema version; claimable-work schema version (`work-schema`, `baton_work_schema`); whether grants are flushed before they answer (`durable-grants`: the URL's `durable_grants`, the server's `synchronous_commit` and `fsync`); a transaction-pooling proxy in front (with `listen=on`) |
 //! | `memory://` | one finding: it is process-local |
 //!
 //! Checking never changes the store: Redis and PostgreSQL get read commands only, and the
@@ -529,6 +529,7 @@ mod postgres {
 
     use baton_postgres::doctor::{SchemaState, ServerFacts, inspect};
     use baton_postgres::sql::SCHEMA_VERSION;
+    use baton_postgres::work::sql::SCHEMA_VERSION as WORK_SCHEMA_VERSION;
 
     use super::*;
 
@@ -577,6 +578,8 @@ mod postgres {
             server(facts),
             clock(facts),
             schema(facts),
+            work_schema(facts),
+            durable_grants(facts),
             pooling(facts),
         ]
     }
@@ -654,6 +657,88 @@ mod postgres {
         }
     }
 
+    /// The claimable-work tables' version track, graded as [`schema`] grades the lease
+    /// schema's.
+    fn work_schema(facts: &ServerFacts) -> Check {
+        match facts.work_schema {
+            SchemaState::Missing => Check::note(
+                "work-schema",
+                "no baton_work_schema table in the search_path: the store creates the claimable-work tables (queues, schedules, migration records) at its next connect (its user needs CREATE on the schema)",
+                None,
+            ),
+            SchemaState::Unrecorded => Check::finding(
+                "work-schema",
+                "baton_work_schema exists but records no version: baton did not create it and will not use it",
+                "point the store at another schema (?options=-csearch_path%3D<schema>), or drop the stray table",
+            ),
+            SchemaState::Version(v) if v > WORK_SCHEMA_VERSION => Check::finding(
+                "work-schema",
+                format!(
+                    "the baton work schema is version {v}, newer than version {WORK_SCHEMA_VERSION} that this baton understands"
+                ),
+                "upgrade baton to the version that wrote the schema",
+            ),
+            SchemaState::Version(v) if v < WORK_SCHEMA_VERSION => Check::note(
+                "work-schema",
+                format!(
+                    "the baton work schema is version {v}; this baton migrates it to {WORK_SCHEMA_VERSION} at its first connect"
+                ),
+                None,
+            ),
+            SchemaState::Version(v) => {
+                Check::ok("work-schema", format!("baton work schema version {v}"))
+            }
+            _ => Check::note(
+                "work-schema",
+                "the work-schema state is unknown to this baton",
+                None,
+            ),
+        }
+    }
+
+    /// Whether an answered grant survives a crash: the URL's `durable_grants` and the
+    /// server's `synchronous_commit` and `fsync` must all let a claim's commit reach the
+    /// disk before it answers. Each is a choice someone made, so a note, as Redis
+    /// persistence and SQLite's `synchronous=normal` are.
+    fn durable_grants(facts: &ServerFacts) -> Check {
+        let mut causes = Vec::new();
+        let mut fixes = Vec::new();
+        if !facts.durable_grants {
+            causes.push("durable_grants=off in the store URL");
+            fixes.push(
+                "remove durable_grants=off from the store URL (durable_grants=on is the default)",
+            );
+        }
+        if facts.synchronous_commit == "off" {
+            causes.push("synchronous_commit is off for this user's sessions");
+            fixes.push("turn synchronous_commit back on for baton's role or database (ALTER ROLE ... SET synchronous_commit = on)");
+        }
+        if !facts.fsync {
+            causes.push("the server runs with fsync=off");
+            fixes.push("set fsync = on in the server's configuration");
+        }
+        if causes.is_empty() {
+            return Check::ok(
+                "durable-grants",
+                format!(
+                    "durable_grants=on, synchronous_commit {}, fsync on: a claim or renewal answers only once its commit is flushed to the WAL, so an answered grant and its fence survive a server crash",
+                    facts.synchronous_commit
+                ),
+            );
+        }
+        Check::note(
+            "durable-grants",
+            format!(
+                "{}: claims and renewals answer before their commit is on disk, so a crash of the server or its host can lose an answered grant and hand the key, possibly with the same fence, to a second holder",
+                causes.join(", and ")
+            ),
+            Some(format!(
+                "{} to have grants flushed before they are returned",
+                fixes.join("; ")
+            )),
+        )
+    }
+
     fn pooling(facts: &ServerFacts) -> Check {
         match (&facts.transaction_pooling, facts.listen) {
             (Some(evidence), true) => Check::finding(
@@ -683,7 +768,9 @@ mod sqlite {
     //! The checks of an SQLite file.
 
     use baton_sqlite::Synchronous;
-    use baton_sqlite::doctor::{DatabaseFacts, FileState, StoreFile, WriteProbe, inspect};
+    use baton_sqlite::doctor::{
+        DatabaseFacts, FileState, StoreFile, WORK_TABLES, WriteProbe, inspect,
+    };
     use baton_sqlite::sql::{APPLICATION_ID, SCHEMA_VERSION};
 
     use super::*;
@@ -842,6 +929,33 @@ mod sqlite {
         checks
     }
 
+    /// The claimable-work tables. SQLite keeps no version of their own (the store creates
+    /// any that are missing every time it opens the file), so there is nothing newer to
+    /// find: only which are there.
+    fn work_schema(missing: &[&str]) -> Check {
+        if missing.is_empty() {
+            Check::ok(
+                "work-schema",
+                "the claimable-work tables are present (unversioned in SQLite: the store creates any that are missing each time it opens the file)",
+            )
+        } else if missing.len() == WORK_TABLES.len() {
+            Check::note(
+                "work-schema",
+                "no claimable-work tables yet: the store creates them (queues, schedules, migration records) the next time it opens the file",
+                None,
+            )
+        } else {
+            Check::note(
+                "work-schema",
+                format!(
+                    "the claimable-work tables {} are missing: the store creates them the next time it opens the file",
+                    missing.join(", ")
+                ),
+                None,
+            )
+        }
+    }
+
     /// The fix of every permission finding.
     const PERMISSIONS_FIX: &str = "give every user that runs baton write access to the file, its -wal and -shm files and its directory (one group for all of them: chgrp -R, chmod g+w on the files, chmod g+ws on the directory)";
 
@@ -854,34 +968,43 @@ mod sqlite {
         writable: bool,
     ) -> Vec<Check> {
         let path = facts.path.display();
-        let (read_time, application_id, schema_version, objects, journal_mode, write_lock) =
-            match database {
-                DatabaseFacts::Read {
-                    read_time,
-                    application_id,
-                    schema_version,
-                    objects,
-                    journal_mode,
-                    write_lock,
-                } => (
-                    read_time,
-                    *application_id,
-                    *schema_version,
-                    *objects,
-                    journal_mode,
-                    write_lock,
-                ),
-                // The permission findings above already say why SQLite cannot open it.
-                DatabaseFacts::Unreadable { .. } if !writable => return Vec::new(),
-                DatabaseFacts::Unreadable { error } => {
-                    return vec![Check::finding(
-                        "connect",
-                        format!("SQLite cannot open {path}: {error}"),
-                        "check that the user baton runs as can read and write the file, its -wal and -shm files and its directory; replace a corrupt file (grants are short-lived: an empty file is a valid store)",
-                    )];
-                }
-                _ => return Vec::new(),
-            };
+        let (
+            read_time,
+            application_id,
+            schema_version,
+            objects,
+            missing_work_tables,
+            journal_mode,
+            write_lock,
+        ) = match database {
+            DatabaseFacts::Read {
+                read_time,
+                application_id,
+                schema_version,
+                objects,
+                missing_work_tables,
+                journal_mode,
+                write_lock,
+            } => (
+                read_time,
+                *application_id,
+                *schema_version,
+                *objects,
+                missing_work_tables,
+                journal_mode,
+                write_lock,
+            ),
+            // The permission findings above already say why SQLite cannot open it.
+            DatabaseFacts::Unreadable { .. } if !writable => return Vec::new(),
+            DatabaseFacts::Unreadable { error } => {
+                return vec![Check::finding(
+                    "connect",
+                    format!("SQLite cannot open {path}: {error}"),
+                    "check that the user baton runs as can read and write the file, its -wal and -shm files and its directory; replace a corrupt file (grants are short-lived: an empty file is a valid store)",
+                )];
+            }
+            _ => return Vec::new(),
+        };
         let mut checks = vec![Check::ok(
             "connect",
             format!(
@@ -914,6 +1037,9 @@ mod sqlite {
                 format!("a baton store, schema version {schema_version}"),
             )
         });
+        if fresh || application_id == APPLICATION_ID {
+            checks.push(work_schema(missing_work_tables));
+        }
         if journal_mode == "wal" {
             checks.push(Check::ok("wal", "journal_mode is wal"));
         } else if !fresh {
@@ -992,6 +1118,81 @@ mod tests {
         for name in ["file", "connect", "schema", "wal", "permissions", "clock"] {
             assert!(names.contains(&name), "{name} missing from {names:?}");
         }
+    }
+
+    /// The one check named `name`.
+    #[cfg(feature = "sqlite")]
+    fn check<'a>(report: &'a Report, name: &str) -> &'a Check {
+        let found: Vec<_> = report.checks.iter().filter(|c| c.name == name).collect();
+        assert_eq!(found.len(), 1, "{name} in {report:#?}");
+        found[0]
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_work_tables_absent_partial_and_present() {
+        use baton_sqlite::doctor::WORK_TABLES;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("baton.db");
+        let url = format!("sqlite://{}", path.display());
+        let tables = |path: &std::path::Path| -> Vec<String> {
+            let conn = rusqlite::Connection::open(path).unwrap();
+            let mut statement = conn
+                .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'baton_work_%' ORDER BY name")
+                .unwrap();
+            statement
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+
+        // A store file from before the work tables: a note, and doctor creates none.
+        drop(crate::connect(&url).await.unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for table in WORK_TABLES {
+            conn.execute_batch(&format!("DROP TABLE {table}")).unwrap();
+        }
+        drop(conn);
+        let report = diagnose(&url).await.unwrap();
+        let work = check(&report, "work-schema");
+        assert_eq!(work.verdict, Verdict::Note, "{work:?}");
+        assert!(
+            work.detail.starts_with("no claimable-work tables"),
+            "{work:?}"
+        );
+        assert!(report.is_healthy(), "{report:#?}");
+        assert_eq!(tables(&path), Vec::<String>::new());
+
+        // Opening a queue and enqueuing once: present.
+        let baton = crate::connect(&url).await.unwrap();
+        baton
+            .queue("doctor-q")
+            .unwrap()
+            .enqueue(b"x", crate::work::EnqueueOptions::new())
+            .await
+            .unwrap();
+        drop(baton);
+        let report = diagnose(&url).await.unwrap();
+        let work = check(&report, "work-schema");
+        assert_eq!(work.verdict, Verdict::Ok, "{work:?}");
+        assert!(work.detail.contains("present"), "{work:?}");
+        assert_eq!(tables(&path).len(), WORK_TABLES.len());
+
+        // One missing: a note that names it.
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("DROP TABLE baton_work_schedule")
+            .unwrap();
+        let report = diagnose(&url).await.unwrap();
+        let work = check(&report, "work-schema");
+        assert_eq!(work.verdict, Verdict::Note, "{work:?}");
+        assert!(
+            work.detail
+                .starts_with("the claimable-work tables baton_work_schedule are missing"),
+            "{work:?}"
+        );
     }
 
     #[test]
