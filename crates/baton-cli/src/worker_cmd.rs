@@ -22,9 +22,10 @@
 //! - **Stopping:** SIGINT, SIGTERM, SIGHUP or SIGQUIT stops the claiming; the running
 //!   COMMANDs get `--drain` to finish (they are not signalled: they run in their own process
 //!   groups) and settle their items as usual. Then the ones still running get SIGTERM, and
-//!   SIGKILL after `--grace`, and their items are **released**: claimable again at once,
-//!   the attempt not counted. A second signal ends the drain at once. baton then exits **0**,
-//!   at most `--drain` + `--grace` + 1s after the first signal.
+//!   SIGKILL after `--grace`, and their items are **released** as soon as their COMMANDs
+//!   have exited: claimable again at once, the attempt not counted. A second signal ends the
+//!   drain at once. baton then exits **0**, once the last COMMAND has exited: at most
+//!   `--drain` + `--grace` + 1s after the first signal.
 //! - `--exit-when-empty`: exit 0 once a claim finds nothing claimable and no COMMAND runs
 //!   (items waiting for a `--delay` or a backoff are left for later). For batch jobs.
 //! - **COMMAND cannot run** (not found, not executable): the item is **failed** with that
@@ -81,8 +82,9 @@ const DEFAULT_GRACE: &str = "10s";
 const MAX_DRAIN: Duration = Duration::from_secs(12 * 3600);
 /// The longest `--grace`.
 const MAX_GRACE: Duration = Duration::from_secs(3600);
-/// Time for COMMANDs killed at the end of `--grace` to be reaped before the library releases
-/// their items.
+/// Time for COMMANDs killed at the end of `--grace` to be reaped. Each item is released as
+/// soon as its COMMAND has exited; the library's grace (`--drain` + `--grace` + this) only
+/// bounds the wait for COMMANDs that are slow to be reaped.
 const RELEASE_MARGIN: Duration = Duration::from_secs(1);
 
 /// `baton worker`.
@@ -326,8 +328,9 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
     let mut worker = Worker::new(queue)
         .concurrency(args.concurrency)
         .exit_when_empty(args.exit_when_empty)
-        // The library releases the items still running when its grace is over; by then
-        // baton has terminated their COMMANDs (--drain, then --grace until SIGKILL).
+        // A COMMAND terminated at the end of the drain releases its item as soon as it has
+        // exited (`Job::release_on_return`): at SIGTERM, or at SIGKILL --grace later. The
+        // library's grace only bounds the wait for a COMMAND slow to be reaped.
         .grace(args.drain + args.grace + RELEASE_MARGIN)
         .shutdown(context.shutdown.clone());
     if let Some(batch) = args.batch {
@@ -432,8 +435,9 @@ enum Stopped {
     Drained,
 }
 
-/// Runs COMMAND for one item: `Ok` completes it, `Err` fails it. After the drain ran out it
-/// never returns, so that the worker releases the item when its grace ends.
+/// Runs COMMAND for one item: `Ok` completes it, `Err` fails it. A COMMAND terminated
+/// because the drain ran out has its item released once it has exited, whatever its exit
+/// status: it did not get to finish.
 async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
     let id = job.id();
     let env = [
@@ -502,8 +506,11 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
     };
     let name = child.name().to_owned();
     match stopped {
-        // Hold the item until the worker's grace ends and it releases the item.
-        Some(Stopped::Drained) => return std::future::pending().await,
+        Some(Stopped::Drained) => {
+            tracing::debug!(queue = %context.queue, item = %id, "terminated at the end of the drain; releasing the item");
+            job.release_on_return();
+            return Ok(());
+        }
         Some(Stopped::LeaseLost) => {
             return Err(format!(
                 "the lease was lost while {name} ran; {name} was terminated"

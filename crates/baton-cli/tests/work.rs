@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use baton::work::{Missed, Tick};
 use common::*;
@@ -428,14 +429,36 @@ fn sigterm_during_a_long_command_releases_its_item_to_another_worker() {
     let env = Env::new();
     env.run(["queue", "enqueue", "long", r#"{"id":7}"#])
         .assert_status(0);
+    // COMMAND exits at the SIGTERM that ends the drain. --grace is long: the item must be
+    // released when COMMAND has exited, not when --drain + --grace + 1s (61.2s) are over.
     let script = r#"echo $$ > pid; while :; do sleep 0.05; done"#;
     let worker = Running::spawn(env.baton([
-        "worker", "long", "--drain", "200ms", "--grace", "1s", "--", "sh", "-c", script,
+        "worker", "long", "--drain", "200ms", "--grace", "1m", "--", "sh", "-c", script,
     ]));
     eventually("COMMAND to start", || !env.read("pid").trim().is_empty());
     assert_eq!(stats(&env, "long")["running"], 1);
+    let signalled = Instant::now();
     worker.signal(Signal::SIGTERM);
+    // Released: claimable at once (by any worker), the attempt not counted. 15s leaves a
+    // loaded machine room for the 200ms drain and the `baton queue stats` runs, and is far
+    // below the 61.2s of the library's grace.
+    loop {
+        let json = stats(&env, "long");
+        if (json["ready"].as_u64(), json["running"].as_u64()) == (Some(1), Some(0)) {
+            break;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(15),
+            "the item was not released within 15s of SIGTERM (a 200ms drain, COMMAND exiting at SIGTERM): {json}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let out = worker.finish();
+    assert!(
+        signalled.elapsed() < Duration::from_secs(20),
+        "baton took {:?} to exit after its last COMMAND",
+        signalled.elapsed()
+    );
     out.assert_status(0);
     assert!(
         out.stderr.contains("terminating 1 running COMMAND"),
@@ -460,13 +483,6 @@ fn sigterm_during_a_long_command_releases_its_item_to_another_worker() {
     eventually("COMMAND to be gone", || {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
     });
-    // Released: claimable at once, the attempt not counted.
-    let json = stats(&env, "long");
-    assert_eq!(
-        (json["ready"].as_u64(), json["running"].as_u64()),
-        (Some(1), Some(0)),
-        "{json}"
-    );
     let out = env.run([
         "worker",
         "long",

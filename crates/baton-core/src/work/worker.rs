@@ -25,10 +25,16 @@
 //!   stops claiming, lets the handlers in flight finish within the grace period (30 s by
 //!   default), then aborts the rest and releases their items (claimable again at once, the
 //!   attempt not counted), and returns its [`WorkerReport`].
+//! - **A handler can give its item back**: one that called [`Job::release_on_return`] has
+//!   its item released as soon as it returns, whatever it returns (a panic still fails it),
+//!   instead of settled by its answer. A handler whose work was cut short at shutdown (it
+//!   stopped a child process, say) uses it to release its item at once rather than hold it
+//!   until the grace period ends.
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rand::Rng;
@@ -65,6 +71,7 @@ struct JobInner {
     dedup_id: Option<String>,
     last_error: String,
     lost: CancellationToken,
+    release: AtomicBool,
 }
 
 impl fmt::Debug for Job {
@@ -76,6 +83,10 @@ impl fmt::Debug for Job {
             .field("max_attempts", &self.inner.max_attempts)
             .field("dedup_id", &self.inner.dedup_id)
             .field("lost", &self.inner.lost.is_cancelled())
+            .field(
+                "release_on_return",
+                &self.inner.release.load(Ordering::SeqCst),
+            )
             .finish()
     }
 }
@@ -92,6 +103,7 @@ impl Job {
                 dedup_id: data.dedup_id.clone(),
                 last_error: data.last_error.clone(),
                 lost: CancellationToken::new(),
+                release: AtomicBool::new(false),
             }),
         }
     }
@@ -142,6 +154,72 @@ impl Job {
     pub fn is_lost(&self) -> bool {
         self.inner.lost.is_cancelled()
     }
+
+    /// Gives the item back when the handler returns: the worker then releases it (claimable
+    /// again at once, the attempt not counted; counted in [`WorkerReport::released`])
+    /// instead of settling it by the handler's answer, `Ok` or `Err` alike. A handler that
+    /// panics after calling it still fails its item, so a crashing handler still runs out of
+    /// attempts.
+    ///
+    /// For a handler that did not do the work and knows it, typically at shutdown: one that
+    /// stopped its child process when the worker's [`shutdown`](Worker::shutdown) fired
+    /// releases the item as soon as the child has exited, instead of holding it until the
+    /// grace period ends and the worker aborts it. Calling it again changes nothing; an item
+    /// lost meanwhile is not released (another claim owns it).
+    ///
+    /// Wrong: releasing an item the handler cannot process *now* while the worker runs. It
+    /// is claimable again at once, by this worker too, so the worker spins on it; return
+    /// `Err` instead, and the queue's backoff spaces the attempts.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use baton_core::work::{EnqueueOptions, Job, MemoryWorkStore, Queue, Worker};
+    /// use tokio_util::sync::CancellationToken;
+    /// # async fn render(_scene: &[u8]) -> std::io::Result<()> { std::future::pending().await }
+    ///
+    /// let queue = Queue::new(Arc::new(MemoryWorkStore::new()), "renders")?;
+    /// queue.enqueue(b"scene-1", EnqueueOptions::new()).await?;
+    /// let shutdown = CancellationToken::new();
+    /// let token = shutdown.clone();
+    /// # let started = Arc::new(tokio::sync::Notify::new());
+    /// # let notify = started.clone();
+    /// let worker = Worker::new(queue.clone())
+    ///     .grace(Duration::from_secs(600))
+    ///     .shutdown(shutdown.clone())
+    ///     .run(move |job: Job| {
+    ///         let token = token.clone();
+    /// #       let notify = notify.clone();
+    ///         async move {
+    /// #           notify.notify_one();
+    ///             tokio::select! {
+    ///                 done = render(job.payload()) => done,
+    ///                 () = token.cancelled() => {
+    ///                     // Cut short by the shutdown: give the item back now.
+    ///                     job.release_on_return();
+    ///                     Ok(())
+    ///                 }
+    ///             }
+    ///         }
+    ///     });
+    /// // ... on SIGTERM: shutdown.cancel() ...
+    /// # let stop = async { started.notified().await; shutdown.cancel() };
+    /// # let (report, ()) = tokio::join!(worker, stop);
+    /// # let report = report?;
+    /// // Released when the handler returned, not after the 10 minutes of grace.
+    /// assert_eq!(report.released, 1);
+    /// assert_eq!(queue.claim(1).await?[0].attempt(), 1, "a release is not an attempt");
+    /// # Ok(()) }
+    /// ```
+    pub fn release_on_return(&self) {
+        self.inner.release.store(true, Ordering::SeqCst);
+    }
+
+    fn releases_on_return(&self) -> bool {
+        self.inner.release.load(Ordering::SeqCst)
+    }
 }
 
 /// What a [`Worker`] did, counted per item.
@@ -156,7 +234,8 @@ pub struct WorkerReport {
     pub retried: u64,
     /// Items dead-lettered.
     pub dead_lettered: u64,
-    /// Items released untried at shutdown.
+    /// Items released untried: aborted at the end of the shutdown grace, or given back by
+    /// their handler ([`Job::release_on_return`]).
     pub released: u64,
     /// Items lost to another claim while their handler ran (results discarded).
     pub lease_lost: u64,
@@ -250,7 +329,8 @@ impl Worker {
     }
 
     /// How long handlers in flight may finish after shutdown before they are aborted and
-    /// their items released.
+    /// their items released. A handler that knows sooner that its work is over can release
+    /// its item at once with [`Job::release_on_return`].
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -454,7 +534,8 @@ fn tally(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
 }
 
 /// Keeps `item` extended while `work` (the handler's task) runs, then settles it by the
-/// handler's answer; releases it if `abort` fires first.
+/// handler's answer, or releases it when the handler asked so; releases it if `abort` fires
+/// first.
 async fn run_one<E: fmt::Display + Send + 'static>(
     item: Item,
     job: Job,
@@ -495,17 +576,15 @@ async fn run_one<E: fmt::Display + Send + 'static>(
         if known_lost {
             return Outcome::LeaseLost;
         }
-        return match settle(|| item.try_release()).await {
-            Some(Settle::Settled) => Outcome::Released,
-            Some(Settle::NotOwner) => Outcome::LeaseLost,
-            None => Outcome::Fault,
-        };
+        return release(&item).await;
     };
     if known_lost {
         // The extension already reported it; the result is discarded.
         return Outcome::LeaseLost;
     }
     match done {
+        // The handler gave the item back (a panic still fails it, below).
+        Ok(_) if job.releases_on_return() => release(&item).await,
         Ok(Ok(())) => match settle(|| item.try_complete()).await {
             Some(Settle::Settled) => Outcome::Completed,
             Some(Settle::NotOwner) => Outcome::LeaseLost,
@@ -520,6 +599,14 @@ async fn run_one<E: fmt::Display + Send + 'static>(
             };
             Outcome::Panicked(Box::new(fail(&item, &error).await))
         }
+    }
+}
+
+async fn release(item: &Item) -> Outcome {
+    match settle(|| item.try_release()).await {
+        Some(Settle::Settled) => Outcome::Released,
+        Some(Settle::NotOwner) => Outcome::LeaseLost,
+        None => Outcome::Fault,
     }
 }
 
