@@ -503,7 +503,7 @@ pub mod events {
     pub const MIGRATION_TAKEOVER: Event = Event {
         key: "baton.migration.takeover",
         level: Level::WARN,
-        help: "a migration left pending by a writer whose lease lapsed (a crash, a kill, a stall) was taken over and is run again; its up() must tolerate a partial earlier run",
+        help: "a migration left pending by a writer whose lease lapsed (a crash, a kill, a stall), or by this run itself before a store fault, was taken over and is run again; its up() must tolerate a partial earlier run",
         alarm: Alarm::AtLeast {
             count: 1,
             within: minutes(15),

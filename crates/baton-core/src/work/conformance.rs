@@ -82,6 +82,7 @@ macro_rules! work_conformance_tests {
             schedule_now_is_the_wall_clock,
             migration_claim_is_a_compare_and_set,
             migration_claim_exactly_one_of_many,
+            migration_reclaim_by_its_own_writer_takes_it_over,
             migration_heartbeat_and_finish_are_scoped_to_the_writer,
             migration_late_finish_without_a_takeover_is_accepted,
             store_faults_are_errors_not_answers,
@@ -1143,9 +1144,11 @@ async fn record(store: &dyn MigrationStore, set: &StoreKey, name: &str) -> Migra
         .unwrap_or_else(|| panic!("no record of {name}"))
 }
 
-/// The claim is one compare-and-set over every state: absent → claimed (attempt 1); a live
-/// pending claim → busy with its owner; completed → completed; failed, rolled back, or
-/// pending with a lapsed lease → taken over (attempt + 1, the previous state named).
+/// The claim is one compare-and-set over every state: absent → claimed (attempt 1); another
+/// writer's live pending claim → busy with its owner; completed → completed; failed, rolled
+/// back, or pending with a lapsed lease → taken over (attempt + 1, the previous state
+/// named). A writer's own pending claim: see
+/// [`migration_reclaim_by_its_own_writer_takes_it_over`].
 pub async fn migration_claim_is_a_compare_and_set(h: &dyn WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
@@ -1164,14 +1167,6 @@ pub async fn migration_claim_is_a_compare_and_set(h: &dyn WorkHarness) {
             assert_eq!(by, a);
             assert!(remaining <= LONG && remaining > LONG / 2, "{remaining:?}");
         }
-        other => panic!("a live claim is busy, got {other:?}"),
-    }
-    match store
-        .claim_migration(&set, "001", &a, ttl(LONG))
-        .await
-        .unwrap()
-    {
-        MigrationClaim::Busy { by, .. } => assert_eq!(by, a, "even its own writer is told so"),
         other => panic!("a live claim is busy, got {other:?}"),
     }
     assert_eq!(
@@ -1283,6 +1278,94 @@ pub async fn migration_claim_exactly_one_of_many(h: &dyn WorkHarness) {
         }
     }
     assert_eq!(won, 1);
+}
+
+/// A writer that claims its own pending record again, its lease live or not, takes it over
+/// at once (attempt + 1, previous `Pending`, the lease restarted): it gave up its earlier
+/// claim, as a migration run retrying after a store fault does, and must not wait out its
+/// own lease. Another writer's live claim stays busy for it, and other writers still find
+/// the record busy.
+pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &dyn WorkHarness) {
+    let ns = fresh_namespace();
+    let store = h.open().await;
+    let set = migration_key(&ns, "app");
+    let (a, b) = (
+        Holder::new("writer-a").unwrap(),
+        Holder::new("writer-b").unwrap(),
+    );
+    claimed(&*store, &set, "001", &a, LONG).await;
+    assert_eq!(
+        claimed(&*store, &set, "001", &a, LONG).await,
+        (2, Some(MigrationState::Pending)),
+        "its own live claim is taken over at once"
+    );
+    let r = record(&*store, &set, "001").await;
+    assert_eq!(
+        (r.state, r.claimed_by.clone(), r.attempt),
+        (MigrationState::Pending, a.clone(), 2)
+    );
+    assert!(r.lease_remaining > LONG / 2, "{:?}", r.lease_remaining);
+    match store
+        .claim_migration(&set, "001", &b, ttl(LONG))
+        .await
+        .unwrap()
+    {
+        MigrationClaim::Busy { by, remaining } => {
+            assert_eq!(by, a);
+            assert!(remaining > LONG / 2, "{remaining:?}");
+        }
+        other => panic!("still busy for another writer, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .heartbeat_migration(&set, "001", &a, ttl(LONG))
+            .await
+            .unwrap(),
+        Renew::Renewed
+    );
+    assert_eq!(
+        store
+            .finish_migration(&set, "001", &a, MigrationState::Completed, "")
+            .await
+            .unwrap(),
+        Settle::Settled
+    );
+    assert_eq!(
+        store
+            .claim_migration(&set, "001", &a, ttl(LONG))
+            .await
+            .unwrap(),
+        MigrationClaim::Completed,
+        "a completed record stays completed for its writer too"
+    );
+
+    // A lapsed claim of its own is taken over the same way.
+    claimed(&*store, &set, "002", &a, ms(30)).await;
+    eventually(PATIENCE, "the lease lapsing", || {
+        let (store, set) = (&store, &set);
+        async move { record(&**store, set, "002").await.lease_remaining.is_zero() }
+    })
+    .await;
+    assert_eq!(
+        claimed(&*store, &set, "002", &a, LONG).await,
+        (2, Some(MigrationState::Pending))
+    );
+
+    // Its writer has no say over another writer's live claim.
+    claimed(&*store, &set, "003", &b, LONG).await;
+    match store
+        .claim_migration(&set, "003", &a, ttl(LONG))
+        .await
+        .unwrap()
+    {
+        MigrationClaim::Busy { by, .. } => assert_eq!(by, b),
+        other => panic!("another writer's live claim is busy, got {other:?}"),
+    }
+    assert_eq!(
+        claimed(&*store, &set, "003", &b, LONG).await,
+        (2, Some(MigrationState::Pending)),
+        "and that writer takes its own over"
+    );
 }
 
 /// Heartbeat and finish act only on a pending record owned by the writer; a zombie whose

@@ -482,10 +482,15 @@ impl MigrationStore for MemoryWorkStore {
                 }
                 Some(record) => match record.state {
                     MigrationState::Completed => MigrationClaim::Completed,
-                    MigrationState::Pending if record.lease_until > now => MigrationClaim::Busy {
-                        by: record.claimed_by.clone(),
-                        remaining: record.lease_until - now,
-                    },
+                    // Another writer's live claim; the writer's own is taken over.
+                    MigrationState::Pending
+                        if record.lease_until > now && record.claimed_by != *writer =>
+                    {
+                        MigrationClaim::Busy {
+                            by: record.claimed_by.clone(),
+                            remaining: record.lease_until - now,
+                        }
+                    }
                     previous => {
                         record.state = MigrationState::Pending;
                         record.claimed_by = writer.clone();

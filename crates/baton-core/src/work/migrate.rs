@@ -7,11 +7,12 @@
 //!   told at once, by policy). The lock only saves duplicate work: nothing relies on it.
 //! - **Correctness: one record per migration**, claimed by a compare-and-set
 //!   ([`claim_migration`](super::MigrationStore::claim_migration)) that takes an absent,
-//!   failed, rolled-back, or pending-with-a-lapsed-lease record, under a lease that a
-//!   heartbeat task renews for the whole of `up()` and, if `up()` fails, `down()`. Every
-//!   transition is scoped to the writer that claimed it, so a zombie writer (resumed after
-//!   losing its lease) cannot touch its successor's claim. This holds even when two replicas
-//!   hold the orchestration lock at once (a lock TTL lapsed under a pause).
+//!   failed, rolled-back, or pending-with-a-lapsed-lease record (or the writer's own pending
+//!   one), under a lease that a heartbeat task renews for the whole of `up()` and, if `up()`
+//!   fails, `down()`. Every transition is scoped to the writer that claimed it, so a zombie
+//!   writer (resumed after losing its lease) cannot touch its successor's claim. This holds
+//!   even when two replicas hold the orchestration lock at once (a lock TTL lapsed under a
+//!   pause).
 //!
 //! ## Behavior
 //! - A failed `up()` runs `down()` (if [reversible](super::Migration::reversible)) and
@@ -24,7 +25,11 @@
 //! - Store and lock faults are retried with bounded exponential backoff
 //!   ([`baton.migration.unavailable`](crate::telemetry::events::MIGRATION_UNAVAILABLE)),
 //!   then fail the run with `Unavailable`, so a short outage does not make a booting
-//!   service crash-loop.
+//!   service crash-loop. One run keeps one writer id across its retries: a record it left
+//!   pending when the fault struck (its result could not be recorded) is its own, so the
+//!   retry takes it over at once and runs `up()` again (a takeover, as above), instead of
+//!   waiting out its own lease (or, with [`ReturnContended`], answering that it is
+//!   contended with itself).
 //! - The loser's behaviour is chosen by type: [`WaitForConvergence`] (for boot: wait until
 //!   the set is complete, or failed; never "contended") or [`ReturnContended`] (for an admin
 //!   endpoint: answer at once that another replica is migrating).
@@ -382,10 +387,17 @@ impl Migrations {
     pub async fn run<P: LoserPolicy>(&self, policy: P) -> Result<MigrationReport<P::Contended>> {
         let (lease, lock_ttl) = self.validate(&policy)?;
         let deadline = policy.wait_limit().map(|limit| now() + limit);
+        // One writer for the whole run, retries included: a record this run left pending
+        // when a fault cut an attempt short is taken over at once (the claim takes the
+        // writer's own pending record), not after its lease.
+        let writer = Holder::random();
         let mut backoff = Duration::from_millis(250);
         let mut retries = 0;
         loop {
-            match self.run_once(&policy, lease, lock_ttl, deadline).await {
+            match self
+                .run_once(&policy, &writer, lease, lock_ttl, deadline)
+                .await
+            {
                 Err(e) if e.is_unavailable() && retries < self.retries => {
                     retries += 1;
                     telemetry::emit(
@@ -418,6 +430,7 @@ impl Migrations {
     async fn run_once<P: LoserPolicy>(
         &self,
         policy: &P,
+        writer: &Holder,
         lease: Ttl,
         lock_ttl: Ttl,
         deadline: Option<Instant>,
@@ -427,7 +440,7 @@ impl Migrations {
         loop {
             match self.locks.acquire(&self.lock_key(), &options).await {
                 Ok(guard) => {
-                    let walked = self.walk(policy, lease, deadline, report).await;
+                    let walked = self.walk(policy, writer, lease, deadline, report).await;
                     guard.release().await;
                     return walked;
                 }
@@ -522,21 +535,21 @@ impl Migrations {
             .collect())
     }
 
-    /// Walks the registry as the lock holder.
+    /// Walks the registry as the lock holder, claiming records as `writer`.
     async fn walk<P: LoserPolicy>(
         &self,
         policy: &P,
+        writer: &Holder,
         lease: Ttl,
         deadline: Option<Instant>,
         mut report: MigrationReport<P::Contended>,
     ) -> Result<MigrationReport<P::Contended>> {
-        let writer = Holder::random();
         for m in &self.steps {
             let name = m.name();
             loop {
                 let claim = self
                     .store
-                    .claim_migration(&self.set, name, &writer, lease)
+                    .claim_migration(&self.set, name, writer, lease)
                     .await?;
                 let (attempt, previous) = match claim {
                     MigrationClaim::Completed => {
@@ -575,7 +588,7 @@ impl Migrations {
                         &events::MIGRATION_TAKEOVER,
                         Some(self.set.as_str()),
                         format_args!(
-                            "migration {name:?} was left pending by a writer whose lease lapsed; running it again (attempt {attempt})"
+                            "migration {name:?} was left pending by a writer whose lease lapsed, or by this run before a store fault; running it again (attempt {attempt})"
                         ),
                     );
                 }
@@ -597,7 +610,7 @@ impl Migrations {
                     },
                     Err(up) => (MigrationState::Failed, format!("up: {up}")),
                 };
-                let finished = self.finish(name, &writer, state, &error).await;
+                let finished = self.finish(name, writer, state, &error).await;
                 heartbeat.stop();
                 match finished? {
                     Settle::Settled => {}

@@ -18,10 +18,12 @@ pub type MigrationError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// One data migration: a name unique within its set, `up()`, and optionally `down()` to
 /// undo a failed `up()`.
 ///
-/// `up()` runs at least once and, barring a crash, exactly once per set: a writer that dies
-/// in the middle leaves the record pending, and once its lease lapses another writer runs
-/// `up()` again ([`MigrationContext::is_takeover`]). Write it so that a second run after a
-/// partial first one is safe (idempotent steps, or checks of what is already done).
+/// `up()` runs at least once and, barring a crash or a store fault, exactly once per set: a
+/// writer that dies in the middle leaves the record pending, and once its lease lapses
+/// another writer runs `up()` again; a run whose result could not be recorded (the store
+/// was down) runs it again when it retries ([`MigrationContext::is_takeover`] either way).
+/// Write it so that a second run after a partial first one is safe (idempotent steps, or
+/// checks of what is already done).
 #[async_trait]
 pub trait Migration: Send + Sync + 'static {
     /// The migration's name, unique within its set (records are keyed by it; order comes
@@ -97,13 +99,15 @@ impl MigrationContext {
     }
 
     /// The state the record was in before this claim: `None` for the first run, `Failed` or
-    /// `RolledBack` for a retry, `Pending` for a takeover.
+    /// `RolledBack` for a retry, `Pending` for a takeover (of a writer whose lease lapsed, or
+    /// of this run's own attempt that a store fault cut short).
     pub fn previous(&self) -> Option<MigrationState> {
         self.inner.previous
     }
 
     /// Whether this run takes over from a writer that stopped in the middle (its lease
-    /// lapsed): part of `up()` may already have run.
+    /// lapsed, or it was this run, retrying after a store fault): part of `up()` may
+    /// already have run.
     pub fn is_takeover(&self) -> bool {
         self.inner.previous == Some(MigrationState::Pending)
     }

@@ -61,10 +61,12 @@
 //! - A migration record is `(set, name)` with a [`MigrationState`], the writer that claimed
 //!   it, a lease end on the store's clock, the attempt count and the last error.
 //! - [`claim_migration`](MigrationStore::claim_migration) is one compare-and-set: absent →
-//!   insert *pending* owned by `writer`, attempt 1; *failed* or *rolled back*, or *pending*
-//!   whose lease lapsed → take it (owner `writer`, attempt + 1, lease restarted), answering
-//!   the previous state; *completed* → [`MigrationClaim::Completed`]; *pending* with a live
-//!   lease → [`MigrationClaim::Busy`] with the owner and its remaining lease.
+//!   insert *pending* owned by `writer`, attempt 1; *failed* or *rolled back*, *pending*
+//!   whose lease lapsed, or *pending* owned by `writer` itself (lapsed or not: a writer
+//!   claiming again has given up its earlier claim, e.g. a run retrying after a store fault)
+//!   → take it (owner `writer`, attempt + 1, lease restarted), answering the previous
+//!   state; *completed* → [`MigrationClaim::Completed`]; *pending* with a live lease of
+//!   another writer → [`MigrationClaim::Busy`] with the owner and its remaining lease.
 //! - [`heartbeat_migration`](MigrationStore::heartbeat_migration) and
 //!   [`finish_migration`](MigrationStore::finish_migration) act only on a *pending* record
 //!   owned by `writer` (as for queue items, ownership ends at a takeover, not when the lease
@@ -388,12 +390,12 @@ pub enum MigrationClaim {
         /// The claim number, from 1.
         attempt: u32,
         /// `None` for a new record; otherwise the state taken over (`Failed`,
-        /// `RolledBack`, or `Pending` with a lapsed lease).
+        /// `RolledBack`, or `Pending`: a lapsed lease, or the writer's own earlier claim).
         previous: Option<MigrationState>,
     },
     /// The migration already completed; nothing changed.
     Completed,
-    /// Another writer's claim is live; nothing changed.
+    /// Another writer's claim is live; nothing changed. Never the caller's own claim.
     Busy {
         /// The owner.
         by: Holder,
@@ -405,7 +407,8 @@ pub enum MigrationClaim {
 /// The migration-record atoms of one store. See the [module documentation](self).
 #[async_trait]
 pub trait MigrationStore: Send + Sync + fmt::Debug + 'static {
-    /// Compare-and-set claim of one migration record.
+    /// Compare-and-set claim of one migration record (taking over `writer`'s own pending
+    /// claim too, live or not).
     async fn claim_migration(
         &self,
         set: &StoreKey,

@@ -87,15 +87,22 @@ impl PostgresStore {
                     })
                     .transpose()
                 },
-                // A first run that claimed makes the second find the writer's own live
-                // claim, which would read as busy: only a claim is taken.
-                |claimed| claimed.is_some(),
+                // A first run that claimed leaves the writer's own claim, which the second
+                // takes over (attempt + 1, previous pending: at least once), so a second
+                // run that claims nothing is right too: the record is completed or another
+                // writer's.
+                |_| true,
             )
             .await
     }
 
     /// Reads the record a claim left alone: completed, or another writer's live claim.
-    async fn migration_after_claim(&self, set: &StoreKey, name: &str) -> Result<Found> {
+    async fn migration_after_claim(
+        &self,
+        set: &StoreKey,
+        name: &str,
+        writer: &Holder,
+    ) -> Result<Found> {
         self.db
             .call(
                 || format!("read of migration {name} of {set}"),
@@ -113,9 +120,11 @@ impl PostgresStore {
                     let remaining = from_micros(row.try_get("remaining_us")?);
                     Ok(match state {
                         MigrationState::Completed => Found::Answer(MigrationClaim::Completed),
-                        // A live claim, whoever made it (a second claim by the same
-                        // writer is busy too: the writer's first claim is running).
-                        MigrationState::Pending if !remaining.is_zero() => {
+                        // Another writer's live claim. The writer's own (made since the
+                        // claim ran) is not busy: the claim takes it over when run again.
+                        MigrationState::Pending
+                            if !remaining.is_zero() && by != writer.as_str() =>
+                        {
                             Found::Answer(MigrationClaim::Busy {
                                 by: Holder::from_stored(by),
                                 remaining,
@@ -144,7 +153,7 @@ impl MigrationStore for PostgresStore {
             if let Some(claim) = self.try_claim_migration(set, name, writer, lease).await? {
                 return Ok(claim);
             }
-            if let Found::Answer(answer) = self.migration_after_claim(set, name).await? {
+            if let Found::Answer(answer) = self.migration_after_claim(set, name, writer).await? {
                 return Ok(answer);
             }
         }

@@ -408,11 +408,12 @@ ORDER BY name";
 pub const REMOVE_SCHEDULE: &str = "DELETE FROM baton_work_schedule WHERE name = $1";
 
 /// Claim a migration, one compare-and-set: inserts it `pending` for `$3` (attempt 1), or
-/// takes it over when it `failed`, was `rolled_back`, or is `pending` with a lapsed lease
-/// (attempt + 1, `previous` = the state taken over). Returns `attempt` and `previous` when
-/// `$3` owns it now; no row when it is completed or another writer's lease is live, which
-/// [`MIGRATION`] then tells apart (a new statement, so it sees the row this one conflicted
-/// with even when that row was committed after this statement's snapshot).
+/// takes it over when it `failed`, was `rolled_back`, or is `pending` with a lapsed lease or
+/// owned by `$3` itself (attempt + 1, `previous` = the state taken over). Returns `attempt`
+/// and `previous` when `$3` owns it now; no row when it is completed or another writer's
+/// lease is live, which [`MIGRATION`] then tells apart (a new statement, so it sees the row
+/// this one conflicted with even when that row was committed after this statement's
+/// snapshot).
 ///
 /// Parameters: `$1` set, `$2` name, `$3` writer, `$4` lease (ms).
 pub const CLAIM_MIGRATION: &str = "\
@@ -428,7 +429,8 @@ ON CONFLICT (set_key, name) DO UPDATE SET
     previous    = m.state,
     updated_at  = excluded.updated_at
 WHERE m.state IN ('failed', 'rolled_back')
-   OR (m.state = 'pending' AND m.lease_until <= excluded.updated_at)
+   OR (m.state = 'pending'
+       AND (m.lease_until <= excluded.updated_at OR m.claimed_by = excluded.claimed_by))
 RETURNING m.attempt, m.previous";
 
 /// One migration record: `state`, `claimed_by`, `remaining_us` (`bigint`, the lease left).

@@ -56,7 +56,8 @@ fn claim(
         let previous = state(&stored)?;
         match previous {
             MigrationState::Completed => return Ok(MigrationClaim::Completed),
-            MigrationState::Pending if lease_until > now => {
+            // Another writer's live claim; the writer's own is taken over.
+            MigrationState::Pending if lease_until > now && owner != writer => {
                 return Ok(MigrationClaim::Busy {
                     by: Holder::from_stored(owner),
                     remaining: remaining(lease_until, now),

@@ -302,16 +302,18 @@ pub const INSERT_MIGRATION: &str = "\
 INSERT INTO baton_work_migration (set_key, name, state, claimed_by, attempt, lease_until, error)
 VALUES (?1, ?2, 'pending', ?3, 1, ?4 + ?5, '')";
 
-/// Takeover of a failed, rolled back, or lapsed pending record: the writer owns it, one more
-/// attempt, a new lease. Returns `attempt` when it took it (the condition repeats what
-/// [`MIGRATION`] found, so the statement is a compare-and-set on its own).
+/// Takeover of a failed, rolled back, or lapsed pending record, or of the writer's own
+/// pending one (lapsed or not): the writer owns it, one more attempt, a new lease. Returns
+/// `attempt` when it took it (the condition repeats what [`MIGRATION`] found, so the
+/// statement is a compare-and-set on its own).
 ///
 /// Parameters: `?1` set, `?2` name, `?3` writer, `?4` monotonic now, `?5` lease (ns).
 pub const TAKE_MIGRATION: &str = "\
 UPDATE baton_work_migration
 SET state = 'pending', claimed_by = ?3, attempt = attempt + 1, lease_until = ?4 + ?5
 WHERE set_key = ?1 AND name = ?2
-  AND (state IN ('failed', 'rolled_back') OR (state = 'pending' AND lease_until <= ?4))
+  AND (state IN ('failed', 'rolled_back')
+       OR (state = 'pending' AND (lease_until <= ?4 OR claimed_by = ?3)))
 RETURNING attempt";
 
 /// Heartbeat: restarts the lease of the writer's pending record.
