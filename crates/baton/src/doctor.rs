@@ -626,71 +626,89 @@ mod postgres {
         }
     }
 
-    fn schema(facts: &ServerFacts) -> Check {
-        match facts.schema {
-            SchemaState::Missing => Check::note(
-                "schema",
-                "no baton_schema table in the search_path: the store creates the schema at first connect (its user needs CREATE on the schema)",
-                None,
-            ),
-            SchemaState::Unrecorded => Check::finding(
-                "schema",
-                "baton_schema exists but records no version: baton did not create it and will not use it",
-                "point the store at another schema (?options=-csearch_path%3D<schema>), or drop the stray table",
-            ),
-            SchemaState::Version(v) if v > SCHEMA_VERSION => Check::finding(
-                "schema",
-                format!(
-                    "the baton schema is version {v}, newer than version {SCHEMA_VERSION} that this baton understands"
-                ),
-                "upgrade baton to the version that wrote the schema",
-            ),
-            SchemaState::Version(v) if v < SCHEMA_VERSION => Check::note(
-                "schema",
-                format!(
-                    "the baton schema is version {v}; this baton migrates it to {SCHEMA_VERSION} at its first connect"
-                ),
-                None,
-            ),
-            SchemaState::Version(v) => Check::ok("schema", format!("baton schema version {v}")),
-            _ => Check::note("schema", "the schema state is unknown to this baton", None),
-        }
+    /// One of baton's version tracks in the database: the lease schema or the claimable-work
+    /// tables.
+    #[derive(Clone, Copy)]
+    struct Track {
+        /// The check's name.
+        check: &'static str,
+        /// The table that records the version.
+        table: &'static str,
+        /// How the detail names the schema.
+        label: &'static str,
+        /// What the store creates when the table is missing.
+        creates: &'static str,
+        /// The version this build understands.
+        current: i32,
     }
 
-    /// The claimable-work tables' version track, graded as [`schema`] grades the lease
-    /// schema's.
+    const LEASES: Track = Track {
+        check: "schema",
+        table: "baton_schema",
+        label: "baton schema",
+        creates: "the schema at first connect",
+        current: SCHEMA_VERSION,
+    };
+
+    const WORK: Track = Track {
+        check: "work-schema",
+        table: "baton_work_schema",
+        label: "baton work schema",
+        creates: "the claimable-work tables (queues, schedules, migration records) at its next connect",
+        current: WORK_SCHEMA_VERSION,
+    };
+
+    fn schema(facts: &ServerFacts) -> Check {
+        version_track(&LEASES, facts.schema)
+    }
+
     fn work_schema(facts: &ServerFacts) -> Check {
-        match facts.work_schema {
+        version_track(&WORK, facts.work_schema)
+    }
+
+    /// Missing or older: a note (the store creates or migrates it); unrecorded or newer than
+    /// this build: a finding.
+    fn version_track(track: &Track, state: SchemaState) -> Check {
+        let Track {
+            check,
+            table,
+            label,
+            creates,
+            current,
+        } = *track;
+        match state {
             SchemaState::Missing => Check::note(
-                "work-schema",
-                "no baton_work_schema table in the search_path: the store creates the claimable-work tables (queues, schedules, migration records) at its next connect (its user needs CREATE on the schema)",
+                check,
+                format!(
+                    "no {table} table in the search_path: the store creates {creates} (its user needs CREATE on the schema)"
+                ),
                 None,
             ),
             SchemaState::Unrecorded => Check::finding(
-                "work-schema",
-                "baton_work_schema exists but records no version: baton did not create it and will not use it",
+                check,
+                format!(
+                    "{table} exists but records no version: baton did not create it and will not use it"
+                ),
                 "point the store at another schema (?options=-csearch_path%3D<schema>), or drop the stray table",
             ),
-            SchemaState::Version(v) if v > WORK_SCHEMA_VERSION => Check::finding(
-                "work-schema",
+            SchemaState::Version(v) if v > current => Check::finding(
+                check,
                 format!(
-                    "the baton work schema is version {v}, newer than version {WORK_SCHEMA_VERSION} that this baton understands"
+                    "the {label} is version {v}, newer than version {current} that this baton understands"
                 ),
                 "upgrade baton to the version that wrote the schema",
             ),
-            SchemaState::Version(v) if v < WORK_SCHEMA_VERSION => Check::note(
-                "work-schema",
+            SchemaState::Version(v) if v < current => Check::note(
+                check,
                 format!(
-                    "the baton work schema is version {v}; this baton migrates it to {WORK_SCHEMA_VERSION} at its first connect"
+                    "the {label} is version {v}; this baton migrates it to {current} at its first connect"
                 ),
                 None,
             ),
-            SchemaState::Version(v) => {
-                Check::ok("work-schema", format!("baton work schema version {v}"))
-            }
+            SchemaState::Version(v) => Check::ok(check, format!("{label} version {v}")),
             _ => Check::note(
-                "work-schema",
-                "the work-schema state is unknown to this baton",
+                check,
+                format!("the {check} state is unknown to this baton"),
                 None,
             ),
         }
