@@ -348,6 +348,18 @@ fn postgres_work_schema_absent_present_newer_and_unrecorded() {
     // The lease schema is still current: only the work schema is reported.
     assert_eq!(lines(&out, "ok", "schema").len(), 1, "{}", out.stdout);
 
+    // A version no baton wrote: the store refuses it, so doctor does not promise a migration.
+    server
+        .sql("UPDATE baton_work_schema SET version = 0")
+        .unwrap();
+    let out = run(doctor(&url, &[]));
+    out.assert_status(FINDINGS);
+    let finding = only_line(&out, "finding", "work-schema");
+    assert!(
+        finding.contains("version 0, which no baton wrote"),
+        "{finding}"
+    );
+
     server.sql("DELETE FROM baton_work_schema").unwrap();
     let out = run(doctor(&url, &[]));
     out.assert_status(FINDINGS);

@@ -666,8 +666,8 @@ mod postgres {
         version_track(&WORK, facts.work_schema)
     }
 
-    /// Missing or older: a note (the store creates or migrates it); unrecorded or newer than
-    /// this build: a finding.
+    /// Missing or older: a note (the store creates or migrates it); unrecorded, newer than
+    /// this build or below 1 (which the store refuses): a finding.
     fn version_track(track: &Track, state: SchemaState) -> Check {
         let Track {
             check,
@@ -697,6 +697,13 @@ mod postgres {
                     "the {label} is version {v}, newer than version {current} that this baton understands"
                 ),
                 "upgrade baton to the version that wrote the schema",
+            ),
+            SchemaState::Version(v) if v < 1 => Check::finding(
+                check,
+                format!(
+                    "the {label} is version {v}, which no baton wrote: the store refuses to use it"
+                ),
+                "point the store at another schema (?options=-csearch_path%3D<schema>), or drop the stray table",
             ),
             SchemaState::Version(v) if v < current => Check::note(
                 check,
