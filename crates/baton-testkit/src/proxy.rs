@@ -11,6 +11,7 @@
 //! | [`drop_replies`](FaultProxy::drop_replies) | requests reach the server, its replies are swallowed; `heal` then resets each connection that lost bytes |
 //! | [`reset`](FaultProxy::reset) | every connection, and every new one until `heal`, closed with a TCP RST |
 //! | [`kill_connections`](FaultProxy::kill_connections) | the current connections closed with a TCP RST, once; new ones work |
+//! | [`strand_connections`](FaultProxy::strand_connections) | the current connections go silent for good, without a reset (as when a middlebox drops their state, or the peer's host vanishes); new ones work |
 //!
 //! Why `drop_replies` ends in a reset: a TCP stream never loses bytes in the middle, so a
 //! reply is only ever lost together with its connection. A client such as a pipelining Redis
@@ -114,6 +115,9 @@ struct Connection {
     server: TcpStream,
     /// Set by a reset: both pumps stop and the sockets close with RST.
     aborted: AtomicBool,
+    /// Set by [`FaultProxy::strand_connections`]: nothing is forwarded any more, either way,
+    /// and the sockets stay open.
+    stranded: AtomicBool,
     /// Server bytes were swallowed: the stream can no longer go on.
     lost_bytes: AtomicBool,
 }
@@ -214,6 +218,17 @@ impl FaultProxy {
     pub fn kill_connections(&self) {
         for connection in self.shared.live_connections() {
             connection.abort();
+        }
+    }
+
+    /// Silences every current connection for good: nothing more is forwarded either way,
+    /// and the sockets stay open, so the client waits for replies that never come (until its
+    /// own timeouts). New connections are forwarded as usual; [`FaultProxy::heal`] does not
+    /// revive stranded ones. This is a pooled connection whose path died without a word: a
+    /// NAT or load balancer that dropped its state, a peer host that vanished.
+    pub fn strand_connections(&self) {
+        for connection in self.shared.live_connections() {
+            connection.stranded.store(true, Ordering::SeqCst);
         }
     }
 
@@ -347,6 +362,7 @@ fn open(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> Result
         client,
         server,
         aborted: AtomicBool::new(false),
+        stranded: AtomicBool::new(false),
         lost_bytes: AtomicBool::new(false),
     });
     lock(&shared.connections).push(Arc::downgrade(&connection));
@@ -381,6 +397,11 @@ fn pump(shared: &Shared, connection: &Connection, direction: Direction) {
     let ended_cleanly = 'forward: loop {
         if shared.stopping() || connection.aborted() {
             break false;
+        }
+        if connection.stranded.load(Ordering::SeqCst) {
+            // Neither read nor write: the bytes stay in the kernel's buffers, unanswered.
+            std::thread::sleep(TICK);
+            continue;
         }
         let Switches { latency, fault } = *shared.switches();
         if fault == Fault::Reset {
@@ -671,6 +692,28 @@ mod tests {
         );
         let mut fresh = client(&proxy);
         assert_eq!(round_trip(&mut fresh, b"again"), b"again");
+    }
+
+    #[test]
+    fn strand_connections_silences_current_connections_for_good_and_new_ones_work() {
+        let echo = Echo::start();
+        let proxy = FaultProxy::start(echo.addr).unwrap();
+        let mut stream = client(&proxy);
+        assert_eq!(round_trip(&mut stream, b"1"), b"1");
+        proxy.strand_connections();
+        stream.write_all(b"2").unwrap();
+        assert!(
+            read_briefly(&mut stream, Duration::from_millis(300)).is_none(),
+            "a stranded connection neither answers nor closes"
+        );
+        proxy.heal();
+        assert!(
+            read_briefly(&mut stream, Duration::from_millis(300)).is_none(),
+            "healing does not revive a stranded connection"
+        );
+        assert_eq!(proxy.open_connections(), 1, "it stays open");
+        let mut fresh = client(&proxy);
+        assert_eq!(round_trip(&mut fresh, b"3"), b"3");
     }
 
     #[test]
