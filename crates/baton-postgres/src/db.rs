@@ -2,10 +2,13 @@
 //! new connection when the pooled one had broken.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use baton_core::Result;
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgPool};
 use tokio::time::timeout;
 
 use crate::error::{is_broken_connection, sql_error, timed_out};
@@ -18,6 +21,65 @@ pub(crate) struct Db {
     pub(crate) pool: PgPool,
     pub(crate) server: String,
     pub(crate) options: PostgresOptions,
+    abandoned: Arc<Abandoned>,
+}
+
+/// How long after a statement was abandoned the connections going back to the pool are
+/// checked with a bounded ping. The abandoned statement's own connection goes back at once
+/// (its guard is dropped with the statement), so this only has to cover a busy runtime.
+const RELEASE_CHECK_WINDOW: Duration = Duration::from_secs(10);
+
+/// When a statement was last abandoned mid-flight: its deadline passed, or the caller
+/// dropped the call. Its connection goes back to the pool without the answer, possibly on a
+/// path that died without a word, and the pool's own check of a returned connection (an
+/// unbounded ping, in sqlx 0.8) would then wait forever while holding the connection's
+/// slot; with every slot held so, the store would stay unavailable although the server
+/// takes new connections. So for a while after an abandonment, returned connections are
+/// first pinged within the response timeout, and closed if they do not answer.
+#[derive(Debug)]
+struct Abandoned {
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last abandonment, plus one; 0 for never.
+    last: AtomicU64,
+}
+
+impl Abandoned {
+    fn new() -> Self {
+        Abandoned {
+            epoch: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    fn mark(&self) {
+        self.last.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn recent(&self) -> bool {
+        let last = self.last.load(Ordering::Relaxed);
+        last != 0 && self.now() - last <= RELEASE_CHECK_WINDOW.as_millis() as u64
+    }
+}
+
+/// Marks an abandonment when dropped before [`InFlight::done`].
+struct InFlight<'a>(Option<&'a Abandoned>);
+
+impl InFlight<'_> {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(abandoned) = self.0 {
+            abandoned.mark();
+        }
+    }
 }
 
 impl Db {
@@ -25,16 +87,27 @@ impl Db {
     /// would double every round trip): a connection that broke while idle fails its
     /// statement at once, and [`Db::call`] tries again on another.
     pub(crate) fn new(target: &Target, options: PostgresOptions) -> Self {
+        let abandoned = Arc::new(Abandoned::new());
+        let check = Arc::clone(&abandoned);
+        let within = options.get_response_timeout();
         let pool = PgPoolOptions::new()
             .max_connections(options.get_max_connections())
             .min_connections(0)
             .acquire_timeout(options.get_connect_timeout())
             .test_before_acquire(false)
+            .after_release(move |conn, _| {
+                let recent = check.recent();
+                Box::pin(async move {
+                    // false closes the connection instead of pooling it.
+                    Ok(!recent || matches!(timeout(within, conn.ping()).await, Ok(Ok(()))))
+                })
+            })
             .connect_lazy_with(target.connect.clone());
         Db {
             pool,
             server: target.redacted.clone(),
             options,
+            abandoned,
         }
     }
 
@@ -74,7 +147,15 @@ impl Db {
             }
             Err(last.unwrap_or(first))
         };
-        match timeout(deadline, attempts).await {
+        // Declared after `attempts`, so dropped before it: an abandoned statement is marked
+        // before its connection goes back to the pool.
+        let mut attempts = std::pin::pin!(attempts);
+        let in_flight = InFlight(Some(&self.abandoned));
+        let answer = timeout(deadline, attempts.as_mut()).await;
+        if answer.is_ok() {
+            in_flight.done();
+        }
+        match answer {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(sql_error(e, &what(), &self.server)),
             Err(_) => Err(timed_out(&what(), &self.server, deadline)),

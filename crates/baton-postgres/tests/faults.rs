@@ -458,3 +458,66 @@ async fn eviction_frees_the_key_and_wakes_waiters() {
         "nothing has been free for an hour"
     );
 }
+
+/// Pooled connections whose path dies without a word (a NAT or load balancer dropped their
+/// state) must not strand the pool. A statement on such a connection runs out its deadline
+/// and is abandoned; the connection then goes back to the pool, which checks it before
+/// reuse. That check must be bounded: unbounded, it waits forever on the dead path while
+/// holding the connection's slot, and once every slot is held so, the store stays
+/// unavailable although the server takes new connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silently_dead_pooled_connections_do_not_strand_the_pool() {
+    use baton_testkit::proxy::FaultProxy;
+    use tokio::time::Instant;
+
+    let server = shared().await;
+    let proxy = FaultProxy::start(server.addr()).expect("a fault proxy");
+    let url = format!(
+        "postgres://postgres@{}/postgres?connect_timeout=2s&response_timeout=1s&max_connections=2&listen=off",
+        proxy.addr()
+    );
+    let store = Arc::new(
+        PostgresStore::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connect through the proxy: {e}")),
+    );
+    let key = lease_key(&namespace(), "stranded");
+    // Open both pooled connections.
+    for _ in 0..5 {
+        let (a, b) = tokio::join!(store.inspect(&key), store.inspect(&key));
+        a.expect("an inspect through the proxy");
+        b.expect("an inspect through the proxy");
+    }
+    assert_eq!(
+        proxy.open_connections(),
+        2,
+        "both pooled connections are open"
+    );
+
+    proxy.strand_connections();
+    let stranded_at = Instant::now();
+    let mut failures = Vec::new();
+    loop {
+        match store.inspect(&key).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(e.kind(), baton_core::ErrorKind::Unavailable, "{e}");
+                failures.push(e.to_string());
+                assert!(
+                    stranded_at.elapsed() < secs(45),
+                    "the pool never recovered: {} failed calls, the last: {e}",
+                    failures.len()
+                );
+            }
+        }
+    }
+    // At most one abandoned statement per stranded connection.
+    assert!(failures.len() <= 2, "{failures:#?}");
+    // And it stays healthy on new connections.
+    for _ in 0..20 {
+        store
+            .inspect(&key)
+            .await
+            .expect("an inspect after recovery");
+    }
+}
