@@ -235,6 +235,16 @@ pub mod events {
             why: "a fact of the deployment, reported once per connect; the policy must be checked where the server is configured",
         },
     };
+    /// A Redis store replaced its connection after a request went unanswered.
+    pub const REDIS_CONNECTION_REPLACED: Event = Event {
+        key: "baton.redis.connection_replaced",
+        level: Level::WARN,
+        help: "a request on the store's Redis connection went unanswered past response_timeout, so the store opened a new connection and sends everything on it from now on; often means a network path or middlebox that drops connections without a word, or a server too busy to answer in time",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(15),
+        },
+    };
     /// An idempotency log call failed because the store could not be reached.
     pub const IDEMPOTENCY_UNAVAILABLE: Event = Event {
         key: "baton.idempotency.unavailable",
@@ -551,6 +561,7 @@ pub const REGISTRY: &[Event] = &[
     events::STORE_PUSH_RESTORED,
     events::REDIS_EVICTION_POLICY_UNSAFE,
     events::REDIS_EVICTION_POLICY_UNKNOWN,
+    events::REDIS_CONNECTION_REPLACED,
     events::IDEMPOTENCY_UNAVAILABLE,
     events::IDEMPOTENCY_TAKEOVER,
     events::IDEMPOTENCY_NOT_OWNER,

@@ -30,6 +30,7 @@ mod error;
 pub mod idempotency;
 mod keys;
 pub mod limit;
+mod link;
 mod options;
 pub mod pubsub;
 pub mod scripts;

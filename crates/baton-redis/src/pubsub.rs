@@ -50,13 +50,14 @@ use baton_core::StoreKey;
 use baton_core::signals::ReleaseHub;
 use baton_core::telemetry::{self, events};
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, PubSubSink, PubSubStream};
+use redis::aio::{PubSubSink, PubSubStream};
 use redis::{Client, RedisError, Value};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use crate::error::{redis_error, timed_out};
 use crate::keys;
+use crate::link::Link;
 use crate::options::RedisOptions;
 use crate::scripts::SCRIPTS;
 
@@ -99,7 +100,7 @@ pub(crate) struct Identity {
     /// the queues.
     pub(crate) channel: String,
     /// The store's multiplexed connection, for `pass.lua`.
-    pub(crate) conn: ConnectionManager,
+    pub(crate) link: Arc<Link>,
     /// The server, for messages.
     pub(crate) server: String,
 }
@@ -116,7 +117,7 @@ impl Identity {
                 .key(keys::grant(&key))
                 .key(keys::queue(&key))
                 .arg(&identity.channel);
-            let mut conn = identity.conn.clone();
+            let mut conn = identity.link.get();
             let what = format!("giving up the turn for {key}");
             match timeout(deadline, invocation.invoke_async::<Value>(&mut conn)).await {
                 Ok(Ok(_)) => {}

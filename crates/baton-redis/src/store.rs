@@ -16,6 +16,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::error::{redis_error, timed_out, unexpected};
 use crate::keys;
+use crate::link::Link;
 use crate::options::RedisOptions;
 use crate::pubsub::{DEGRADED_POLL, Identity, PushChannel};
 use crate::scripts::{Evalsha, SCRIPTS, is_noscript};
@@ -63,7 +64,7 @@ const SCAN_BATCH: usize = 500;
 ///
 /// Dropping the store closes both connections.
 pub struct RedisStore {
-    conn: ConnectionManager,
+    link: Arc<Link>,
     target: Target,
     options: RedisOptions,
     /// The channel this store listens on, `baton:wake:<db>:<random id>`; also its name in
@@ -137,7 +138,8 @@ impl RedisStore {
             .set_number_of_retries(0);
         let deadline = options.call_deadline();
         let connecting = async {
-            let mut conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+            let mut conn =
+                ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
             let mut load = redis::pipe();
             for script in SCRIPTS.all() {
                 load.load_script(script);
@@ -152,17 +154,18 @@ impl RedisStore {
             Err(_) => return Err(timed_out("connecting", &server, deadline)),
         };
         server::report_eviction_policy(&info, &server);
+        let link = Link::new(conn, client.clone(), config, server.clone());
         let identity = Identity {
             // 64 random bits: the channels of the stores on one server never meet.
             channel: keys::wake_channel(target.db, &Holder::random().as_str()[..16]),
-            conn: conn.clone(),
+            link: Arc::clone(&link),
             server,
         };
         let channel = identity.channel.clone();
         let hub = Arc::new(ReleaseHub::new());
         let push = PushChannel::start(client, identity, Arc::clone(&hub), options.clone()).await?;
         Ok(RedisStore {
-            conn,
+            link,
             target,
             options,
             release_waiting: format!("1{channel}"),
@@ -181,7 +184,7 @@ impl RedisStore {
     /// `Unavailable` when the server cannot be reached. A server that refuses `CONFIG` is
     /// not an error: [`ServerInfo::maxmemory_policy`] is `None` then.
     pub async fn server_info(&self) -> Result<ServerInfo> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link.get();
         self.within("reading server info", server::read(&mut conn))
             .await
     }
@@ -213,14 +216,20 @@ impl RedisStore {
         let deadline = self.options.call_deadline();
         let server = &self.target.redacted;
         let started = Instant::now();
-        let mut conn = self.conn.clone();
+        let mut conn = self.link.get();
         let answer = match invocation.send(&mut conn).await {
             Ok(value) => Ok((value, None)),
             Err(first) => {
+                if first.is_timeout() {
+                    self.link.timed_out();
+                }
                 let rest = finish(invocation, &mut conn, first);
                 match timeout_at(started + deadline, rest).await {
                     Ok(answer) => answer,
-                    Err(_) => return Err(timed_out(&what(), server, deadline)),
+                    Err(_) => {
+                        self.link.timed_out();
+                        return Err(timed_out(&what(), server, deadline));
+                    }
                 }
             }
         };
@@ -238,7 +247,7 @@ impl RedisStore {
         let mut found = BTreeSet::new();
         let mut cursor: u64 = 0;
         loop {
-            let mut conn = self.conn.clone();
+            let mut conn = self.link.get();
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor)
                 .arg("MATCH")
@@ -269,8 +278,16 @@ impl RedisStore {
         let deadline = self.options.call_deadline();
         match timeout(deadline, request).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(redis_error(e, what, &self.target.redacted)),
-            Err(_) => Err(timed_out(what, &self.target.redacted, deadline)),
+            Ok(Err(e)) => {
+                if e.is_timeout() {
+                    self.link.timed_out();
+                }
+                Err(redis_error(e, what, &self.target.redacted))
+            }
+            Err(_) => {
+                self.link.timed_out();
+                Err(timed_out(what, &self.target.redacted, deadline))
+            }
         }
     }
 }
@@ -279,7 +296,7 @@ impl RedisStore {
 impl RedisStore {
     /// The multiplexed connection.
     pub(crate) fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
+        self.link.get()
     }
 
     /// The server, as messages name it (password redacted).
@@ -417,7 +434,7 @@ impl LeaseStore for RedisStore {
             for invocation in &invocations {
                 pipe.invoke_script(invocation);
             }
-            let mut conn = self.conn.clone();
+            let mut conn = self.link.get();
             let answers = self
                 .within("listing", pipe.query_async::<Vec<Value>>(&mut conn))
                 .await?;

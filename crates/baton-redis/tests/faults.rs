@@ -596,3 +596,55 @@ async fn an_evicting_server_is_reported_on_connect() {
     assert!(events(&events::REDIS_EVICTION_POLICY_UNSAFE, about(&safe)).is_empty());
     assert!(events(&events::REDIS_EVICTION_POLICY_UNKNOWN, about(&safe)).is_empty());
 }
+
+/// The store's connection dies without a word (a NAT or load balancer dropped its state: no
+/// reset, no answer) while the server still takes new connections: calls time out for a
+/// while, then the store is on a new connection and answers again, by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_dead_connection_is_replaced() {
+    capture_events();
+    let server = start_server();
+    let proxy = FaultProxy::start(server.addr()).expect("a fault proxy");
+    let store = baton_redis::RedisStore::connect(&format!(
+        "redis://{}?connect_timeout=1s&response_timeout=500ms",
+        proxy.addr()
+    ))
+    .await
+    .expect("connect through the proxy");
+    let key = lock_key(&namespace(), "stranded");
+    store
+        .inspect(&key)
+        .await
+        .expect("an inspect through the proxy");
+
+    proxy.strand_connections();
+    let stranded_at = Instant::now();
+    let mut failures = Vec::new();
+    loop {
+        match store.inspect(&key).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(e.kind(), baton_core::ErrorKind::Unavailable, "{e}");
+                failures.push(e.to_string());
+                assert!(
+                    stranded_at.elapsed() < secs(45),
+                    "the store never got a new connection: {} failed calls, the last: {e}",
+                    failures.len()
+                );
+            }
+        }
+    }
+    // The first timeout starts the replacement; calls sent before it is in place fail too.
+    assert!(failures.len() <= 5, "{failures:#?}");
+    let address = proxy.addr().to_string();
+    wait_for_event(&events::REDIS_CONNECTION_REPLACED, |e| {
+        e.message.contains(&address)
+    })
+    .await;
+    for _ in 0..20 {
+        store
+            .inspect(&key)
+            .await
+            .expect("an inspect after recovery");
+    }
+}
