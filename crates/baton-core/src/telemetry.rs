@@ -216,6 +216,16 @@ pub mod events {
             why: "recovery notice; baton.store.push_lost carries the alarm",
         },
     };
+    /// A store closed a connection that went unanswered, and uses a new one.
+    pub const STORE_CONNECTION_REPLACED: Event = Event {
+        key: "baton.store.connection_replaced",
+        level: Level::WARN,
+        help: "a request on one of the store's connections (Redis: its multiplexed connection; PostgreSQL: a pooled one whose statement was abandoned) went unanswered past response_timeout, so the store stopped using it and opened a new one; often a network path or middlebox that drops connections without a word, or a server too busy to answer in time",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(15),
+        },
+    };
     /// The Redis server may evict keys, lock keys included.
     pub const REDIS_EVICTION_POLICY_UNSAFE: Event = Event {
         key: "baton.redis.eviction_policy_unsafe",
@@ -233,16 +243,6 @@ pub mod events {
         help: "CONFIG GET maxmemory-policy was refused (managed Redis services often disable CONFIG), so baton could not check that lock keys are safe from eviction; confirm in the provider's settings that maxmemory-policy is noeviction",
         alarm: Alarm::Unmonitored {
             why: "a fact of the deployment, reported once per connect; the policy must be checked where the server is configured",
-        },
-    };
-    /// A Redis store replaced its connection after a request went unanswered.
-    pub const REDIS_CONNECTION_REPLACED: Event = Event {
-        key: "baton.redis.connection_replaced",
-        level: Level::WARN,
-        help: "a request on the store's Redis connection went unanswered past response_timeout, so the store opened a new connection and sends everything on it from now on; often means a network path or middlebox that drops connections without a word, or a server too busy to answer in time",
-        alarm: Alarm::AtLeast {
-            count: 5,
-            within: minutes(15),
         },
     };
     /// An idempotency log call failed because the store could not be reached.
@@ -559,9 +559,9 @@ pub const REGISTRY: &[Event] = &[
     events::STORE_PROCESS_LOCAL,
     events::STORE_PUSH_LOST,
     events::STORE_PUSH_RESTORED,
+    events::STORE_CONNECTION_REPLACED,
     events::REDIS_EVICTION_POLICY_UNSAFE,
     events::REDIS_EVICTION_POLICY_UNKNOWN,
-    events::REDIS_CONNECTION_REPLACED,
     events::IDEMPOTENCY_UNAVAILABLE,
     events::IDEMPOTENCY_TAKEOVER,
     events::IDEMPOTENCY_NOT_OWNER,

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use baton_core::Result;
+use baton_core::telemetry::{self, events};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 use tokio::time::timeout;
@@ -90,6 +91,7 @@ impl Db {
         let abandoned = Arc::new(Abandoned::new());
         let check = Arc::clone(&abandoned);
         let within = options.get_response_timeout();
+        let server = target.redacted.clone();
         let pool = PgPoolOptions::new()
             .max_connections(options.get_max_connections())
             .min_connections(0)
@@ -97,9 +99,20 @@ impl Db {
             .test_before_acquire(false)
             .after_release(move |conn, _| {
                 let recent = check.recent();
+                let server = server.clone();
                 Box::pin(async move {
-                    // false closes the connection instead of pooling it.
-                    Ok(!recent || matches!(timeout(within, conn.ping()).await, Ok(Ok(()))))
+                    if !recent || matches!(timeout(within, conn.ping()).await, Ok(Ok(()))) {
+                        return Ok(true);
+                    }
+                    telemetry::emit(
+                        &events::STORE_CONNECTION_REPLACED,
+                        None,
+                        format_args!(
+                            "a pooled connection to postgres at {server} did not answer within response_timeout after a statement on it was abandoned; it is closed, and the pool opens a new one when needed"
+                        ),
+                    );
+                    // Closes the connection instead of pooling it.
+                    Ok(false)
                 })
             })
             .connect_lazy_with(target.connect.clone());

@@ -470,6 +470,7 @@ async fn silently_dead_pooled_connections_do_not_strand_the_pool() {
     use baton_testkit::proxy::FaultProxy;
     use tokio::time::Instant;
 
+    capture_events();
     let server = shared().await;
     let proxy = FaultProxy::start(server.addr()).expect("a fault proxy");
     let url = format!(
@@ -513,6 +514,11 @@ async fn silently_dead_pooled_connections_do_not_strand_the_pool() {
     }
     // At most one abandoned statement per stranded connection.
     assert!(failures.len() <= 2, "{failures:#?}");
+    let address = proxy.addr().to_string();
+    wait_for_event(&events::STORE_CONNECTION_REPLACED, |e| {
+        e.message.contains(&address)
+    })
+    .await;
     // And it stays healthy on new connections.
     for _ in 0..20 {
         store

@@ -7,7 +7,7 @@
 //! runs into `response_timeout`, for as long as the process lives. So a request that timed
 //! out makes the store open a new connection in the background and send everything on it
 //! from then on, emitting
-//! [`baton.redis.connection_replaced`](baton_core::telemetry::events::REDIS_CONNECTION_REPLACED).
+//! [`baton.store.connection_replaced`](baton_core::telemetry::events::STORE_CONNECTION_REPLACED).
 //!
 //! ## Behavior
 //! - One replacement at a time: the requests that time out meanwhile start none of their
@@ -81,7 +81,7 @@ impl Link {
                 Ok(conn) => {
                     *link.current.write().unwrap_or_else(PoisonError::into_inner) = conn;
                     telemetry::emit(
-                        &events::REDIS_CONNECTION_REPLACED,
+                        &events::STORE_CONNECTION_REPLACED,
                         None,
                         format_args!(
                             "a request to redis at {} went unanswered past response_timeout; the store opened a new connection and uses it from now on",

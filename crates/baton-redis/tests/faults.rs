@@ -637,7 +637,7 @@ async fn a_silently_dead_connection_is_replaced() {
     // The first timeout starts the replacement; calls sent before it is in place fail too.
     assert!(failures.len() <= 5, "{failures:#?}");
     let address = proxy.addr().to_string();
-    wait_for_event(&events::REDIS_CONNECTION_REPLACED, |e| {
+    wait_for_event(&events::STORE_CONNECTION_REPLACED, |e| {
         e.message.contains(&address)
     })
     .await;
