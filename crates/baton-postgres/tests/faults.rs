@@ -467,8 +467,7 @@ async fn eviction_frees_the_key_and_wakes_waiters() {
 /// unavailable although the server takes new connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silently_dead_pooled_connections_do_not_strand_the_pool() {
-    use baton_testkit::proxy::FaultProxy;
-    use tokio::time::Instant;
+    use baton_testkit::proxy::{FaultProxy, failures_until_ok};
 
     capture_events();
     let server = shared().await;
@@ -496,22 +495,7 @@ async fn silently_dead_pooled_connections_do_not_strand_the_pool() {
     );
 
     proxy.strand_connections();
-    let stranded_at = Instant::now();
-    let mut failures = Vec::new();
-    loop {
-        match store.inspect(&key).await {
-            Ok(_) => break,
-            Err(e) => {
-                assert_eq!(e.kind(), baton_core::ErrorKind::Unavailable, "{e}");
-                failures.push(e.to_string());
-                assert!(
-                    stranded_at.elapsed() < secs(45),
-                    "the pool never recovered: {} failed calls, the last: {e}",
-                    failures.len()
-                );
-            }
-        }
-    }
+    let failures = failures_until_ok("the pool recovers", secs(45), || store.inspect(&key)).await;
     // At most one abandoned statement per stranded connection.
     assert!(failures.len() <= 2, "{failures:#?}");
     let address = proxy.addr().to_string();

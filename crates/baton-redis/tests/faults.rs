@@ -19,7 +19,7 @@ use baton_core::telemetry::events;
 use baton_core::{AcquireError, Fence, Holder, LockOptions, Locks, ReleaseOutcome, Ttl};
 use baton_testkit::FencedRegister;
 use baton_testkit::process::{self, ChildTest};
-use baton_testkit::proxy::FaultProxy;
+use baton_testkit::proxy::{FaultProxy, failures_until_ok};
 use baton_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
 
@@ -618,22 +618,10 @@ async fn a_silently_dead_connection_is_replaced() {
         .expect("an inspect through the proxy");
 
     proxy.strand_connections();
-    let stranded_at = Instant::now();
-    let mut failures = Vec::new();
-    loop {
-        match store.inspect(&key).await {
-            Ok(_) => break,
-            Err(e) => {
-                assert_eq!(e.kind(), baton_core::ErrorKind::Unavailable, "{e}");
-                failures.push(e.to_string());
-                assert!(
-                    stranded_at.elapsed() < secs(45),
-                    "the store never got a new connection: {} failed calls, the last: {e}",
-                    failures.len()
-                );
-            }
-        }
-    }
+    let failures = failures_until_ok("the store gets a new connection", secs(45), || {
+        store.inspect(&key)
+    })
+    .await;
     // The first timeout starts the replacement; calls sent before it is in place fail too.
     assert!(failures.len() <= 5, "{failures:#?}");
     let address = proxy.addr().to_string();

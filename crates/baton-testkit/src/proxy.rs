@@ -259,6 +259,37 @@ impl FaultProxy {
     }
 }
 
+/// Calls `call` until it succeeds, as a client goes on calling after a fault: every failure
+/// must be `Unavailable` (anything else panics), and the failures are returned in order, so a
+/// test can bound how many calls a fault cost. Panics, naming `what`, when no call has
+/// succeeded after `limit`.
+pub async fn failures_until_ok<T, F, Fut>(
+    what: &str,
+    limit: Duration,
+    mut call: F,
+) -> Vec<baton_core::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = baton_core::Result<T>>,
+{
+    let started = Instant::now();
+    let mut failures = Vec::new();
+    loop {
+        match call().await {
+            Ok(_) => return failures,
+            Err(e) => {
+                assert_eq!(e.kind(), baton_core::ErrorKind::Unavailable, "{e}");
+                assert!(
+                    started.elapsed() < limit,
+                    "{what}: no call succeeded within {limit:?}; {} failed, the last: {e}",
+                    failures.len() + 1
+                );
+                failures.push(e);
+            }
+        }
+    }
+}
+
 impl fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let switches = *self.shared.switches();
