@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use baton_core::Result;
 use baton_core::telemetry::{self, events};
-use sqlx::postgres::PgPoolOptions;
+use baton_core::{Result, prefix_upper_bound};
+use sqlx::postgres::{PgPoolOptions, PgRow};
 use sqlx::{Connection, PgPool};
 use tokio::time::timeout;
 
@@ -173,5 +173,34 @@ impl Db {
             Ok(Err(e)) => Err(sql_error(e, &what(), &self.server)),
             Err(_) => Err(timed_out(&what(), &self.server, deadline)),
         }
+    }
+
+    /// Runs the read-only `statement` over the names that start with `prefix` (`$1` the
+    /// prefix, `$2` its exclusive upper bound, or NULL when it has none) and converts each
+    /// row with `row`; a row that does not convert is reported as the call's error.
+    pub(crate) async fn by_prefix<T>(
+        &self,
+        what: impl Fn() -> String,
+        statement: &'static str,
+        prefix: &str,
+        row: impl Fn(&PgRow) -> Result<T, sqlx::Error>,
+    ) -> Result<Vec<T>> {
+        let upper = prefix_upper_bound(prefix);
+        let rows = self
+            .call(
+                &what,
+                || {
+                    sqlx::query(statement)
+                        .bind(prefix)
+                        .bind(upper.as_deref())
+                        .fetch_all(&self.pool)
+                },
+                |_| true,
+            )
+            .await?;
+        rows.iter()
+            .map(row)
+            .collect::<Result<_, _>>()
+            .map_err(|e| sql_error(e, &what(), &self.server))
     }
 }

@@ -9,7 +9,7 @@ use baton_core::work::store::{
     ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, NewItem, QueueStats,
     QueueStore, Settle,
 };
-use baton_core::{Holder, Result, StoreKey, Ttl, prefix_upper_bound};
+use baton_core::{Holder, Result, StoreKey, Ttl};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
@@ -320,25 +320,14 @@ impl QueueStore for PostgresStore {
     }
 
     async fn stats(&self, prefix: &str) -> Result<Vec<QueueStats>> {
-        let what = || format!("stats of queues {prefix}*");
-        let upper = prefix_upper_bound(prefix);
-        let rows = self
-            .db
-            .call(
-                what,
-                || {
-                    sqlx::query(sql::STATS)
-                        .bind(prefix)
-                        .bind(upper.as_deref())
-                        .fetch_all(&self.db.pool)
-                },
-                |_| true,
+        self.db
+            .by_prefix(
+                || format!("stats of queues {prefix}*"),
+                sql::STATS,
+                prefix,
+                queue_stats,
             )
-            .await?;
-        rows.iter()
-            .map(queue_stats)
-            .collect::<Result<_, _>>()
-            .map_err(|e| crate::error::sql_error(e, &what(), &self.db.server))
+            .await
     }
 
     async fn dead_letters(&self, queue: &StoreKey, limit: u32) -> Result<Vec<DeadItem>> {

@@ -3,12 +3,11 @@
 
 use async_trait::async_trait;
 use baton_core::work::store::{Advance, ScheduleRow, ScheduleStore};
-use baton_core::{Error, Holder, Result, StoreKey, prefix_upper_bound};
+use baton_core::{Error, Holder, Result, StoreKey};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use super::{count, sql};
-use crate::error::sql_error;
 use crate::store::PostgresStore;
 
 /// How often a register is run again when the row it conflicted with was committed after
@@ -128,25 +127,14 @@ impl ScheduleStore for PostgresStore {
     }
 
     async fn schedules(&self, prefix: &str) -> Result<Vec<ScheduleRow>> {
-        let what = || format!("list of schedules {prefix}*");
-        let upper = prefix_upper_bound(prefix);
-        let rows = self
-            .db
-            .call(
-                what,
-                || {
-                    sqlx::query(sql::SCHEDULES)
-                        .bind(prefix)
-                        .bind(upper.as_deref())
-                        .fetch_all(&self.db.pool)
-                },
-                |_| true,
+        self.db
+            .by_prefix(
+                || format!("list of schedules {prefix}*"),
+                sql::SCHEDULES,
+                prefix,
+                schedule_row,
             )
-            .await?;
-        rows.iter()
-            .map(schedule_row)
-            .collect::<Result<_, _>>()
-            .map_err(|e| sql_error(e, &what(), &self.db.server))
+            .await
     }
 
     async fn remove_schedule(&self, name: &StoreKey) -> Result<bool> {
