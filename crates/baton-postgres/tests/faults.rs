@@ -493,6 +493,11 @@ async fn silently_dead_pooled_connections_do_not_strand_the_pool() {
         2,
         "both pooled connections are open"
     );
+    // The pool pings each connection that comes back, in the background, with no time
+    // limit (sqlx 0.8). A path that dies during that ping strands the slot for good: the gap
+    // this store does not close (docs/postgres.md). Let those pings finish first, so the
+    // test is about what the store does close: statements abandoned on a dead path.
+    tokio::time::sleep(Duration::from_millis(500)).await;
 
     proxy.strand_connections();
     let failures = failures_until_ok("the pool recovers", secs(45), || store.inspect(&key)).await;
