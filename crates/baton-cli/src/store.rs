@@ -18,6 +18,6 @@ pub(crate) async fn connect(global: &GlobalArgs) -> Result<Baton, Failure> {
         Some(url) => url.clone(),
         None => baton::default_store_url()?,
     };
-    tracing::debug!(store = %url, namespace = %global.namespace, "opening store");
+    tracing::debug!(store = %baton::redact_url(&url), namespace = %global.namespace, "opening store");
     Ok(baton::connect_with(&url, global.namespace.clone()).await?)
 }

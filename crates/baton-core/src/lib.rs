@@ -29,6 +29,7 @@ mod lease;
 pub mod limit;
 mod lock;
 mod memory;
+mod redact;
 pub mod signals;
 pub mod store;
 pub mod telemetry;
@@ -54,6 +55,7 @@ pub use lock::{
     ReleaseOutcome,
 };
 pub use memory::MemoryStore;
+pub use redact::redact_url;
 pub use store::HolderInfo;
 pub use time::{Ttl, WaitTime, parse_duration};
 

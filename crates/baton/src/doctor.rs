@@ -260,35 +260,20 @@ mod redis {
         let store = match baton_redis::RedisStore::connect(url).await {
             Ok(store) => store,
             Err(e) if is_usage(&e) => return Err(e),
-            Err(e) => return Ok(unreachable(redact(url), &e)),
+            Err(e) => return Ok(unreachable(baton_core::redact_url(url), &e)),
         };
         let opened = started.elapsed();
         drop(store);
         let facts = match inspect(url).await {
             Ok(facts) => facts,
             Err(e) if is_usage(&e) => return Err(e),
-            Err(e) => return Ok(unreachable(redact(url), &e)),
+            Err(e) => return Ok(unreachable(baton_core::redact_url(url), &e)),
         };
         Ok(Report {
             store: facts.server.clone(),
             reachable: true,
             checks: checks(&facts, opened),
         })
-    }
-
-    /// The URL without its password, for a report of a server that did not answer.
-    fn redact(url: &str) -> String {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return url.to_owned();
-        };
-        let end = rest.find(['/', '?']).unwrap_or(rest.len());
-        match rest[..end].rsplit_once('@') {
-            Some((userinfo, host)) => {
-                let user = userinfo.split(':').next().unwrap_or("");
-                format!("{scheme}://{user}:***@{host}{}", &rest[end..])
-            }
-            None => url.to_owned(),
-        }
     }
 
     pub(super) fn checks(facts: &ServerFacts, opened: Duration) -> Vec<Check> {
@@ -457,20 +442,6 @@ mod redis {
         checks.push(check);
         checks
     }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn passwords_are_redacted() {
-            assert_eq!(
-                redact("redis://app:s3cret@cache:6379/0"),
-                "redis://app:***@cache:6379/0"
-            );
-            assert_eq!(redact("redis://cache:6379"), "redis://cache:6379");
-        }
-    }
 }
 
 /// The round-trip check shared by the server stores: the slowest of a few requests
@@ -540,7 +511,7 @@ mod postgres {
         let facts = match inspect(url).await {
             Ok(facts) => facts,
             Err(e) if is_usage(&e) => return Err(e),
-            Err(e) => return Ok(unreachable(redact(url), &e)),
+            Err(e) => return Ok(unreachable(baton_core::redact_url(url), &e)),
         };
         let opened = started.elapsed();
         Ok(Report {
@@ -548,21 +519,6 @@ mod postgres {
             reachable: true,
             checks: checks(&facts, opened),
         })
-    }
-
-    /// The URL without its password, for a report of a server that did not answer.
-    fn redact(url: &str) -> String {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return url.to_owned();
-        };
-        let end = rest.find(['/', '?']).unwrap_or(rest.len());
-        match rest[..end].rsplit_once('@') {
-            Some((userinfo, host)) => {
-                let user = userinfo.split(':').next().unwrap_or("");
-                format!("{scheme}://{user}:***@{host}{}", &rest[end..])
-            }
-            None => url.to_owned(),
-        }
     }
 
     pub(super) fn checks(facts: &ServerFacts, opened: Duration) -> Vec<Check> {

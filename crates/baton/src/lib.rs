@@ -49,7 +49,7 @@ pub use baton_core::{
     KeyKind, LeaseInfo, LeaseKeepAlive, Leases, LockGuard, LockHandle, LockOptions, Locks,
     MAX_HOLD_LIMIT, MAX_HOLDER_BYTES, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_BYTES,
     MAX_REASON_BYTES, MemoryStore, Namespace, ReleaseOutcome, RemoveResult, RenewResult, Result,
-    StoreKey, Ttl, WaitTime, parse_duration, stream_key, telemetry, time,
+    StoreKey, Ttl, WaitTime, parse_duration, redact_url, stream_key, telemetry, time,
 };
 #[cfg(feature = "postgres")]
 pub use baton_postgres::PostgresStore;
@@ -162,14 +162,16 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn LeaseStore>> {
 pub async fn open_backend(url: &str) -> Result<Backend> {
     let Some((scheme, _rest)) = url.split_once("://") else {
         return Err(Error::invalid_input(format!(
-            "store URL {url:?} has no scheme; expected one of {KNOWN_SCHEMES}"
+            "store URL {:?} has no scheme; expected one of {KNOWN_SCHEMES}",
+            redact_url(url)
         )));
     };
     match scheme {
         "memory" => {
             if url != "memory://" {
                 return Err(Error::invalid_input(format!(
-                    "store URL {url:?}: the memory store takes no path or options; use memory://"
+                    "store URL {:?}: the memory store takes no path or options; use memory://",
+                    redact_url(url)
                 )));
             }
             Ok(Backend::Memory(Arc::new(MemoryStore::new())))
@@ -195,7 +197,8 @@ pub async fn open_backend(url: &str) -> Result<Backend> {
             "this build of baton has no PostgreSQL store; enable the `postgres` feature",
         )),
         other => Err(Error::invalid_input(format!(
-            "unknown store URL scheme {other:?}; expected one of {KNOWN_SCHEMES}"
+            "unknown store URL scheme {:?}; expected one of {KNOWN_SCHEMES}",
+            redact_url(other)
         ))),
     }
 }
