@@ -17,23 +17,26 @@
 -- held (holder is "handoff:<store>" while the key is reserved for a store's waiter).
 --
 -- Without a store in ARGV[3] (a lock nobody here waits for, a lease) the claim first takes a
--- fence and tries SET NX: the uncontended claim is those two calls and one string, with
--- nothing else made. With one (a waiter, which usually finds the key held or reserved for it)
+-- fence (TIME, SET ... GET of the counter) and tries SET NX: the uncontended claim is those
+-- three calls and one string, with nothing else made. With one (a waiter, which usually finds the key held or reserved for it)
 -- it reads the key first, so that finding it held takes no fence and writes no grant.
 --
--- Expiry is Redis's: an expired grant reads as absent. Fences come from INCR on the counter
--- (a claim that does not grant may skip a number, which fences allow). A missing counter
--- (new key, expired, evicted, lost in a restart without persistence) is seeded from the
--- server's TIME in microseconds. The counter advances by at most one per claim, and claims of
--- one key run one at a time, each for more than a microsecond, so it never overtakes TIME: a
--- re-seeded counter starts above every fence handed out before, unless the server clock
--- stepped back.
+-- Expiry is Redis's: an expired grant reads as absent. Each fence is the larger of the
+-- counter plus one and the server's TIME in microseconds, and is stored back in the counter
+-- (a claim that does not grant may skip a number, which fences allow). So a fence is above
+-- every fence this server handed out, and not below its clock: a counter that is missing
+-- (new key, expired, evicted, lost in a restart without persistence) or stale (a promoted
+-- replica that missed the last grants) is overtaken by the clock, and the next fence is
+-- above every fence handed out before, unless the clock is behind the old server's. Written
+-- as SET ... GET, the common case (the clock is ahead of the counter) is two calls, TIME and
+-- SET; a counter at or above the clock (a clock that stepped back, more than one claim of
+-- the key per microsecond) costs a second SET.
 local store = ARGV[3]
 if store == '' then
     store = nil
 end
 local reason = ARGV[4] or ''
-local read, grant_value, mark, watch_head, enqueue, seed_fence
+local read, grant_value, mark, watch_head, enqueue
 local current, held, holder, _, marked, reserved_for
 if store then
     current = redis.call('GET', KEYS[1])
@@ -52,13 +55,24 @@ if store then
     end
 end
 if not held then
-    local counter = redis.pcall('INCR', KEYS[2])
-    if type(counter) ~= 'number' then
-        return redis.error_reply('BATONCORRUPT fence counter ' .. KEYS[2] .. ' is not a number')
-    end
-    if counter == 1 then
-        _, _, _, _, _, _, seed_fence = helpers()
-        counter = seed_fence(KEYS[2], ARGV[2])
+    local time = redis.call('TIME')
+    local counter = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    local keep = string.format('%d', tonumber(ARGV[2]) + FENCE_RETENTION_MS)
+    local last = redis.pcall('SET', KEYS[2], string.format('%d', counter), 'PX', keep, 'GET')
+    if last then
+        if type(last) == 'table' then
+            -- A counter of another type (WRONGTYPE): nothing was written.
+            return last
+        end
+        local n = string.find(last, '^%d+$') and tonumber(last)
+        if not n then
+            redis.call('SET', KEYS[2], last)
+            return redis.error_reply('BATONCORRUPT fence counter ' .. KEYS[2] .. ' is not a number')
+        end
+        if n >= counter then
+            counter = n + 1
+            redis.call('SET', KEYS[2], string.format('%d', counter), 'PX', keep)
+        end
     end
     local value
     if reason == '' then

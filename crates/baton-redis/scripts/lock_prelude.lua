@@ -28,11 +28,14 @@
 -- returns the functions themselves, in this order, not a table of them (a table of ten fields
 -- costs more than all the closures):
 --
---     local read, grant_value, mark, watch_head, enqueue, hand_off, seed_fence = helpers()
+--     local read, grant_value, mark, watch_head, enqueue, hand_off = helpers()
+--
+-- The protocol's durations, in milliseconds. A unit test in scripts.rs checks that they
+-- equal the Rust constants of the same names (store.rs, pubsub.rs). The fence counter's
+-- retention is used by every claim that grants, so it is a plain number at the top level
+-- (no closure captures it).
+local FENCE_RETENTION_MS = 3600000 -- the fence counter lives this long beyond the grant's TTL
 local function helpers()
-    -- The protocol's durations, in milliseconds. A unit test in scripts.rs checks that they
-    -- equal the Rust constants of the same names (store.rs, pubsub.rs).
-    local FENCE_RETENTION_MS = 3600000 -- a seeded counter lives this long beyond the grant's TTL
     local QUEUE_GRACE_MS = 5000 -- a queue outlives the holder's remaining time by this much
     local HANDOFF_RESERVATION_MS = 250 -- a released key waits this long for the next store
 
@@ -152,15 +155,5 @@ local function helpers()
         return false
     end
 
-    -- Seeds the missing fence counter `counter` from the server's TIME in microseconds, to
-    -- live `ttl` (the grant's TTL, milliseconds, a string) plus the retention; returns it.
-    local function seed_fence(counter, ttl)
-        local time = redis.call('TIME')
-        local fence = tonumber(time[1]) * 1000000 + tonumber(time[2])
-        redis.call('SET', counter, string.format('%d', fence), 'PX',
-            string.format('%d', tonumber(ttl) + FENCE_RETENTION_MS))
-        return fence
-    end
-
-    return read, grant_value, mark, watch_head, enqueue, hand_off, seed_fence
+    return read, grant_value, mark, watch_head, enqueue, hand_off
 end

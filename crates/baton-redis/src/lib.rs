@@ -3,8 +3,8 @@
 //! `rediss://` URLs.
 //!
 //! Use it when the processes to exclude run on several hosts and a Redis server is already
-//! part of the deployment. Expiry is decided by Redis, fences are seeded from the server
-//! clock so they keep increasing across restarts, and waiting processes take turns: a release
+//! part of the deployment. Expiry is decided by Redis, fences never fall below the server
+//! clock so they keep increasing across restarts and promotions, and waiting processes take turns: a release
 //! hands the key to the one that waited longest. Like every single-primary Redis lock it is
 //! best-effort under failover: read the trade-offs in `docs/redis.md` before you rely on it.
 //!

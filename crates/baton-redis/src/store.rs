@@ -23,14 +23,15 @@ use crate::scripts::{Evalsha, SCRIPTS, is_noscript};
 use crate::server::{self, ServerInfo};
 use crate::url::{self, Target};
 
-/// How long a key's fence counter lives after it was seeded, beyond the TTL of the grant
-/// that seeded it.
+/// How long a key's fence counter lives after its last grant, beyond that grant's TTL.
 ///
-/// Each grant takes the next fence from the counter (`INCR`); a missing counter is seeded
-/// from the server's `TIME` in microseconds. The counter advances by one per grant and never
-/// overtakes the clock, so fences keep increasing after it is gone and re-seeded; while it
-/// exists, it also guards against the server clock stepping back. Longer retention costs one
-/// small key per recently used lock key.
+/// Each grant's fence is the larger of the counter plus one and the server's `TIME` in
+/// microseconds, and is written back to the counter. The clock decides whenever the counter
+/// is missing (a new key, a restart without persistence) or stale (a promoted replica that
+/// missed the last grants), so fences keep increasing then too, as long as the server's
+/// clock is not behind the one that handed out the earlier fences; while the counter exists,
+/// it also guards against the server clock stepping back. Longer retention costs one small
+/// key per recently used lock key.
 pub const FENCE_RETENTION: Duration = Duration::from_secs(3600);
 
 /// How many keys `list` reads per `SCAN` step and per pipelined batch of reads.
@@ -57,8 +58,9 @@ const SCAN_BATCH: usize = 500;
 ///   `Unavailable`; a call that found the connection refused is tried once more on the new
 ///   connection, and so is an idempotent call (everything but `release`) whose connection
 ///   dropped.
-/// - Expiry is Redis's (`PEXPIRE`, `PTTL`); fences come from a per-key counter seeded from
-///   the server's `TIME`, so they keep increasing after a restart without persistence.
+/// - Expiry is Redis's (`PEXPIRE`, `PTTL`); a fence is the larger of a per-key counter plus
+///   one and the server's `TIME` in microseconds, so fences keep increasing after a restart
+///   without persistence and after a replica that missed grants is promoted.
 /// - Connecting checks `maxmemory-policy` and emits a registered warning unless it is
 ///   `noeviction` (see [`ServerInfo`]).
 ///
@@ -678,7 +680,7 @@ mod tests {
             Claim::Granted { fence } => fence,
             other => panic!("expected a grant, got {other:?}"),
         };
-        // The first claim of a key seeds its counter.
+        // The first claim of a key creates its counter.
         let first = Holder::random();
         granted(a.claim(&key, &first, ttl, "").await);
         assert_eq!(a.release(&key, &first).await.unwrap(), Release::Removed);
@@ -686,7 +688,7 @@ mod tests {
         let holder = Holder::random();
         let (claim, calls) = commands_of(&server, a.claim(&key, &holder, ttl, "")).await;
         granted(claim);
-        assert_eq!(calls, ran(&[("evalsha", 1), ("incr", 1), ("set", 1)]));
+        assert_eq!(calls, ran(&[("evalsha", 1), ("time", 1), ("set", 2)]));
         let (release, calls) = commands_of(&server, a.release(&key, &holder)).await;
         assert_eq!(release.unwrap(), Release::Removed);
         assert_eq!(calls, ran(&[("evalsha", 1), ("get", 1), ("del", 1)]));
@@ -727,7 +729,7 @@ mod tests {
         granted(claim);
         assert_eq!(
             calls,
-            ran(&[("evalsha", 1), ("get", 1), ("incr", 1), ("set", 1)])
+            ran(&[("evalsha", 1), ("get", 1), ("time", 1), ("set", 2)])
         );
         // Its grant is marked (others may wait): the release looks at the queue, finds it
         // empty, and deletes.

@@ -164,6 +164,86 @@ impl RedisServer {
         Err(last_error.unwrap_or_else(|| io::Error::other("redis-server did not start")))
     }
 
+    /// Starts a replica of `primary` (`--replicaof 127.0.0.1 <port>`) with `options`, and
+    /// returns once it has synchronized (`master_link_status:up`).
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`], and when the replica does not synchronize within the
+    /// startup timeout.
+    pub fn start_replica_of(
+        primary: &RedisServer,
+        options: RedisOptions,
+    ) -> io::Result<RedisServer> {
+        let timeout = options.startup_timeout;
+        let replica = RedisServer::start_with(options.args([
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            primary.port().to_string(),
+        ]))?;
+        replica.wait_replicating(timeout)?;
+        Ok(replica)
+    }
+
+    /// Waits until this server is a replica whose link to its primary is up.
+    ///
+    /// # Errors
+    /// When the link is not up within `timeout` (the message quotes `INFO replication`).
+    pub fn wait_replicating(&self, timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.info("replication")?;
+            if info.lines().any(|l| l.trim() == "master_link_status:up") {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "redis-server on port {} did not synchronize with its primary within {timeout:?}: {info}",
+                        self.port
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Cuts this replica off from its primary, keeping the data it has: it is pointed at a
+    /// port nobody listens on, so it stops receiving writes, as a replica behind a broken
+    /// network link does.
+    ///
+    /// # Errors
+    /// As [`RedisServer::command_ok`].
+    pub fn cut_off_replication(&self) -> io::Result<()> {
+        let nowhere = free_port()?.to_string();
+        self.command_ok(&["REPLICAOF", "127.0.0.1", nowhere.as_str()])
+            .map(drop)
+    }
+
+    /// Promotes this replica to a primary (`REPLICAOF NO ONE`), keeping its data.
+    ///
+    /// # Errors
+    /// As [`RedisServer::command_ok`].
+    pub fn promote(&self) -> io::Result<()> {
+        self.command_ok(&["REPLICAOF", "NO", "ONE"]).map(drop)
+    }
+
+    /// Waits until `replicas` replicas have acknowledged every write made so far
+    /// (`WAIT replicas timeout`), and returns how many did.
+    ///
+    /// # Errors
+    /// As [`RedisServer::command_ok`].
+    pub fn wait_for_replicas(&self, replicas: u32, timeout: Duration) -> io::Result<i64> {
+        let reply = self.command_ok(&[
+            "WAIT".to_owned(),
+            replicas.to_string(),
+            timeout.as_millis().to_string(),
+        ])?;
+        reply
+            .as_integer()
+            .ok_or_else(|| io::Error::other(format!("WAIT answered {reply:?}")))
+    }
+
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
