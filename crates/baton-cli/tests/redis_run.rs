@@ -5,6 +5,7 @@
 mod common;
 
 use baton_testkit::redis::RedisServer;
+use common::baton_on;
 
 #[test]
 fn baton_run_on_redis_excludes_reports_contention_and_a_down_server() {
@@ -14,4 +15,61 @@ fn baton_run_on_redis_excludes_reports_contention_and_a_down_server() {
     common::run_excludes_reports_contention_and_a_down_server(&url, "baton-cli-redis-", || {
         server.kill()
     });
+}
+
+/// `baton run` across the promotion of a replica that missed grants: three runs replicated,
+/// the replica cut off, three more runs on the primary, the primary killed and the replica
+/// promoted; the runs against the promoted replica get fences above all six.
+#[test]
+fn baton_run_fences_never_repeat_after_a_lagging_replica_is_promoted() {
+    use baton_testkit::redis::RedisOptions;
+    use std::time::Duration;
+
+    let primary =
+        RedisServer::start().expect("a private redis-server (apt-get install redis-server)");
+    let replica =
+        RedisServer::start_replica_of(&primary, RedisOptions::new()).expect("a private replica");
+    let dir = tempfile::Builder::new()
+        .prefix("baton-cli-redis-promote-")
+        .tempdir()
+        .expect("temp dir");
+    let fences = |url: &str, times: usize| -> Vec<u64> {
+        (0..times)
+            .map(|_| {
+                let out = baton_on(
+                    url,
+                    dir.path(),
+                    &["run", "promoted-job", "--", "sh", "-c", "echo $BATON_FENCE"],
+                )
+                .output()
+                .expect("baton run");
+                assert!(
+                    out.status.success(),
+                    "baton run failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse()
+                    .expect("BATON_FENCE is decimal")
+            })
+            .collect()
+    };
+    let mut before = fences(&primary.url(), 3);
+    assert_eq!(
+        primary
+            .wait_for_replicas(1, Duration::from_secs(3))
+            .unwrap(),
+        1
+    );
+    replica.cut_off_replication().unwrap();
+    before.extend(fences(&primary.url(), 3));
+    primary.kill();
+    replica.promote().unwrap();
+    let after = fences(&replica.url(), 3);
+    let last = *before.iter().max().unwrap();
+    assert!(
+        after.iter().all(|f| *f > last),
+        "fences repeated across the promotion: before {before:?}, after {after:?}"
+    );
 }

@@ -226,6 +226,16 @@ pub mod events {
             within: minutes(15),
         },
     };
+    /// The SQLite store's file was deleted or replaced while the store had it open.
+    pub const SQLITE_FILE_REPLACED: Event = Event {
+        key: "baton.sqlite.file_replaced",
+        level: Level::WARN,
+        help: "the SQLite store's database file was deleted, or another file was moved over its path, while the store had it open; every grant in the old file is gone (their holders learn it at their next renewal), and the store now uses the file at the path; find what deletes or replaces the file (a cleanup job, a restore, a second deployment), and keep the -wal and -shm files with it",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(60),
+        },
+    };
     /// The Redis server may evict keys, lock keys included.
     pub const REDIS_EVICTION_POLICY_UNSAFE: Event = Event {
         key: "baton.redis.eviction_policy_unsafe",
@@ -243,6 +253,16 @@ pub mod events {
         help: "CONFIG GET maxmemory-policy was refused (managed Redis services often disable CONFIG), so baton could not check that lock keys are safe from eviction; confirm in the provider's settings that maxmemory-policy is noeviction",
         alarm: Alarm::Unmonitored {
             why: "a fact of the deployment, reported once per connect; the policy must be checked where the server is configured",
+        },
+    };
+    /// A Redis write was not confirmed by as many replicas as `min_replicas` asks for.
+    pub const REDIS_REPLICATION_UNCONFIRMED: Event = Event {
+        key: "baton.redis.replication_unconfirmed",
+        level: Level::WARN,
+        help: "a claim, renewal or release on a Redis store opened with min_replicas=N was not acknowledged by N replicas (WAIT) within the response timeout, so it was reported Unavailable (a claim's grant was freed again, best-effort); a replica is down, lagging or disconnected from the primary",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(15),
         },
     };
     /// An idempotency log call failed because the store could not be reached.
@@ -560,8 +580,10 @@ pub const REGISTRY: &[Event] = &[
     events::STORE_PUSH_LOST,
     events::STORE_PUSH_RESTORED,
     events::STORE_CONNECTION_REPLACED,
+    events::SQLITE_FILE_REPLACED,
     events::REDIS_EVICTION_POLICY_UNSAFE,
     events::REDIS_EVICTION_POLICY_UNKNOWN,
+    events::REDIS_REPLICATION_UNCONFIRMED,
     events::IDEMPOTENCY_UNAVAILABLE,
     events::IDEMPOTENCY_TAKEOVER,
     events::IDEMPOTENCY_NOT_OWNER,

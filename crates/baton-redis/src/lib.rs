@@ -38,7 +38,9 @@ mod server;
 mod store;
 mod url;
 
-pub use options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, RedisOptions};
+pub use options::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_MIN_REPLICAS, RedisOptions,
+};
 pub use server::ServerInfo;
 pub use store::{FENCE_RETENTION, RedisStore};
 

@@ -19,7 +19,10 @@ const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The option names a URL query may hold, for error messages.
-pub(crate) const KNOWN_OPTIONS: &str = "connect_timeout and response_timeout";
+pub(crate) const KNOWN_OPTIONS: &str = "connect_timeout, response_timeout and min_replicas";
+
+/// The largest [`RedisOptions::min_replicas`].
+pub const MAX_MIN_REPLICAS: u32 = 32;
 
 /// Options of a Redis store. Every value has a default; see each setter.
 ///
@@ -36,6 +39,7 @@ pub(crate) const KNOWN_OPTIONS: &str = "connect_timeout and response_timeout";
 pub struct RedisOptions {
     connect_timeout: Duration,
     response_timeout: Duration,
+    min_replicas: u32,
 }
 
 impl Default for RedisOptions {
@@ -43,6 +47,7 @@ impl Default for RedisOptions {
         RedisOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            min_replicas: 0,
         }
     }
 }
@@ -69,6 +74,35 @@ impl RedisOptions {
         self
     }
 
+    /// How many replicas must confirm each claim, renewal and release (`WAIT`) before the
+    /// store acknowledges it (default 0: acknowledged once the primary has it; at most
+    /// [`MAX_MIN_REPLICAS`]).
+    ///
+    /// With 1 or more, a grant that was acknowledged is on a replica too, so a replica
+    /// promoted after the primary is lost has it: no second holder is granted across the
+    /// failover (unless the primary and every confirming replica fail together, or a
+    /// replica confirms a write that it then loses; see `docs/redis.md`, "Replication and
+    /// failover"). A claim that the replicas do not confirm within the response timeout is
+    /// released (best-effort) and answered `Unavailable`, never granted; a renewal or
+    /// release that is not confirmed is `Unavailable` too. Each of these calls waits for the
+    /// replicas' acknowledgement on the store's one connection, which carries the store's
+    /// other requests behind it: a lost replica makes every call wait out the timeout.
+    pub fn min_replicas(mut self, replicas: u32) -> Self {
+        self.min_replicas = replicas;
+        self
+    }
+
+    /// How many replicas must confirm a write.
+    pub fn get_min_replicas(&self) -> u32 {
+        self.min_replicas
+    }
+
+    /// How long `WAIT` waits for the replicas, in milliseconds: three quarters of the
+    /// response timeout, so that its answer arrives before the request times out.
+    pub(crate) fn wait_millis(&self) -> u64 {
+        (self.response_timeout.as_millis() as u64 * 3 / 4).max(1)
+    }
+
     /// The connect timeout.
     pub fn get_connect_timeout(&self) -> Duration {
         self.connect_timeout
@@ -89,6 +123,14 @@ impl RedisOptions {
         match name {
             "connect_timeout" => Ok(self.connect_timeout(parse_timeout(name, value)?)),
             "response_timeout" => Ok(self.response_timeout(parse_timeout(name, value)?)),
+            "min_replicas" => {
+                let replicas = value.parse::<u32>().map_err(|_| {
+                    Error::invalid_input(format!(
+                        "min_replicas {value:?} is not a number; write min_replicas=1"
+                    ))
+                })?;
+                Ok(self.min_replicas(replicas))
+            }
             _ => Err(Error::invalid_input(format!(
                 "unknown redis:// option {name:?}; the options are {KNOWN_OPTIONS}"
             ))),
@@ -101,7 +143,14 @@ impl RedisOptions {
     /// `InvalidInput` naming the option and its range.
     pub(crate) fn validate(&self) -> Result<()> {
         check_timeout("connect_timeout", self.connect_timeout)?;
-        check_timeout("response_timeout", self.response_timeout)
+        check_timeout("response_timeout", self.response_timeout)?;
+        if self.min_replicas > MAX_MIN_REPLICAS {
+            return Err(Error::invalid_input(format!(
+                "min_replicas {} is out of range; it must be between 0 and {MAX_MIN_REPLICAS}",
+                self.min_replicas
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -167,5 +216,15 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.message().contains("connect_timeout 0ms"), "{e}");
+        let e = RedisOptions::new().set("min_replicas", "one").unwrap_err();
+        assert!(
+            e.message().contains("min_replicas \"one\" is not a number"),
+            "{e}"
+        );
+        let e = RedisOptions::new().min_replicas(33).validate().unwrap_err();
+        assert!(e.message().contains("between 0 and 32"), "{e}");
+        let options = RedisOptions::new().set("min_replicas", "2").unwrap();
+        assert_eq!(options.get_min_replicas(), 2);
+        assert_eq!(options.wait_millis(), 1500);
     }
 }

@@ -88,6 +88,8 @@ impl Scripts {
 pub(crate) struct Evalsha<'a> {
     script: &'a Script,
     cmd: Cmd,
+    /// `WAIT replicas millis`, sent in the same pipeline right after the call.
+    confirm: Option<Cmd>,
 }
 
 impl<'a> Evalsha<'a> {
@@ -96,7 +98,23 @@ impl<'a> Evalsha<'a> {
     pub(crate) fn new(script: &'a Script, keys: usize, capacity: usize) -> Self {
         let mut cmd = Cmd::with_capacity(8, capacity + 48);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-        Evalsha { script, cmd }
+        Evalsha {
+            script,
+            cmd,
+            confirm: None,
+        }
+    }
+
+    /// Has every send of the call followed, in the same pipeline on the same connection,
+    /// by `WAIT replicas millis`: the answer then says how many replicas have the call's
+    /// writes. Without it (`replicas == 0`) the call is sent alone.
+    pub(crate) fn confirmed_by(&mut self, replicas: u32, millis: u64) -> &mut Self {
+        self.confirm = (replicas > 0).then(|| {
+            let mut wait = redis::cmd("WAIT");
+            wait.arg(replicas).arg(millis);
+            wait
+        });
+        self
     }
 
     /// Adds the next key or argument (keys first, as many as [`Evalsha::new`] was told).
@@ -105,15 +123,38 @@ impl<'a> Evalsha<'a> {
         self
     }
 
-    /// Sends the call once.
-    pub(crate) async fn send<C: ConnectionLike + Send>(&self, conn: &mut C) -> RedisResult<Value> {
-        self.cmd.query_async::<Value>(conn).await
+    /// Sends the call once; answers the script's value and, when the call is
+    /// [confirmed](Evalsha::confirmed_by), how many replicas acknowledged its writes.
+    pub(crate) async fn send<C: ConnectionLike + Send>(&self, conn: &mut C) -> RedisResult<Sent> {
+        let Some(wait) = &self.confirm else {
+            let value = self.cmd.query_async::<Value>(conn).await?;
+            return Ok(Sent {
+                value,
+                replicas: None,
+            });
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cmd.clone()).add_command(wait.clone());
+        let (value, replicas) = pipe.query_async::<(Value, i64)>(conn).await?;
+        Ok(Sent {
+            value,
+            replicas: Some(replicas),
+        })
     }
 
     /// Loads the script (after `NOSCRIPT`).
     pub(crate) async fn load<C: ConnectionLike + Send>(&self, conn: &mut C) -> RedisResult<()> {
         self.script.load_async(conn).await.map(drop)
     }
+}
+
+/// The answer to one [`Evalsha::send`].
+#[derive(Debug)]
+pub(crate) struct Sent {
+    /// What the script returned.
+    pub(crate) value: Value,
+    /// For a confirmed call, how many replicas acknowledged its writes (`WAIT`).
+    pub(crate) replicas: Option<i64>,
 }
 
 /// Whether `e` is the server's `NOSCRIPT`: the script must be loaded and the call sent again.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
 use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::telemetry::{self, events};
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
@@ -19,7 +20,7 @@ use crate::keys;
 use crate::link::Link;
 use crate::options::RedisOptions;
 use crate::pubsub::{DEGRADED_POLL, Identity, PushChannel};
-use crate::scripts::{Evalsha, SCRIPTS, is_noscript};
+use crate::scripts::{Evalsha, SCRIPTS, Sent, is_noscript};
 use crate::server::{self, ServerInfo};
 use crate::url::{self, Target};
 
@@ -215,12 +216,26 @@ impl RedisStore {
         parse: impl Fn(&Value) -> Option<T>,
         trust_retry: impl Fn(&T) -> bool,
     ) -> Result<T> {
+        self.call_confirmed(what, invocation, parse, trust_retry)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`RedisStore::call`] that also answers how many replicas acknowledged the call's
+    /// writes, for an invocation [confirmed](Evalsha::confirmed_by) by replicas.
+    async fn call_confirmed<T>(
+        &self,
+        what: impl Fn() -> String,
+        invocation: &Evalsha<'_>,
+        parse: impl Fn(&Value) -> Option<T>,
+        trust_retry: impl Fn(&T) -> bool,
+    ) -> Result<(T, Option<i64>)> {
         let deadline = self.options.call_deadline();
         let server = &self.target.redacted;
         let started = Instant::now();
         let mut conn = self.link.get();
         let answer = match invocation.send(&mut conn).await {
-            Ok(value) => Ok((value, None)),
+            Ok(sent) => Ok((sent, None)),
             Err(first) => {
                 if first.is_timeout() {
                     self.link.timed_out();
@@ -235,13 +250,70 @@ impl RedisStore {
                 }
             }
         };
-        let (value, dropped) = answer.map_err(|e| redis_error(e, &what(), server))?;
-        let parsed =
-            parse(&value).ok_or_else(|| unexpected(&what(), server, format!("{value:?}")))?;
+        let (sent, dropped) = answer.map_err(|e| redis_error(e, &what(), server))?;
+        let parsed = parse(&sent.value)
+            .ok_or_else(|| unexpected(&what(), server, format!("{:?}", sent.value)))?;
         match dropped {
             Some(error) if !trust_retry(&parsed) => Err(redis_error(error, &what(), server)),
-            _ => Ok(parsed),
+            _ => Ok((parsed, sent.replicas)),
         }
+    }
+
+    /// Has `invocation` confirmed by `min_replicas` replicas, when the option asks for any.
+    fn confirm(&self, invocation: &mut Evalsha<'_>) {
+        let replicas = self.options.get_min_replicas();
+        if replicas > 0 {
+            invocation.confirmed_by(replicas, self.options.wait_millis());
+        }
+    }
+
+    /// Frees `holder`'s grant of `key` without waiting for the answer: a grant the replicas
+    /// did not confirm. A failure is only logged; the grant's TTL frees it then.
+    fn release_in_background(&self, key: &StoreKey, holder: &str) {
+        let link = Arc::clone(&self.link);
+        let mut invocation = Evalsha::new(&SCRIPTS.release, 2, 0);
+        invocation
+            .arg(keys::grant(key))
+            .arg(keys::queue(key))
+            .arg(holder)
+            .arg(&self.release_idle);
+        let deadline = self.options.call_deadline();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let mut conn = link.get();
+            let sent = timeout(deadline, async {
+                match invocation.send(&mut conn).await {
+                    Err(e) if is_noscript(&e) => reload_and_send(&invocation, &mut conn).await,
+                    sent => sent,
+                }
+            })
+            .await;
+            if !matches!(sent, Ok(Ok(_))) {
+                tracing::debug!(%key, "could not free an unconfirmed grant; its TTL frees it");
+            }
+        });
+    }
+
+    /// Whether a write answered with `replicas` acknowledgements (`None`: not confirmed by
+    /// replicas) has as many as `min_replicas` asks for; otherwise emits
+    /// `baton.redis.replication_unconfirmed` and answers the `Unavailable` error to report.
+    fn unconfirmed(&self, what: &str, replicas: Option<i64>) -> Option<Error> {
+        let wanted = self.options.get_min_replicas();
+        let replicas = replicas?;
+        if replicas >= i64::from(wanted) {
+            return None;
+        }
+        let message = format!(
+            "{}: {what} reached {replicas} of the {wanted} replicas min_replicas asks for within {}ms; it is not acknowledged",
+            self.target.redacted,
+            self.options.wait_millis()
+        );
+        telemetry::emit(
+            &events::REDIS_REPLICATION_UNCONFIRMED,
+            None,
+            format_args!("{message}"),
+        );
+        Some(Error::unavailable(message))
     }
 
     async fn scan(&self, prefix: &str) -> Result<BTreeSet<StoreKey>> {
@@ -350,8 +422,22 @@ impl LeaseStore for RedisStore {
             (false, true) => &mut invocation,
             (false, false) => invocation.arg("").arg(reason),
         };
+        self.confirm(&mut invocation);
         let what = || format!("claim of {key}");
-        self.call(what, &invocation, parse_claim, |_| true).await
+        let (claim, replicas) = self
+            .call_confirmed(what, &invocation, parse_claim, |_| true)
+            .await?;
+        if let Claim::Granted { .. } | Claim::Extended { .. } = claim
+            && let Some(e) = self.unconfirmed(&what(), replicas)
+        {
+            // A grant that a failover could lose is not handed out: it is freed again. A
+            // holder's own grant that was extended stays as it was.
+            if let Claim::Granted { .. } = claim {
+                self.release_in_background(key, holder);
+            }
+            return Err(e);
+        }
+        Ok(claim)
     }
 
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
@@ -366,7 +452,16 @@ impl LeaseStore for RedisStore {
             0 => Some(Renew::NotHolder),
             _ => None,
         };
-        self.call(what, &invocation, parse, |_| true).await
+        self.confirm(&mut invocation);
+        let (renew, replicas) = self
+            .call_confirmed(what, &invocation, parse, |_| true)
+            .await?;
+        if renew == Renew::Renewed
+            && let Some(e) = self.unconfirmed(&what(), replicas)
+        {
+            return Err(e);
+        }
+        Ok(renew)
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
@@ -388,7 +483,18 @@ impl LeaseStore for RedisStore {
         // attempt had removed the grant: that answer would report an expiry that did not
         // happen, so the fault is reported instead. Removed and Reclaimed are true either way.
         let trust = |r: &Released| r.release != Release::NoHolder;
-        let released = match self.call(what, &invocation, parse_release, trust).await {
+        self.confirm(&mut invocation);
+        let confirmed = self
+            .call_confirmed(what, &invocation, parse_release, trust)
+            .await
+            .and_then(|(released, replicas)| match released.release {
+                Release::Removed => match self.unconfirmed(&what(), replicas) {
+                    Some(e) => Err(e),
+                    None => Ok(released),
+                },
+                _ => Ok(released),
+            });
+        let released = match confirmed {
             Ok(released) => released,
             Err(e) => {
                 // The release may have run and reserved the key for a waiter of this process,
@@ -477,10 +583,10 @@ async fn finish(
     invocation: &Evalsha<'_>,
     conn: &mut ConnectionManager,
     first: RedisError,
-) -> redis::RedisResult<(Value, Option<RedisError>)> {
+) -> redis::RedisResult<(Sent, Option<RedisError>)> {
     let error = if is_noscript(&first) {
         match reload_and_send(invocation, conn).await {
-            Ok(value) => return Ok((value, None)),
+            Ok(sent) => return Ok((sent, None)),
             Err(e) => e,
         }
     } else {
@@ -494,8 +600,8 @@ async fn finish(
         again => again,
     };
     match again {
-        Ok(value) if error.is_connection_refusal() => Ok((value, None)),
-        Ok(value) => Ok((value, Some(error))),
+        Ok(sent) if error.is_connection_refusal() => Ok((sent, None)),
+        Ok(sent) => Ok((sent, Some(error))),
         Err(_) => Err(error),
     }
 }
@@ -504,7 +610,7 @@ async fn finish(
 async fn reload_and_send(
     invocation: &Evalsha<'_>,
     conn: &mut ConnectionManager,
-) -> redis::RedisResult<Value> {
+) -> redis::RedisResult<Sent> {
     invocation.load(conn).await?;
     invocation.send(conn).await
 }

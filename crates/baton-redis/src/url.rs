@@ -224,7 +224,10 @@ mod tests {
         rejected("redis://h/1/2", "is not a number");
         rejected("redis://u:hunter2@h/0#insecure", "has a fragment");
         rejected("redis://u:hunter2@h?db=1", "unknown redis:// option \"db\"");
-        rejected("redis://h?db=1", "connect_timeout and response_timeout");
+        rejected(
+            "redis://h?db=1",
+            "connect_timeout, response_timeout and min_replicas",
+        );
         rejected("redis://h?connect_timeout", "has no value");
         rejected("redis://h?connect_timeout=5", "duration \"5\"");
         rejected(

@@ -3,10 +3,13 @@
 //! promoted. Fences must never repeat or go backwards across the promotion, and with
 //! `min_replicas` a grant is acknowledged only once a replica has it.
 
+mod common;
+
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release};
-use baton_core::{Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
+use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::telemetry::events;
+use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_redis::RedisStore;
 use baton_testkit::redis::{RedisOptions as ServerOptions, RedisServer};
 
@@ -77,4 +80,97 @@ async fn fences_never_repeat_after_a_lagging_replica_is_promoted() {
         "fences repeated or went back across the promotion: before {before:?}, after {after:?}"
     );
     assert!(after.windows(2).all(|w| w[0] < w[1]), "{after:?}");
+}
+
+/// `min_replicas=1`: an acknowledged grant is on the replica, so a replica promoted after
+/// the primary is killed still has it, and nobody else is granted the key there.
+#[tokio::test]
+async fn with_min_replicas_an_acknowledged_grant_survives_the_promotion() {
+    let (primary, replica) = pair().await;
+    let url = format!("{}?min_replicas=1&response_timeout=1s", primary.url());
+    let store = RedisStore::connect(&url).await.unwrap();
+    assert_eq!(store.options().get_min_replicas(), 1);
+    let key = key("replicated");
+    let holder = Holder::random();
+    let fence = match store.claim(&key, &holder, ttl(), "").await.unwrap() {
+        Claim::Granted { fence } => fence,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    assert_eq!(
+        store.renew(&key, &holder, ttl()).await.unwrap(),
+        Renew::Renewed
+    );
+    // No WAIT of the test's own: the store's acknowledgement alone says the replica has it.
+    replica.cut_off_replication().unwrap();
+    drop(store);
+    primary.kill();
+    replica.promote().unwrap();
+    let promoted = RedisStore::connect(&replica.url()).await.unwrap();
+    let info = promoted
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("the grant survived");
+    assert_eq!((info.holder, info.fence), (holder.clone(), fence));
+    match promoted
+        .claim(&key, &Holder::random(), ttl(), "")
+        .await
+        .unwrap()
+    {
+        Claim::Held { holder: by, .. } => assert_eq!(by, holder),
+        other => panic!("a second holder across the failover: {other:?}"),
+    }
+}
+
+/// `min_replicas=1` with the replica cut off: a claim is `Unavailable`, not granted, the
+/// grant it made on the primary is freed again, and the registered event names the server;
+/// a renewal and a release are `Unavailable` too.
+#[tokio::test]
+async fn with_min_replicas_an_unconfirmed_grant_is_unavailable_and_freed() {
+    let events = common::Events::capture();
+    let (primary, replica) = pair().await;
+    let url = format!("{}?min_replicas=1&response_timeout=400ms", primary.url());
+    let store = RedisStore::connect(&url).await.unwrap();
+    let plain = RedisStore::connect(&primary.url()).await.unwrap();
+    let key = key("unconfirmed");
+    let holder = Holder::random();
+    assert!(matches!(
+        store.claim(&key, &holder, ttl(), "").await.unwrap(),
+        Claim::Granted { .. }
+    ));
+
+    replica.cut_off_replication().unwrap();
+    let err = store.renew(&key, &holder, ttl()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("0 of the 1 replicas"), "{err}");
+    let err = store.release(&key, &holder).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(
+        plain.inspect(&key).await.unwrap(),
+        None,
+        "released on the primary"
+    );
+
+    let other = Holder::random();
+    let err = store.claim(&key, &other, ttl(), "").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let server = format!("127.0.0.1:{}", primary.port());
+    assert!(
+        events.count(events::REDIS_REPLICATION_UNCONFIRMED.key, &server) >= 3,
+        "{:?}",
+        events.all()
+    );
+    // The unconfirmed grant is freed: the key is free on the primary again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while plain.inspect(&key).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the unconfirmed grant was not freed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(
+        plain.claim(&key, &other, ttl(), "").await.unwrap(),
+        Claim::Granted { .. }
+    ));
 }

@@ -175,6 +175,9 @@ impl RedisServer {
         options: RedisOptions,
     ) -> io::Result<RedisServer> {
         let timeout = options.startup_timeout;
+        // The primary starts a full synchronization at once, not after the default 5 s
+        // wait for more replicas.
+        primary.command_ok(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"])?;
         let replica = RedisServer::start_with(options.args([
             "--replicaof".to_owned(),
             "127.0.0.1".to_owned(),
