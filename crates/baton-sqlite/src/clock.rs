@@ -45,6 +45,22 @@ pub fn now() -> i64 {
     0
 }
 
+/// The wall clock in microseconds since the Unix epoch (0 before it): the floor of every
+/// fence [`sql::GRANT`](crate::sql::GRANT) hands out.
+///
+/// Fences are the one thing the store takes from the wall clock, and only as a floor: a key
+/// whose row is gone with its file (deleted, replaced, restored from an old backup) starts
+/// again from the time, above every fence handed out before, as long as the host's wall
+/// clock has not stepped back since. A fence advances by one per grant otherwise, and grants
+/// of one key take more than a microsecond each, so it never runs ahead of this clock.
+/// Expiry never reads it.
+pub fn wall_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// Whether this platform has a monotonic clock that all processes share.
 pub(crate) const SUPPORTED: bool = cfg!(unix);
 

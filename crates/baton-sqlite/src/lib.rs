@@ -25,6 +25,7 @@ pub mod cache;
 pub mod clock;
 pub mod doctor;
 mod error;
+mod file;
 mod hubs;
 pub mod idempotency;
 pub mod limit;

@@ -12,7 +12,11 @@
 //! - **up to [`READERS`] reader connections** for inspect and list. In WAL mode readers
 //!   never wait for the writer.
 //!
-//! Connections are opened lazily and kept. A connection left inside a transaction by a
+//! Connections are opened lazily and kept while the path still names the file they are on:
+//! each operation compares the two first (one `stat`, see [`crate::file`]), closes the
+//! connections on a deleted or replaced file, and opens, checks and prepares the file now at
+//! the path, emitting `baton.sqlite.file_replaced`. A holder whose file was replaced so
+//! finds at its next renewal that it holds nothing. A connection left inside a transaction by a
 //! failure is dropped rather than reused. When the store is dropped, its connections are
 //! closed on a blocking thread (the last connection to a file checkpoints the log, which
 //! is disk I/O).
@@ -21,14 +25,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use baton_core::signals::ReleaseHub;
+use baton_core::telemetry::{self, events};
 use baton_core::{Error, Result};
 use rusqlite::Connection;
 use tokio::sync::Semaphore;
 
 use crate::busy;
 use crate::error::OpError;
+use crate::file::FileId;
 use crate::options::SqliteOptions;
-use crate::schema;
+use crate::schema::{self, Owner};
 
 /// Most reader connections one store opens.
 pub(crate) const READERS: usize = 2;
@@ -45,7 +51,7 @@ pub(crate) enum Role {
 #[derive(Debug)]
 struct Pool {
     permits: Arc<Semaphore>,
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<Pooled>>,
 }
 
 impl Pool {
@@ -56,10 +62,24 @@ impl Pool {
         }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Pooled>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// An idle connection on `current` (the file at the path now), and the connections on
+    /// a file that is no longer there, for the caller to close once it has a new one (while
+    /// they hold the old file open, its inode number cannot be given to a new file).
+    fn take(&self, current: Option<FileId>) -> (Option<Pooled>, Vec<Pooled>) {
+        let mut idle = self.idle();
+        let stale: Vec<_> = idle
+            .extract_if(.., |(_, file)| Some(*file) != current)
+            .collect();
+        (idle.pop(), stale)
+    }
 }
+
+/// A connection and the file it is on.
+type Pooled = (Connection, FileId);
 
 /// One open database file: its connections, options and release hub.
 #[derive(Debug)]
@@ -70,27 +90,55 @@ pub(crate) struct Database {
     pub(crate) options: SqliteOptions,
     /// The release hub shared by every store on this file in this process.
     pub(crate) hub: Arc<ReleaseHub>,
+    /// The file the store last opened and prepared at `path`.
+    file: Mutex<FileId>,
     writer: Pool,
     readers: Pool,
 }
 
 impl Database {
-    /// A database whose first writer connection is `writer` (already prepared).
+    /// A database whose first writer connection is `writer`, on `file` (already prepared).
     pub(crate) fn new(
         path: PathBuf,
         options: SqliteOptions,
         hub: Arc<ReleaseHub>,
-        writer: Connection,
+        (writer, file): Pooled,
     ) -> Self {
         let db = Database {
             path,
             options,
             hub,
+            file: Mutex::new(file),
             writer: Pool::new(1),
             readers: Pool::new(READERS),
         };
-        db.writer.idle().push(writer);
+        db.writer.idle().push((writer, file));
         db
+    }
+
+    /// Opens a connection to the file at the path. When that is not the file the store
+    /// prepared last (it was deleted or replaced), checks and prepares the new one first,
+    /// and says so.
+    fn connect(&self) -> Result<(Connection, FileId)> {
+        let opening = |e: OpError| e.into_error("opening a connection", &self.path);
+        let (conn, file, owner) = schema::connect(&self.path, &self.options).map_err(opening)?;
+        let mut prepared = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        // A new file is prepared whatever its inode number: the number of a file nobody
+        // holds open any more may be given to the next one.
+        if *prepared != file || owner == Owner::New {
+            schema::prepare(&conn).map_err(opening)?;
+            *prepared = file;
+            drop(prepared);
+            telemetry::emit(
+                &events::SQLITE_FILE_REPLACED,
+                None,
+                format_args!(
+                    "SQLite file {} is no longer the file this store opened (it was deleted, or another file was moved over it); the grants in the old file are gone, and the store uses the file now at the path",
+                    self.path.display()
+                ),
+            );
+        }
+        Ok((conn, file))
     }
 
     fn pool(&self, role: Role) -> &Pool {
@@ -125,15 +173,18 @@ impl Database {
             let _permit = permit;
             busy::within(db.options.get_busy_timeout(), || {
                 let pool = db.pool(role);
-                let taken = pool.idle().pop();
-                let conn = match taken {
-                    Some(conn) => conn,
-                    None => schema::connect(&db.path, &db.options)
-                        .map_err(|e| e.into_error("opening a connection", &db.path))?,
+                // One stat per operation: a connection on a file that is no longer at the
+                // path would renew grants nobody else can see (see `file`).
+                let current = FileId::of(&db.path).ok();
+                let (taken, stale) = pool.take(current);
+                let (conn, file) = match taken {
+                    Some(taken) => taken,
+                    None => db.connect()?,
                 };
+                drop(stale);
                 let result = op(&conn, &db);
                 if conn.is_autocommit() {
-                    pool.idle().push(conn);
+                    pool.idle().push((conn, file));
                 }
                 result.map_err(|e| e.into_error(what, &db.path))
             })

@@ -5,9 +5,10 @@
 //! transaction that first checks again whether another process created it meanwhile. The
 //! file header says whose file it is (`application_id`) and which schema version it holds
 //! (`user_version`): another application's database, or a schema from a newer baton, is
-//! refused with `Internal` and left untouched.
+//! refused with `Internal` and left untouched: the header is read before the first pragma
+//! that writes (the switch to WAL).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -15,18 +16,25 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use crate::busy;
 use crate::clock;
 use crate::error::OpError;
+use crate::file::FileId;
 use crate::options::SqliteOptions;
 use crate::sql;
 
-/// Opens one connection to `path`, runs [`sql::pragmas`] on it and installs the
-/// [`busy::handler`]. Call it inside [`busy::within`].
-pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, OpError> {
-    // No SQLITE_OPEN_URI: the path is a file name, never interpreted.
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags)?;
+/// Opens one connection to `path`, checks that the file is baton's (or new), runs
+/// [`sql::pragmas`] on it and installs the [`busy::handler`]; returns it with the identity
+/// of the file it is on. Call it inside [`busy::within`].
+///
+/// A file that belongs to another application is refused before anything in it is
+/// changed: the header is read before the pragmas switch the file to WAL.
+pub(crate) fn connect(
+    path: &Path,
+    options: &SqliteOptions,
+) -> Result<(Connection, FileId, Owner), OpError> {
+    let (conn, file) = open(path)?;
     conn.set_prepared_statement_cache_capacity(32);
+    // Same timeout, finer retries than SQLite's own handler (see busy).
+    conn.busy_handler(Some(busy::handler))?;
+    let owner = check_owner(&conn)?;
     let pragmas = sql::pragmas(options);
     // Switching a new file to WAL needs a moment of exclusive access; when another process
     // is doing the same, SQLite may answer busy without waiting. Retry within busy_timeout.
@@ -40,7 +48,7 @@ pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection
             Err(e) => return Err(e.into()),
         }
     }
-    // Same timeout, finer retries than SQLite's own handler (see busy).
+    // `PRAGMA busy_timeout` replaced the handler; put it back.
     conn.busy_handler(Some(busy::handler))?;
     let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -49,7 +57,105 @@ pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection
             path.display()
         ))));
     }
-    Ok(conn)
+    Ok((conn, file, owner))
+}
+
+/// Whose a file was when a connection opened it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// baton's: it has baton's `application_id`.
+    Baton,
+    /// Nobody's yet: no `application_id`, no tables (a new or empty file).
+    New,
+}
+
+/// How many times [`open`] tries when the file at the path changes while it opens it.
+const OPEN_ATTEMPTS: usize = 3;
+
+/// Opens `path` and says which file the connection is on: the path names the same file
+/// just before and just after the open, so the connection is on that file. (A new file is
+/// created by the first attempt and confirmed by the second.)
+fn open(path: &Path) -> Result<(Connection, FileId), OpError> {
+    // No SQLITE_OPEN_URI: the path is a file name, never interpreted.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    refuse_orphaned_log(path)?;
+    for _ in 0..OPEN_ATTEMPTS {
+        let before = FileId::of(path).ok();
+        let conn = Connection::open_with_flags(path, flags)?;
+        let after = FileId::of(path).map_err(|e| {
+            baton_core::Error::unavailable(format!(
+                "SQLite file {} disappeared while it was being opened",
+                path.display()
+            ))
+            .with_source(e)
+        })?;
+        if before == Some(after) {
+            return Ok((conn, after));
+        }
+    }
+    Err(OpError::Baton(baton_core::Error::unavailable(format!(
+        "SQLite file {} was replaced each time it was opened ({OPEN_ATTEMPTS} times); something is deleting or moving it",
+        path.display()
+    ))))
+}
+
+/// Refuses to create a file where the `-wal` or `-shm` file of a deleted one is left: SQLite
+/// would read the new file through the old log and index, and mix the two databases.
+///
+/// SQLite creates the main file before its `-wal` and `-shm` files and removes it never, so
+/// companions found while the main file is missing (checked again after them) are left
+/// from a database that someone deleted.
+fn refuse_orphaned_log(path: &Path) -> Result<(), OpError> {
+    if path.exists() {
+        return Ok(());
+    }
+    let orphans: Vec<PathBuf> = ["-wal", "-shm"]
+        .iter()
+        .map(|suffix| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        })
+        .filter(|companion| companion.exists())
+        .collect();
+    if orphans.is_empty() || path.exists() {
+        return Ok(());
+    }
+    let names: Vec<String> = orphans.iter().map(|o| o.display().to_string()).collect();
+    Err(OpError::Baton(baton_core::Error::unavailable(format!(
+        "SQLite file {} is missing, but {} of a deleted database {} still there; a new file would be read through them. Stop the processes that used the old file and remove {}, or restore the file together with them",
+        path.display(),
+        names.join(" and "),
+        if names.len() == 1 { "is" } else { "are" },
+        if names.len() == 1 { "it" } else { "them" },
+    ))))
+}
+
+/// Refuses a file that another application owns: one with another `application_id`, or
+/// without one but with tables. Reads only; a new (empty) file and baton's pass.
+fn check_owner(conn: &Connection) -> Result<Owner, OpError> {
+    // One statement, so one snapshot: another process creating the schema commits the
+    // tables and the header together.
+    let (application_id, version, tables): (i32, i32, i64) =
+        conn.query_row(sql::OWNER, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    match (application_id, version) {
+        (sql::APPLICATION_ID, _) => Ok(Owner::Baton),
+        (0, 0) if tables > 0 => Err(foreign_tables()),
+        (0, 0) => Ok(Owner::New),
+        _ => Err(refusal(application_id, version)),
+    }
+}
+
+fn tables(conn: &Connection) -> Result<i64, OpError> {
+    Ok(conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?)
+}
+
+fn foreign_tables() -> OpError {
+    OpError::Corrupt(
+        "the file is an SQLite database of another application (it has tables but no baton application_id); point baton at a new file".into(),
+    )
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -103,11 +209,8 @@ fn refusal(application_id: i32, version: i32) -> OpError {
 
 /// Creates the schema in a file that has none (inside the caller's transaction).
 fn create(conn: &Connection) -> Result<(), OpError> {
-    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
-    if tables > 0 {
-        return Err(OpError::Corrupt(
-            "the file is an SQLite database of another application (it has tables but no baton application_id); point baton at a new file".into(),
-        ));
+    if tables(conn)? > 0 {
+        return Err(foreign_tables());
     }
     conn.execute_batch(sql::SCHEMA)?;
     // The header pragmas take no bind parameters; both values are constants.
@@ -186,7 +289,7 @@ mod tests {
 
     fn fresh() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
-        let conn = connect(&dir.path().join("s.db"), &SqliteOptions::new()).unwrap();
+        let (conn, _, _) = connect(&dir.path().join("s.db"), &SqliteOptions::new()).unwrap();
         prepare(&conn).unwrap();
         (dir, conn)
     }

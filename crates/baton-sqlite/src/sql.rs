@@ -58,6 +58,14 @@ CREATE TRIGGER baton_grant_keeps_fence AFTER DELETE ON baton_grant BEGIN
 END;
 ";
 
+/// Whose file it is, read before anything is written: `application_id`, `user_version` and
+/// the number of tables and indexes, in one snapshot. A file with another `application_id`,
+/// or with none but with tables, belongs to another application and is refused untouched.
+pub const OWNER: &str = "\
+SELECT (SELECT application_id FROM pragma_application_id()),
+       (SELECT user_version FROM pragma_user_version()),
+       (SELECT count(*) FROM sqlite_schema)";
+
 /// Starts a write transaction, waiting up to `busy_timeout` for other writers.
 pub const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
 
@@ -70,13 +78,18 @@ pub const ROLLBACK: &str = "ROLLBACK";
 /// Claim, first step: grants `key` when it is new, free or expired, with the next fence, and
 /// returns that fence. Returns no row when the key is live (held by anyone, the caller too).
 ///
-/// Parameters: `?1` key, `?2` holder, `?3` now, `?4` ttl, `?5` reason.
+/// The next fence is one more than the key's last (or than `fence_floor` for a new row),
+/// and at least the wall clock in microseconds (`?6`, [`crate::clock::wall_micros`]): so a
+/// key whose row went with its file (deleted, replaced) starts again above every fence
+/// handed out for it before, as long as the wall clock has not stepped back.
+///
+/// Parameters: `?1` key, `?2` holder, `?3` now, `?4` ttl, `?5` reason, `?6` wall clock µs.
 pub const GRANT: &str = "\
 INSERT INTO baton_grant (key, holder, fence, expires_at, updated_at, reason)
-VALUES (?1, ?2, (SELECT value FROM baton_meta WHERE name = 'fence_floor') + 1, ?3 + ?4, ?3, ?5)
+VALUES (?1, ?2, max((SELECT value FROM baton_meta WHERE name = 'fence_floor') + 1, ?6), ?3 + ?4, ?3, ?5)
 ON CONFLICT (key) DO UPDATE SET
     holder     = excluded.holder,
-    fence      = fence + 1,
+    fence      = max(fence + 1, ?6),
     expires_at = excluded.expires_at,
     updated_at = excluded.updated_at,
     reason     = excluded.reason

@@ -191,7 +191,8 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
         })?;
     }
     let writer = busy::within(options.get_busy_timeout(), || {
-        schema::connect(&path, &options).and_then(|conn| schema::prepare(&conn).map(|()| conn))
+        schema::connect(&path, &options)
+            .and_then(|(conn, file, _)| schema::prepare(&conn).map(|()| (conn, file)))
     })
     .map_err(|e| e.into_error("opening the store", &path))?;
     let canonical = std::fs::canonicalize(&path).map_err(|e| {
@@ -264,7 +265,10 @@ fn claim(
         let now = clock::now();
         let granted: Option<i64> = conn
             .prepare_cached(sql::GRANT)?
-            .query_row(params![key, holder, now, ttl, reason], |r| r.get(0))
+            .query_row(
+                params![key, holder, now, ttl, reason, clock::wall_micros()],
+                |r| r.get(0),
+            )
             .optional()?;
         if let Some(raw) = granted {
             return Ok(Claim::Granted { fence: fence(raw)? });

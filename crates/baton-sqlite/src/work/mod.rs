@@ -144,7 +144,8 @@ mod tests {
 
     fn fresh() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
-        let conn = crate::schema::connect(&dir.path().join("w.db"), &SqliteOptions::new()).unwrap();
+        let (conn, _, _) =
+            crate::schema::connect(&dir.path().join("w.db"), &SqliteOptions::new()).unwrap();
         crate::schema::prepare(&conn).unwrap();
         (dir, conn)
     }

@@ -71,7 +71,10 @@ impl RawSqlite {
             .transaction(move |conn, key, now| {
                 conn.prepare_cached(sql::GRANT)
                     .and_then(|mut s| {
-                        s.query_row(params![key, claimant, now, ttl_nanos, ""], |r| r.get(0))
+                        s.query_row(
+                            params![key, claimant, now, ttl_nanos, "", clock::wall_micros()],
+                            |r| r.get(0),
+                        )
                     })
                     .expect("an uncontended grant")
             })
