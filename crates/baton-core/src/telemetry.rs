@@ -236,6 +236,15 @@ pub mod events {
             within: minutes(60),
         },
     };
+    /// A PostgreSQL store behind a transaction pooler has no LISTEN connection and polls.
+    pub const POSTGRES_LISTEN_UNAVAILABLE: Event = Event {
+        key: "baton.postgres.listen_unavailable",
+        level: Level::WARN,
+        help: "a PostgreSQL store opened with pooler=transaction and no listen_url cannot LISTEN (a transaction pooler does not keep a session), so its waiters re-check every poll_interval instead of waking at a release, and broadcast subscriptions are refused; emitted once per store when it connects; give listen_url= a direct connection to the server for push wake-ups, or listen=off to say polling is meant",
+        alarm: Alarm::Unmonitored {
+            why: "a deployment choice, reported once per store at connect; handoffs are slower, nothing is missed",
+        },
+    };
     /// The Redis server may evict keys, lock keys included.
     pub const REDIS_EVICTION_POLICY_UNSAFE: Event = Event {
         key: "baton.redis.eviction_policy_unsafe",
@@ -581,6 +590,7 @@ pub const REGISTRY: &[Event] = &[
     events::STORE_PUSH_RESTORED,
     events::STORE_CONNECTION_REPLACED,
     events::SQLITE_FILE_REPLACED,
+    events::POSTGRES_LISTEN_UNAVAILABLE,
     events::REDIS_EVICTION_POLICY_UNSAFE,
     events::REDIS_EVICTION_POLICY_UNKNOWN,
     events::REDIS_REPLICATION_UNCONFIRMED,

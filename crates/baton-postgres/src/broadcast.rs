@@ -25,8 +25,10 @@
 //!   with `gap_ms`). Messages notified in between are lost (at most once).
 //! - `subscribe` returns once the connection is listening, or fails with `Unavailable`
 //!   after `connect_timeout + response_timeout`.
-//! - A store opened with `listen=off` (behind a transaction-pooling proxy) cannot listen:
-//!   `Baton::broadcast` refuses it with `Unsupported`, and `subscribe` fails the same way.
+//! - A store opened with `listen=off`, or with `pooler=transaction` and no `listen_url`,
+//!   cannot listen: `Baton::broadcast` refuses it with `Unsupported`, and `subscribe` fails
+//!   the same way. With `listen_url` the connection goes there; messages are still sent
+//!   through the pool (a `NOTIFY` works through any pooler).
 
 use std::sync::Arc;
 
@@ -108,11 +110,15 @@ impl Hub {
         // Nobody sees `listening` before the first `LISTEN` worked: the hub exists only then.
         let (listening, watching) = watch::channel(true);
         let fanout = Arc::new(Fanout::new());
+        let Some(target) = &store.listen_target else {
+            return Err(no_listen());
+        };
         let task = ListenTask::start(Spec {
-            connect: (*store.db.pool.connect_options()).clone(),
+            connect: target.connect.clone(),
             pool: store.db.pool.clone(),
+            unnamed: store.db.unnamed(),
             options: store.db.options.clone(),
-            server: store.db.server.clone(),
+            server: target.redacted.clone(),
             application: APPLICATION,
             channel: CHANNEL,
             heartbeat_prefix: "baton_bheartbeat_",
@@ -132,7 +138,7 @@ impl Hub {
 
 fn no_listen() -> Error {
     Error::unsupported(
-        "this PostgreSQL store was opened with listen=off (for a transaction-pooling proxy), so it cannot receive broadcasts; open it with a direct connection, or use redis://",
+        "this PostgreSQL store has no LISTEN connection (listen=off, or pooler=transaction without listen_url), so it cannot receive broadcasts; give it listen_url= with a direct connection to the server, or use redis://",
     )
 }
 
@@ -158,7 +164,7 @@ impl BroadcastStore for PostgresStore {
                     sqlx::query(sql::NOTIFY)
                         .bind(CHANNEL)
                         .bind(&notification)
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                 },
                 // A publish retried after its connection broke may be delivered twice:
                 // subscribers drop the duplicate by its sequence number.
@@ -169,7 +175,7 @@ impl BroadcastStore for PostgresStore {
     }
 
     async fn subscribe(&self, channel: &StoreKey, capacity: usize) -> Result<RawSubscription> {
-        if !self.db.options.get_listen() {
+        if self.listen_target.is_none() {
             return Err(no_listen());
         }
         let hub = self

@@ -48,7 +48,7 @@ impl CacheStore for PostgresStore {
                 || {
                     sqlx::query_scalar(GET)
                         .bind(key.as_str())
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                 },
                 |_| true,
             )
@@ -65,7 +65,7 @@ impl CacheStore for PostgresStore {
                         .bind(key.as_str())
                         .bind(value.as_slice())
                         .bind(ttl_ms)
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                 },
                 |_| true,
             )
@@ -73,7 +73,7 @@ impl CacheStore for PostgresStore {
         static WRITES: AtomicU64 = AtomicU64::new(0);
         if WRITES.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             // Housekeeping: a failure costs nothing but a larger table.
-            let _ = sqlx::query(SWEEP).execute(&self.db.pool).await;
+            let _ = sqlx::query(SWEEP).execute(self.db.exec()).await;
         }
         Ok(())
     }
@@ -86,7 +86,7 @@ impl CacheStore for PostgresStore {
                 || {
                     sqlx::query_scalar(DELETE)
                         .bind(key.as_str())
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                 },
                 // A delete that ran and was retried finds nothing: the first answer is
                 // lost, and "nothing live" is reported.

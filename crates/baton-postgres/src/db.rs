@@ -1,5 +1,6 @@
 //! The pool and the one way every statement is run: within the call deadline, retried on a
-//! new connection when the pooled one had broken.
+//! new connection when the pooled one had broken, and behind a transaction pooler unnamed,
+//! in a transaction of its own ([`Exec`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,13 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use baton_core::telemetry::{self, events};
-use baton_core::{Result, prefix_upper_bound};
-use sqlx::postgres::{PgPoolOptions, PgRow};
-use sqlx::{Connection, PgPool};
+use baton_core::{Error, Result, prefix_upper_bound};
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
+use sqlx::postgres::{PgPoolOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo};
+use sqlx::{Connection, Either, Execute, Executor, PgPool, Postgres};
 use tokio::time::timeout;
 
-use crate::error::{is_broken_connection, sql_error, timed_out};
-use crate::options::PostgresOptions;
+use crate::error::{exhausted, is_broken_connection, sql_error, timed_out};
+use crate::options::{Pooler, PostgresOptions};
 use crate::url::Target;
 
 /// A store's pool, the server it talks to (redacted) and its options. Cheap to clone.
@@ -23,6 +27,124 @@ pub(crate) struct Db {
     pub(crate) server: String,
     pub(crate) options: PostgresOptions,
     abandoned: Arc<Abandoned>,
+}
+
+/// Where a statement of the store runs: [`Db::exec`].
+///
+/// On a direct connection (or a session pooler) it is the pool: each statement is prepared
+/// once per connection, named, cached, and run in one round trip. Behind a transaction
+/// pooler no session state may outlive a transaction, and the driver's statement cache is
+/// session state: a named statement prepared on one server connection is missing on the
+/// next, or exists there under another client's name (`prepared statement "sqlx_s_1"
+/// already exists`). And the driver prepares even an unnamed statement in a round trip of
+/// its own, ended by a `Sync` after which the pooler may hand the next message (the `Bind`)
+/// to another server connection. So there each statement runs unnamed (never cached)
+/// inside a transaction of its own, which keeps one server connection from `BEGIN` to
+/// `COMMIT`: four round trips instead of one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exec<'a> {
+    pool: &'a PgPool,
+    pooled: bool,
+}
+
+impl<'a> Exec<'a> {
+    /// The executor of `pool`'s statements; `unnamed` behind a transaction pooler.
+    pub(crate) fn new(pool: &'a PgPool, unnamed: bool) -> Self {
+        Exec {
+            pool,
+            pooled: unnamed,
+        }
+    }
+}
+
+/// A statement run unnamed: never prepared under a name, never cached.
+struct Unnamed<E>(E);
+
+impl<'q, E: Execute<'q, Postgres>> Execute<'q, Postgres> for Unnamed<E> {
+    fn sql(&self) -> &'q str {
+        self.0.sql()
+    }
+
+    fn statement(&self) -> Option<&PgStatement<'q>> {
+        None
+    }
+
+    fn take_arguments(
+        &mut self,
+    ) -> std::result::Result<Option<sqlx::postgres::PgArguments>, sqlx::error::BoxDynError> {
+        self.0.take_arguments()
+    }
+
+    fn persistent(&self) -> bool {
+        false
+    }
+}
+
+impl<'c> Executor<'c> for Exec<'c> {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, std::result::Result<Either<PgQueryResult, PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if !self.pooled {
+            return self.pool.fetch_many(query);
+        }
+        let pool = self.pool;
+        futures_util::stream::once(async move {
+            let mut tx = pool.begin().await?;
+            let all: Vec<_> = (&mut *tx).fetch_many(Unnamed(query)).try_collect().await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(futures_util::stream::iter(all.into_iter().map(Ok)))
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, std::result::Result<Option<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if !self.pooled {
+            return self.pool.fetch_optional(query);
+        }
+        let pool = self.pool;
+        Box::pin(async move {
+            let mut tx = pool.begin().await?;
+            let row = (&mut *tx).fetch_optional(Unnamed(query)).await?;
+            tx.commit().await?;
+            Ok(row)
+        })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, std::result::Result<PgStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.pool.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, std::result::Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.pool.describe(sql)
+    }
 }
 
 /// How long after a statement was abandoned the connections going back to the pool are
@@ -124,6 +246,40 @@ impl Db {
         }
     }
 
+    /// The executor of the store's statements: see [`Exec`].
+    pub(crate) fn exec(&self) -> Exec<'_> {
+        Exec::new(&self.pool, self.unnamed())
+    }
+
+    /// Whether statements must not be named or cached: behind a transaction pooler.
+    pub(crate) fn unnamed(&self) -> bool {
+        self.options.get_pooler() == Pooler::Transaction
+    }
+
+    /// `e` as the error of `what`, with the cause of a connection that could not be had
+    /// within `connect_timeout` found out where the pool cannot tell it: every connection
+    /// of the pool was busy ("connection pool exhausted"), or a new one failed, in which case
+    /// one more attempt, within `budget`, shows why ("server refused: too many
+    /// connections", "connection refused", ...).
+    pub(crate) async fn explain(&self, e: sqlx::Error, what: &str, budget: Duration) -> Error {
+        if !matches!(e, sqlx::Error::PoolTimedOut) {
+            return sql_error(e, what, &self.server);
+        }
+        let max = self.options.get_max_connections();
+        if self.pool.size() >= max && self.pool.num_idle() == 0 {
+            return exhausted(what, &self.server, max, self.options.get_connect_timeout());
+        }
+        let connect = self.pool.connect_options();
+        match timeout(budget, sqlx::PgConnection::connect_with(&connect)).await {
+            Ok(Err(cause)) => sql_error(cause, what, &self.server),
+            Ok(Ok(conn)) => {
+                let _ = timeout(budget, conn.close()).await;
+                sql_error(e, what, &self.server)
+            }
+            Err(_) => sql_error(e, what, &self.server),
+        }
+    }
+
     /// Runs `attempt` and returns its answer within `connect_timeout + response_timeout`.
     ///
     /// An attempt that failed because its connection was broken (the server restarted, the
@@ -143,6 +299,7 @@ impl Db {
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
         let deadline = self.options.call_deadline();
+        let started = Instant::now();
         let tries = self.options.get_max_connections() + 1;
         let attempts = async {
             let first = match attempt().await {
@@ -170,7 +327,10 @@ impl Db {
         }
         match answer {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(sql_error(e, &what(), &self.server)),
+            Ok(Err(e)) => {
+                let left = deadline.saturating_sub(started.elapsed());
+                Err(self.explain(e, &what(), left).await)
+            }
             Err(_) => Err(timed_out(&what(), &self.server, deadline)),
         }
     }
@@ -193,7 +353,7 @@ impl Db {
                     sqlx::query(statement)
                         .bind(prefix)
                         .bind(upper.as_deref())
-                        .fetch_all(&self.pool)
+                        .fetch_all(self.exec())
                 },
                 |_| true,
             )

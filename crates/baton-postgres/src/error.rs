@@ -30,6 +30,14 @@ pub(crate) fn timed_out(what: &str, server: &str, after: Duration) -> Error {
     ))
 }
 
+/// `what` found every connection of the store's pool busy for `waited`.
+pub(crate) fn exhausted(what: &str, server: &str, max: u32, waited: Duration) -> Error {
+    Error::unavailable(format!(
+        "{server}: {what} failed: connection pool exhausted: all {max} of the store's connections stayed busy for connect_timeout ({}); raise max_connections, or look for calls that hold connections",
+        format_duration(waited)
+    ))
+}
+
 /// The server answered with something the statements never return.
 pub(crate) fn unexpected(what: &str, server: &str, detail: impl fmt::Display) -> Error {
     Error::internal(format!("{server}: {what}: unexpected answer: {detail}"))
@@ -76,6 +84,10 @@ fn classify_code(code: &str) -> (ErrorKind, Why) {
         "25006" => (ErrorKind::Unavailable, Why::ReadOnly),
         "42501" => (ErrorKind::Unavailable, Why::Privilege),
         "3D000" => (ErrorKind::Unavailable, Why::NoDatabase),
+        "53300" => (ErrorKind::Unavailable, Why::TooManyConnections),
+        // A prepared statement that exists already, or is missing, on this server connection:
+        // only when connections are shared between clients.
+        "42P05" | "26000" => (ErrorKind::Unavailable, Why::SessionState),
         "40001" | "40P01" | "55P03" => (ErrorKind::Unavailable, Why::Conflict),
         _ if code.starts_with("08") => (ErrorKind::Unavailable, Why::Dropped),
         _ if code.starts_with("28") => (ErrorKind::Unavailable, Why::Denied),
@@ -103,6 +115,8 @@ enum Why {
     Conflict,
     Denied,
     Resources,
+    TooManyConnections,
+    SessionState,
     Value,
     Unexpected,
 }
@@ -131,8 +145,12 @@ impl fmt::Display for Why {
             Why::NoDatabase => "the database does not exist",
             Why::Conflict => "a transaction conflict (serialization failure or deadlock)",
             Why::Denied => "the server refused the credentials; check the user and password in the URL",
-            Why::Resources => {
-                "the server is out of resources (too many connections, memory or disk)"
+            Why::Resources => "the server is out of resources (memory or disk)",
+            Why::TooManyConnections => {
+                "server refused: too many connections (every connection slot of the server is taken; see its max_connections, and each client's pool size)"
+            }
+            Why::SessionState => {
+                "the server connection is shared with other clients (a transaction pooler such as PgBouncer in pool_mode=transaction): add pooler=transaction to the store URL"
             }
             Why::Value => "the table rejected a value",
             Why::Unexpected => "unexpected error",

@@ -10,7 +10,8 @@
 //! expiry and leases, read once per statement.
 //!
 //! The table is created when a store connects, if missing, under the migration lock (so
-//! replicas starting together do not race); it is not part of the versioned lease schema.
+//! replicas starting together do not race; see `crate::schema`); it is not part of the
+//! versioned lease schema.
 //! Expired rows are replaced by the next acquire of their key; every 128th acquire of a
 //! process also deletes up to 64 expired rows ([`SWEEP`]).
 
@@ -24,10 +25,9 @@ use baton_core::idempotency::store::{
 use baton_core::idempotency::{Outcome, Status};
 use baton_core::store::Renew;
 use baton_core::{Error, Holder, Result, StoreKey, Ttl};
+use sqlx::Row;
 use sqlx::postgres::PgRow;
-use sqlx::{Executor, PgPool, Row};
 
-use crate::sql;
 use crate::store::PostgresStore;
 
 /// The table and its expiry index. `updated_at` is the server time of the last write;
@@ -130,24 +130,6 @@ static ACQUIRES: AtomicU64 = AtomicU64::new(0);
 /// (expired and swept, or pruned, in between).
 const MAX_RERUNS: usize = 16;
 
-/// Creates the table when missing, under the migration lock. Called when a store connects.
-pub(crate) async fn ensure_schema(pool: &PgPool) -> Result<(), sqlx::Error> {
-    let exists: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
-        .bind("baton_idempotency")
-        .fetch_one(pool)
-        .await?;
-    if exists {
-        return Ok(());
-    }
-    let mut tx = pool.begin().await?;
-    sqlx::query(sql::LOCK_MIGRATION)
-        .bind(sql::MIGRATION_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    (&mut *tx).execute(SCHEMA).await?;
-    tx.commit().await
-}
-
 fn parse(row: &PgRow) -> Result<(StoredRecord, Option<Status>), sqlx::Error> {
     let status = status_of(&row.try_get::<String, _>("status")?)?;
     let previous = row
@@ -202,7 +184,7 @@ impl PostgresStore {
                 || "pruning idempotency records".to_owned(),
                 || async {
                     Ok(sqlx::query(PRUNE)
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected())
                 },
@@ -229,7 +211,7 @@ impl PostgresStore {
                         .bind(request.ttl.as_millis() as i64)
                         .bind(request.lease.as_millis() as i64)
                         .bind(request.retry_failed)
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                         .await?;
                     row.as_ref().map(parse).transpose()
                 },
@@ -258,7 +240,7 @@ impl PostgresStore {
                 || async {
                     let row = sqlx::query(CURRENT)
                         .bind(key.as_str())
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                         .await?;
                     row.as_ref().map(parse).transpose()
                 },
@@ -273,7 +255,7 @@ impl IdempotencyStore for PostgresStore {
     async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
         if ACQUIRES.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             // Best effort: a failed sweep leaves the rows for the next one.
-            let _ = sqlx::query(SWEEP).execute(&self.db.pool).await;
+            let _ = sqlx::query(SWEEP).execute(self.db.exec()).await;
         }
         for _ in 0..MAX_RERUNS {
             if let Some(answer) = self.acquire_once(key, request).await? {
@@ -296,7 +278,7 @@ impl IdempotencyStore for PostgresStore {
                         .bind(key.as_str())
                         .bind(owner.as_str())
                         .bind(lease.as_millis() as i64)
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected())
                 },
@@ -327,7 +309,7 @@ impl IdempotencyStore for PostgresStore {
                         .bind(owner.as_str())
                         .bind(outcome.status().as_str())
                         .bind(metadata)
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                         .await?;
                     row.as_ref().map(parse).transpose()
                 },

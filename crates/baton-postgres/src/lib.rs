@@ -45,7 +45,7 @@ pub mod work;
 
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_POLL_INTERVAL,
-    DEFAULT_RESPONSE_TIMEOUT, PostgresOptions,
+    DEFAULT_RESPONSE_TIMEOUT, Pooler, PostgresOptions,
 };
 pub use store::PostgresStore;
 pub use table::{TableLeaseColumns, TableLeases, TableStatements};

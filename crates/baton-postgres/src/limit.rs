@@ -7,7 +7,7 @@
 //!
 //! ## Objects
 //! Created when a store connects if missing (idempotent, under the schema's migration lock,
-//! so replicas starting together do not race; see `ensure_schema` in this module):
+//! so replicas starting together do not race; see `crate::schema`):
 //!
 //! - `baton_limit (key, ends, units, forget_at)`: one row per key; `ends` and `units` are
 //!   the log's entries, oldest first (slot ends in microseconds since the Unix epoch, on the
@@ -29,12 +29,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_core::limit::window::resolution;
 use baton_core::{Decision, Quota, RateStore, Result, StoreKey};
-use sqlx::{Connection, Executor, Row};
-use tokio::time::timeout;
+use sqlx::Row;
 
-use crate::db::Db;
-use crate::error::{sql_error, timed_out, unexpected};
-use crate::sql;
+use crate::error::{sql_error, unexpected};
 use crate::store::PostgresStore;
 
 /// The rate-limit and cache objects, created in one transaction under
@@ -153,38 +150,6 @@ WHERE forget_at <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 /// How many decisions pass between runs of [`FORGET`] (per process).
 const FORGET_EVERY: u64 = 4096;
 
-/// Creates the rate-limit and cache objects if any is missing: a read when they exist,
-/// otherwise one transaction under the migration lock.
-///
-/// # Errors
-/// `Unavailable` when the server cannot be reached or the user may not create them.
-pub(crate) async fn ensure_schema(db: &Db) -> Result<()> {
-    let what = "preparing the rate-limit and cache tables";
-    let deadline = db.options.call_deadline();
-    let preparing = async {
-        let mut conn = db.pool.acquire().await?;
-        let exist: bool = sqlx::query_scalar(OBJECTS_EXIST)
-            .fetch_one(&mut *conn)
-            .await?;
-        if exist {
-            return Ok(());
-        }
-        let mut tx = conn.begin().await?;
-        sqlx::query(sql::LOCK_MIGRATION)
-            .bind(sql::MIGRATION_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        (&mut *tx).execute(SCHEMA).await?;
-        (&mut *tx).execute(STEP_FUNCTION).await?;
-        tx.commit().await
-    };
-    match timeout(deadline, preparing).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(sql_error(e, what, &db.server)),
-        Err(_) => Err(timed_out(what, &db.server, deadline)),
-    }
-}
-
 #[async_trait]
 impl RateStore for PostgresStore {
     async fn admit(&self, key: &StoreKey, cost: u32, quota: Quota) -> Result<Decision> {
@@ -201,7 +166,7 @@ impl RateStore for PostgresStore {
                         .bind(i64::from(quota.max()))
                         .bind(window as i64)
                         .bind(resolution(window) as i64)
-                        .fetch_one(&self.db.pool)
+                        .fetch_one(self.db.exec())
                 },
                 // A step that ran and was retried counted its units twice: stricter.
                 |_| true,
@@ -233,7 +198,7 @@ impl RateStore for PostgresStore {
         static DECISIONS: AtomicU64 = AtomicU64::new(0);
         if DECISIONS.fetch_add(1, Ordering::Relaxed) % FORGET_EVERY == FORGET_EVERY - 1 {
             // Housekeeping: a failure costs nothing but a larger table.
-            let _ = sqlx::query(FORGET).execute(&self.db.pool).await;
+            let _ = sqlx::query(FORGET).execute(self.db.exec()).await;
         }
         Ok(decision)
     }

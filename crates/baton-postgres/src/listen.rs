@@ -64,6 +64,7 @@ impl Listener {
     pub(crate) async fn start(
         connect: PgConnectOptions,
         pool: PgPool,
+        unnamed: bool,
         hub: Arc<ReleaseHub>,
         options: PostgresOptions,
         server: String,
@@ -75,6 +76,7 @@ impl Listener {
         let task = ListenTask::start(Spec {
             connect,
             pool,
+            unnamed,
             options,
             server,
             application: LISTENER_APPLICATION,

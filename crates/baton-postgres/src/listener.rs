@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
+use crate::db::Exec;
 use crate::error::{sql_error, timed_out};
 use crate::listen::HEARTBEAT_EVERY;
 use crate::options::PostgresOptions;
@@ -55,6 +56,9 @@ pub(crate) struct Spec<S> {
     pub(crate) connect: PgConnectOptions,
     /// The store's pool, which sends the heartbeats.
     pub(crate) pool: PgPool,
+    /// Whether the pool's statements must run unnamed, in a transaction of their own
+    /// ([`Db::unnamed`](crate::db::Db::unnamed)).
+    pub(crate) unnamed: bool,
     /// The store's options: the connect timeout and the deadline of each call.
     pub(crate) options: PostgresOptions,
     /// The server, as errors and events name it.
@@ -91,6 +95,7 @@ impl ListenTask {
             connect: spec.connect.application_name(spec.application),
             heartbeat_channel: format!("{}{:016x}", spec.heartbeat_prefix, rand::random::<u64>()),
             pool: spec.pool,
+            unnamed: spec.unnamed,
             options: spec.options,
             server: spec.server,
             application: spec.application,
@@ -106,6 +111,7 @@ struct Source<S> {
     connect: PgConnectOptions,
     heartbeat_channel: String,
     pool: PgPool,
+    unnamed: bool,
     options: PostgresOptions,
     server: String,
     application: &'static str,
@@ -186,7 +192,7 @@ impl<S: Sink> Source<S> {
                         sqlx::query(sql::NOTIFY)
                             .bind(&self.heartbeat_channel)
                             .bind(&beat)
-                            .execute(&self.pool),
+                            .execute(Exec::new(&self.pool, self.unnamed)),
                     )
                     .await;
                     match sent {

@@ -2,7 +2,7 @@
 //!
 //! Start from [`PostgresOptions::new`] (the defaults suit most uses) and change what you
 //! need; the same options can be given in a `postgres://` URL's query
-//! (`?connect_timeout=5s&response_timeout=2s&max_connections=10&listen=on&poll_interval=200ms&durable_grants=on`),
+//! (`?connect_timeout=5s&response_timeout=2s&max_connections=10&listen=on&poll_interval=200ms&durable_grants=on&pooler=transaction&listen_url=...`),
 //! beside the connection parameters PostgreSQL itself knows (`sslmode`, `application_name`,
 //! ...). Values are checked when the store is opened, before any I/O.
 
@@ -27,8 +27,45 @@ const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
 const MAX_CONNECTIONS_LIMIT: u32 = 1000;
 
 /// The option names a URL query may hold besides PostgreSQL's own, for error messages.
-pub(crate) const KNOWN_OPTIONS: &str =
-    "connect_timeout, response_timeout, max_connections, listen, poll_interval and durable_grants";
+pub(crate) const KNOWN_OPTIONS: &str = "connect_timeout, response_timeout, max_connections, listen, poll_interval, durable_grants, pooler and listen_url";
+
+/// What stands between the store and the database server, as far as the store must know.
+///
+/// Set it with [`PostgresOptions::pooler`] or `pooler=` in the URL (`none`, `session`,
+/// `transaction`). `baton doctor` tells which one a URL leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Pooler {
+    /// A direct connection, or a proxy that gives each client a server connection of its own
+    /// for the whole session (PgBouncer `pool_mode = session`): the default. Statements are
+    /// prepared once per connection and cached.
+    #[default]
+    None,
+    /// A pooler that keeps one server connection per client session (PgBouncer
+    /// `pool_mode = session`). The store behaves as with [`Pooler::None`]; the name only
+    /// records the deployment.
+    Session,
+    /// A pooler that hands a server connection to a client for one transaction only
+    /// (PgBouncer `pool_mode = transaction`, PgCat, Supavisor in transaction mode): no
+    /// session state survives between transactions, so every statement runs unnamed
+    /// (never cached) inside a transaction of its own (`BEGIN`, the statement, `COMMIT`),
+    /// and `LISTEN` goes to [`listen_url`](PostgresOptions::listen_url) or is replaced by
+    /// polling. See `docs/postgres.md`, "Poolers", for what it costs.
+    Transaction,
+}
+
+impl Pooler {
+    fn parse(value: &str) -> Result<Self> {
+        match value.to_ascii_lowercase().as_str() {
+            "none" | "off" => Ok(Pooler::None),
+            "session" => Ok(Pooler::Session),
+            "transaction" => Ok(Pooler::Transaction),
+            _ => Err(Error::invalid_input(format!(
+                "pooler={value:?} is not one of none, session, transaction"
+            ))),
+        }
+    }
+}
 
 /// Options of a PostgreSQL store. Every value has a default; see each setter.
 ///
@@ -43,7 +80,7 @@ pub(crate) const KNOWN_OPTIONS: &str =
 /// assert_eq!(options.get_connect_timeout(), Duration::from_secs(5));
 /// assert!(options.get_listen());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[must_use = "options do nothing until passed to PostgresStore::open"]
 pub struct PostgresOptions {
     connect_timeout: Duration,
@@ -52,6 +89,26 @@ pub struct PostgresOptions {
     listen: bool,
     poll_interval: Duration,
     durable_grants: bool,
+    pooler: Pooler,
+    listen_url: Option<String>,
+}
+
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("listen", &self.listen)
+            .field("poll_interval", &self.poll_interval)
+            .field("durable_grants", &self.durable_grants)
+            .field("pooler", &self.pooler)
+            .field(
+                "listen_url",
+                &self.listen_url.as_deref().map(baton_core::redact_url),
+            )
+            .finish()
+    }
 }
 
 impl Default for PostgresOptions {
@@ -63,6 +120,8 @@ impl Default for PostgresOptions {
             listen: true,
             poll_interval: DEFAULT_POLL_INTERVAL,
             durable_grants: true,
+            pooler: Pooler::None,
+            listen_url: None,
         }
     }
 }
@@ -91,17 +150,21 @@ impl PostgresOptions {
         self
     }
 
-    /// The most connections the store's pool opens (default 10; 1 to 1000). The listener
-    /// uses one more connection of its own.
+    /// The most connections the store's pool opens (default 10; 1 to 1000). The LISTEN
+    /// connection, when there is one, is one more of its own. A call that finds every
+    /// connection busy waits up to `connect_timeout` for one, then fails with `Unavailable`
+    /// ("connection pool exhausted"). `baton doctor` compares it with the server's
+    /// `max_connections`; the `baton` CLI opens its store with 1.
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self
     }
 
-    /// Whether the store keeps a connection that `LISTEN`s for releases (default on). Turn
-    /// it off where `LISTEN` cannot work, such as behind a transaction-pooling proxy
-    /// (PgBouncer in `pool_mode = transaction`): waiters then re-check every
-    /// [`poll_interval`](Self::poll_interval) instead of waking at a release.
+    /// Whether the store keeps a connection that `LISTEN`s for releases (default on). Off,
+    /// waiters re-check every [`poll_interval`](Self::poll_interval) instead of waking at a
+    /// release. Behind a transaction pooler ([`Pooler::Transaction`]) `LISTEN` goes to
+    /// [`listen_url`](Self::listen_url); without one the store polls, and says so once with
+    /// `baton.postgres.listen_unavailable` unless `listen` is off.
     pub fn listen(mut self, listen: bool) -> Self {
         self.listen = listen;
         self
@@ -138,6 +201,36 @@ impl PostgresOptions {
     pub fn durable_grants(mut self, durable: bool) -> Self {
         self.durable_grants = durable;
         self
+    }
+
+    /// What stands between the store and the server (default [`Pooler::None`]). With
+    /// [`Pooler::Transaction`] nothing depends on session state: every statement runs
+    /// unnamed inside a transaction of its own, which costs three more round trips per call
+    /// (see `docs/postgres.md`, "Poolers").
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
+    /// A `postgres://` URL for the LISTEN connection only, e.g. straight to the server behind
+    /// a transaction pooler, where `LISTEN` cannot work (default none: LISTEN goes to the
+    /// store's own URL). It may carry PostgreSQL's parameters but not baton's options, and
+    /// no password (so that no message shows one): without a user it takes the user and
+    /// password of the store's URL; otherwise the password comes from `PGPASSWORD` or
+    /// `~/.pgpass`. In a store URL, percent-encode it: `listen_url=postgres%3A%2F%2Fdb%3A5432%2Fapp`.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
+    /// The pooler.
+    pub fn get_pooler(&self) -> Pooler {
+        self.pooler
+    }
+
+    /// The LISTEN URL, if one was given.
+    pub fn get_listen_url(&self) -> Option<&str> {
+        self.listen_url.as_deref()
     }
 
     /// The connect timeout.
@@ -188,6 +281,8 @@ impl PostgresOptions {
             },
             "listen" => parse_switch(name, value).map(|on| self.listen(on)),
             "durable_grants" => parse_switch(name, value).map(|on| self.durable_grants(on)),
+            "pooler" => Pooler::parse(value).map(|p| self.pooler(p)),
+            "listen_url" => Ok(self.listen_url(value)),
             "poll_interval" => parse_duration(value)
                 .map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))
                 .map(|t| self.poll_interval(t)),
@@ -281,6 +376,11 @@ mod tests {
         let options = set(options, "max_connections", "3").unwrap();
         let options = set(options, "listen", "off").unwrap();
         let options = set(options, "poll_interval", "50ms").unwrap();
+        assert_eq!(options.get_pooler(), Pooler::None);
+        let options = set(options, "pooler", "Transaction").unwrap();
+        assert_eq!(options.get_pooler(), Pooler::Transaction);
+        let options = set(options, "listen_url", "postgres://db:5432/app").unwrap();
+        assert_eq!(options.get_listen_url(), Some("postgres://db:5432/app"));
         assert!(options.get_durable_grants(), "durable by default");
         let options = set(options, "durable_grants", "OFF").unwrap();
         assert!(!options.get_durable_grants());
@@ -301,6 +401,8 @@ mod tests {
         assert!(e.message().contains("response_timeout"), "{e}");
         let e = set(PostgresOptions::new(), "listen", "maybe").unwrap_err();
         assert!(e.message().contains("listen"), "{e}");
+        let e = set(PostgresOptions::new(), "pooler", "statement").unwrap_err();
+        assert!(e.message().contains("pooler=\"statement\""), "{e}");
         let e = set(PostgresOptions::new(), "durable_grants", "sometimes").unwrap_err();
         assert!(e.message().contains("durable_grants=\"sometimes\""), "{e}");
         let e = set(PostgresOptions::new(), "max_connections", "-1").unwrap_err();

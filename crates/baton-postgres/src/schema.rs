@@ -9,6 +9,17 @@
 //! find it done. A schema from a newer baton is refused with `Internal` and left untouched;
 //! so is a `baton_lease` table that no baton created.
 //!
+//! Every statement here runs unnamed inside that one transaction, which keeps one server
+//! connection from `BEGIN` to `COMMIT`, so connecting is as safe behind a transaction pooler
+//! as directly. The wait for the migration lock is bounded by `lock_timeout`, set for the
+//! transaction to what is left of the connect deadline: a session that holds the lock
+//! longer makes connect fail with `Unavailable` ("schema migration lock held by another
+//! session") in time, and the server gives up the wait too.
+//!
+//! The idempotency table ([`crate::idempotency::SCHEMA`]) and the rate-limit and cache
+//! objects ([`crate::limit::SCHEMA`], [`crate::limit::STEP_FUNCTION`]) are not versioned:
+//! they are created if missing, in the same transaction.
+//!
 //! Two version tracks are kept, each in a one-row table of its own and each migrated the
 //! same way, in the same transaction: the lease schema (`baton_schema`,
 //! [`sql::SCHEMA_VERSION`]) and the claimable-work tables (`baton_work_schema`,
@@ -17,7 +28,9 @@
 //! does; a database that has the lease schema but no work tables gets them at the next
 //! connect.
 
-use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, Transaction};
+use std::time::Duration;
+
+use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
 
 use crate::sql;
 use crate::work::sql as work_sql;
@@ -29,6 +42,8 @@ pub(crate) enum SchemaError {
     Sql(sqlx::Error),
     /// The database holds something this build must not touch; the message says what.
     Refused(String),
+    /// Another session held the migration lock for all of `lock_wait`.
+    LockHeld,
 }
 
 impl From<sqlx::Error> for SchemaError {
@@ -37,21 +52,33 @@ impl From<sqlx::Error> for SchemaError {
     }
 }
 
-/// Makes sure the schema exists at [`sql::SCHEMA_VERSION`] and the work tables at
-/// [`work::sql::SCHEMA_VERSION`](crate::work::sql::SCHEMA_VERSION).
-pub(crate) async fn prepare(pool: &PgPool) -> Result<(), SchemaError> {
-    let mut conn = pool.acquire().await?;
-    if current_version(&mut conn).await? == Some(sql::SCHEMA_VERSION)
-        && work_version(&mut conn).await? == Some(work_sql::SCHEMA_VERSION)
-    {
+/// Makes sure the schema exists at [`sql::SCHEMA_VERSION`], the work tables at
+/// [`work::sql::SCHEMA_VERSION`](crate::work::sql::SCHEMA_VERSION), and the idempotency,
+/// rate-limit and cache objects, waiting at most `lock_wait` for the migration lock.
+pub(crate) async fn prepare(pool: &PgPool, lock_wait: Duration) -> Result<(), SchemaError> {
+    let mut tx = pool.begin().await?;
+    if up_to_date(&mut tx).await? {
+        tx.commit().await?;
         return Ok(());
     }
-    let mut tx = conn.begin().await?;
-    // Not `sqlx::raw_sql`: its executor bound keeps callers' futures from being `Send`.
-    sqlx::query(sql::LOCK_MIGRATION)
-        .bind(sql::MIGRATION_LOCK)
+    // `SET LOCAL` takes no parameters; `set_config(..., true)` is its form that does.
+    let millis = lock_wait.as_millis().max(1).to_string();
+    sqlx::query(sql::SET_LOCK_TIMEOUT)
+        .bind(millis)
+        .persistent(false)
         .execute(&mut *tx)
         .await?;
+    let locked = sqlx::query(sql::LOCK_MIGRATION)
+        .bind(sql::MIGRATION_LOCK)
+        .persistent(false)
+        .execute(&mut *tx)
+        .await;
+    match locked {
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+            return Err(SchemaError::LockHeld);
+        }
+        other => other?,
+    };
     match current_version(&mut tx).await? {
         None => create(&mut tx).await?,
         Some(version) => migrate(&mut tx, version).await?,
@@ -60,20 +87,41 @@ pub(crate) async fn prepare(pool: &PgPool) -> Result<(), SchemaError> {
         None => create_work(&mut tx).await?,
         Some(version) => migrate_work(&mut tx, version).await?,
     }
+    // Not `sqlx::raw_sql`: its executor bound keeps callers' futures from being `Send`.
+    (&mut *tx).execute(crate::idempotency::SCHEMA).await?;
+    (&mut *tx).execute(crate::limit::SCHEMA).await?;
+    (&mut *tx).execute(crate::limit::STEP_FUNCTION).await?;
     tx.commit().await?;
     Ok(())
 }
 
+/// Whether every object exists at this build's version (then nothing is locked or written).
+async fn up_to_date(conn: &mut PgConnection) -> Result<bool, SchemaError> {
+    Ok(current_version(conn).await? == Some(sql::SCHEMA_VERSION)
+        && work_version(conn).await? == Some(work_sql::SCHEMA_VERSION)
+        && relation_exists(conn, "baton_idempotency").await?
+        && sqlx::query_scalar::<_, bool>(crate::limit::OBJECTS_EXIST)
+            .persistent(false)
+            .fetch_one(&mut *conn)
+            .await?)
+}
+
+async fn relation_exists(conn: &mut PgConnection, name: &str) -> Result<bool, SchemaError> {
+    Ok(sqlx::query_scalar(sql::RELATION_EXISTS)
+        .bind(name)
+        .persistent(false)
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
 /// The recorded version, `None` when there is no schema.
 async fn current_version(conn: &mut PgConnection) -> Result<Option<i32>, SchemaError> {
-    let exists: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
-        .bind("baton_schema")
-        .fetch_one(&mut *conn)
-        .await?;
+    let exists = relation_exists(conn, "baton_schema").await?;
     if !exists {
         return Ok(None);
     }
     let version: Option<i32> = sqlx::query_scalar(sql::SCHEMA_VERSION_OF)
+        .persistent(false)
         .fetch_optional(&mut *conn)
         .await?;
     match version {
@@ -85,10 +133,7 @@ async fn current_version(conn: &mut PgConnection) -> Result<Option<i32>, SchemaE
 }
 
 async fn create(tx: &mut Transaction<'_, Postgres>) -> Result<(), SchemaError> {
-    let stray: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
-        .bind("baton_lease")
-        .fetch_one(&mut **tx)
-        .await?;
+    let stray = relation_exists(tx, "baton_lease").await?;
     if stray {
         return Err(SchemaError::Refused(
             "a baton_lease table exists without baton_schema; it was not created by baton, so baton will not use or change it (point the store at another schema with ?options=-csearch_path%3D<schema>)".into(),
@@ -116,6 +161,7 @@ async fn migrate(tx: &mut Transaction<'_, Postgres>, version: i32) -> Result<(),
         (&mut **tx).execute(step).await?;
         sqlx::query(sql::SET_SCHEMA_VERSION)
             .bind(to)
+            .persistent(false)
             .execute(&mut **tx)
             .await?;
     }
@@ -124,14 +170,12 @@ async fn migrate(tx: &mut Transaction<'_, Postgres>, version: i32) -> Result<(),
 
 /// The recorded work-schema version, `None` when there are no work tables.
 async fn work_version(conn: &mut PgConnection) -> Result<Option<i32>, SchemaError> {
-    let exists: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
-        .bind("baton_work_schema")
-        .fetch_one(&mut *conn)
-        .await?;
+    let exists = relation_exists(conn, "baton_work_schema").await?;
     if !exists {
         return Ok(None);
     }
     let version: Option<i32> = sqlx::query_scalar(work_sql::SCHEMA_VERSION_OF)
+        .persistent(false)
         .fetch_optional(&mut *conn)
         .await?;
     match version {
@@ -149,10 +193,7 @@ async fn create_work(tx: &mut Transaction<'_, Postgres>) -> Result<(), SchemaErr
         "baton_work_schedule",
         "baton_work_migration",
     ] {
-        let stray: bool = sqlx::query_scalar(sql::RELATION_EXISTS)
-            .bind(table)
-            .fetch_one(&mut **tx)
-            .await?;
+        let stray = relation_exists(tx, table).await?;
         if stray {
             return Err(SchemaError::Refused(format!(
                 "a {table} table exists without baton_work_schema; it was not created by baton, so baton will not use or change it (point the store at another schema with ?options=-csearch_path%3D<schema>)"
@@ -182,6 +223,7 @@ async fn migrate_work(tx: &mut Transaction<'_, Postgres>, version: i32) -> Resul
         (&mut **tx).execute(step).await?;
         sqlx::query(work_sql::SET_SCHEMA_VERSION)
             .bind(to)
+            .persistent(false)
             .execute(&mut **tx)
             .await?;
     }

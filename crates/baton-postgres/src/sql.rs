@@ -120,6 +120,11 @@ pub const SET_SCHEMA_VERSION: &str = "UPDATE baton_schema SET version = $1";
 /// [`MIGRATION_LOCK`].
 pub const LOCK_MIGRATION: &str = "SELECT pg_advisory_xact_lock($1)";
 
+/// Bounds every lock wait of the current transaction: `$1` milliseconds, as text (the
+/// parameterised form of `SET LOCAL lock_timeout`). A wait that outlasts it fails with
+/// SQLSTATE `55P03`.
+pub const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, true)";
+
 /// Claim, in one statement: grants `key` when it is new, free or expired, with a new fence;
 /// extends it, keeping the fence, when `holder` holds it; otherwise changes nothing and
 /// returns the live holder.

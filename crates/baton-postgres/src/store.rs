@@ -3,11 +3,13 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
 use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::telemetry::{self, events};
+use baton_core::time::format_duration;
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl, prefix_upper_bound};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -16,7 +18,7 @@ use tokio::time::timeout;
 use crate::db::Db;
 use crate::error::{sql_error, timed_out, unexpected};
 use crate::listen::Listener;
-use crate::options::PostgresOptions;
+use crate::options::{Pooler, PostgresOptions};
 use crate::schema::{self, SchemaError};
 use crate::sql;
 use crate::url::{self, Target};
@@ -82,6 +84,9 @@ pub struct PostgresStore {
     pub(crate) db: Db,
     hub: Arc<ReleaseHub>,
     listener: Option<Listener>,
+    /// Where LISTEN connections go: the store's server, its `listen_url`, or nowhere (listen
+    /// off, or a transaction pooler without `listen_url`).
+    pub(crate) listen_target: Option<Target>,
     /// The broadcast LISTEN connection, started by the first subscription.
     pub(crate) broadcast: crate::broadcast::HubCell,
 }
@@ -134,48 +139,91 @@ impl PostgresStore {
     }
 
     async fn start(target: Target, options: PostgresOptions) -> Result<Self> {
-        let target = Target {
+        let named = |target: Target| Target {
             connect: match target.connect.get_application_name() {
                 Some(_) => target.connect.clone(),
                 None => target.connect.clone().application_name("baton"),
             },
-            redacted: target.redacted,
+            ..target
+        };
+        let target = named(target);
+        let pooled = options.get_pooler() == Pooler::Transaction;
+        // Checked before any I/O, as every option.
+        let listen_target = match (options.get_listen(), options.get_listen_url()) {
+            (false, _) => None,
+            (true, Some(url)) => Some(named(url::parse_listen(url, &target)?)),
+            (true, None) if pooled => None,
+            (true, None) => Some(target.clone()),
         };
         let db = Db::new(&target, options.clone());
-        let deadline = options.call_deadline();
-        match timeout(deadline, schema::prepare(&db.pool)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(SchemaError::Sql(e))) => {
-                return Err(sql_error(e, "preparing the schema", &db.server));
-            }
-            Ok(Err(SchemaError::Refused(why))) => {
-                return Err(Error::internal(format!("{}: {why}", db.server)));
-            }
-            Err(_) => return Err(timed_out("preparing the schema", &db.server, deadline)),
-        }
-        crate::idempotency::ensure_schema(&db.pool)
-            .await
-            .map_err(|e| sql_error(e, "preparing the idempotency table", &db.server))?;
-        crate::limit::ensure_schema(&db).await?;
         let hub = Arc::new(ReleaseHub::new());
-        let listener = if options.get_listen() {
-            Some(
-                Listener::start(
-                    target.connect.clone(),
-                    db.pool.clone(),
-                    Arc::clone(&hub),
-                    options,
-                    db.server.clone(),
-                )
-                .await?,
-            )
-        } else {
-            None
+        // One deadline for everything connecting does: the first connection, the schema (and
+        // the wait for its migration lock), and the first LISTEN.
+        let deadline = options.call_deadline();
+        let started = Instant::now();
+        let what = "preparing the schema";
+        let left = || deadline.saturating_sub(started.elapsed());
+        let preparing = async {
+            // Leave the lock wait a quarter of the deadline's end for the migration itself
+            // and for the answer to come back.
+            let lock_wait = deadline.mul_f64(0.75);
+            match schema::prepare(&db.pool, lock_wait).await {
+                Ok(()) => Ok(()),
+                Err(SchemaError::Sql(e)) => Err(db.explain(e, what, left()).await),
+                Err(SchemaError::Refused(why)) => {
+                    Err(Error::internal(format!("{}: {why}", db.server)))
+                }
+                Err(SchemaError::LockHeld) => Err(Error::unavailable(format!(
+                    "{}: {what} failed: schema migration lock held by another session for {} (another replica migrating, or a session holding baton's migration lock, advisory lock {}; see pg_locks)",
+                    db.server,
+                    format_duration(lock_wait),
+                    sql::MIGRATION_LOCK
+                ))),
+            }
         };
+        match timeout(deadline, preparing).await {
+            Ok(answer) => answer?,
+            Err(_) => return Err(timed_out(what, &db.server, deadline)),
+        }
+        let listener = match &listen_target {
+            Some(listen) => {
+                let starting = Listener::start(
+                    listen.connect.clone(),
+                    db.pool.clone(),
+                    db.unnamed(),
+                    Arc::clone(&hub),
+                    options.clone(),
+                    listen.redacted.clone(),
+                );
+                match timeout(left(), starting).await {
+                    Ok(listener) => Some(listener?),
+                    Err(_) => {
+                        return Err(timed_out(
+                            &format!("LISTEN {}", sql::CHANNEL),
+                            &listen.redacted,
+                            deadline,
+                        ));
+                    }
+                }
+            }
+            None => None,
+        };
+        if pooled && options.get_listen() && listener.is_none() {
+            telemetry::emit(
+                &events::POSTGRES_LISTEN_UNAVAILABLE,
+                None,
+                format_args!(
+                    "{} is behind a transaction pooler (pooler=transaction), where LISTEN cannot work, and no listen_url is given: waiters re-check every {} instead of waking at a release, and broadcast subscriptions are refused; give listen_url= a direct connection to the server for push wake-ups, or listen=off to say polling is meant",
+                    db.server,
+                    format_duration(options.get_poll_interval())
+                ),
+            );
+        }
         Ok(PostgresStore {
             db,
             hub,
             listener,
+            listen_target,
             broadcast: Default::default(),
         })
     }
@@ -204,7 +252,7 @@ impl PostgresStore {
                 || {
                     sqlx::query_scalar(sql::EVICT)
                         .bind(key.as_str())
-                        .fetch_one(&self.db.pool)
+                        .fetch_one(self.db.exec())
                 },
                 |_| false,
             )
@@ -228,7 +276,7 @@ impl PostgresStore {
                 || "prune".to_owned(),
                 || async {
                     Ok(sqlx::query(sql::PRUNE)
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected())
                 },
@@ -336,7 +384,7 @@ impl LeaseStore for PostgresStore {
                             .bind(holder.as_str())
                             .bind(ttl_millis(ttl))
                             .bind(reason)
-                            .fetch_optional(&self.db.pool)
+                            .fetch_optional(self.db.exec())
                     },
                     // A claim that ran and was retried comes back as an extension (same
                     // holder): a grant either way.
@@ -380,7 +428,7 @@ impl LeaseStore for PostgresStore {
                         .bind(key.as_str())
                         .bind(holder.as_str())
                         .bind(ttl_millis(ttl))
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected())
                 },
@@ -405,7 +453,7 @@ impl LeaseStore for PostgresStore {
                         sqlx::query(sql::RELEASE)
                             .bind(key.as_str())
                             .bind(holder.as_str())
-                            .fetch_one(&self.db.pool)
+                            .fetch_one(self.db.exec())
                     },
                     // If the broken attempt released, a retry finds nobody: only an answer
                     // that does not depend on it is taken.
@@ -449,7 +497,7 @@ impl LeaseStore for PostgresStore {
                 || {
                     sqlx::query(sql::INSPECT)
                         .bind(key.as_str())
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                 },
                 |_| true,
             )
@@ -476,11 +524,11 @@ impl LeaseStore for PostgresStore {
                         .bind(prefix)
                         .bind(upper.as_str())
                         .bind(limit)
-                        .fetch_all(&self.db.pool),
+                        .fetch_all(self.db.exec()),
                     None => sqlx::query(sql::LIST_FROM)
                         .bind(prefix)
                         .bind(limit)
-                        .fetch_all(&self.db.pool),
+                        .fetch_all(self.db.exec()),
                 },
                 |_| true,
             )

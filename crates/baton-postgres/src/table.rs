@@ -465,7 +465,7 @@ impl Catalog {
                 || {
                     sqlx::query_scalar(TABLE_EXISTS)
                         .bind(&names.table)
-                        .fetch_one(&db.pool)
+                        .fetch_one(db.exec())
                 },
                 |_| true,
             )
@@ -479,7 +479,7 @@ impl Catalog {
         let rows = db
             .call(
                 what,
-                || sqlx::query(COLUMNS).bind(&names.table).fetch_all(&db.pool),
+                || sqlx::query(COLUMNS).bind(&names.table).fetch_all(db.exec()),
                 |_| true,
             )
             .await?;
@@ -549,7 +549,7 @@ impl Catalog {
                     sqlx::query_scalar(UNIQUE_KEY)
                         .bind(&names.table)
                         .bind(&key_names)
-                        .fetch_one(&db.pool)
+                        .fetch_one(db.exec())
                 },
                 |_| true,
             )
@@ -758,7 +758,7 @@ impl LeaseStore for TableStore {
                             .bind(holder.as_str())
                             .bind(ttl_millis(ttl))
                             .bind(reason)
-                            .fetch_optional(&self.db.pool)
+                            .fetch_optional(self.db.exec())
                     },
                     |_| true,
                 )
@@ -810,7 +810,7 @@ impl LeaseStore for TableStore {
                         .bind_keys(sqlx::query(&self.sql.renew), &parts)
                         .bind(holder.as_str())
                         .bind(ttl_millis(ttl))
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected())
                 },
@@ -836,7 +836,7 @@ impl LeaseStore for TableStore {
                     || {
                         self.bind_keys(sqlx::query(&self.sql.release), &parts)
                             .bind(holder.as_str())
-                            .fetch_optional(&self.db.pool)
+                            .fetch_optional(self.db.exec())
                     },
                     |row| {
                         row.as_ref().is_some_and(|row| {
@@ -878,7 +878,7 @@ impl LeaseStore for TableStore {
                 what,
                 || {
                     self.bind_keys(sqlx::query(&self.sql.inspect), &parts)
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                 },
                 |_| true,
             )

@@ -63,6 +63,8 @@ pub(crate) struct Target {
     pub(crate) connect: PgConnectOptions,
     /// The URL with the password replaced by `***`, for messages.
     pub(crate) redacted: String,
+    /// The user and password the URL names, for a `listen_url` that names no user.
+    pub(crate) credentials: Option<(String, Option<String>)>,
 }
 
 impl fmt::Debug for Target {
@@ -82,7 +84,7 @@ pub(crate) fn parse(text: &str) -> Result<(Target, PostgresOptions)> {
     let Some(url) = url else {
         return Err(Error::invalid_input(format!(
             "store URL {:?} is not a postgres:// or postgresql:// URL; write postgres://[user[:password]@]host[:port]/database",
-            redact_text(text)
+            baton_core::redact_url(text)
         )));
     };
     let redacted = redact(&url);
@@ -127,8 +129,70 @@ pub(crate) fn parse(text: &str) -> Result<(Target, PostgresOptions)> {
         .validate()
         .map_err(|e| bad(e.message().to_owned()))?;
     let connect = PgConnectOptions::from_url(&driver)
-        .map_err(|e| bad(format!("the driver rejected it: {e}")))?;
-    Ok((Target { connect, redacted }, options))
+        .map_err(|e| bad(format!("the driver rejected it: {e}")))?
+        // baton reads no floating-point text, and PgBouncer refuses this startup parameter
+        // unless told to ignore it.
+        .extra_float_digits(None);
+    let credentials = (!url.username().is_empty()).then(|| {
+        // Percent-decoding (a `+` in a user part is a plus, not a space).
+        let decode = |s: &str| {
+            url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        };
+        (decode(url.username()), url.password().map(decode))
+    });
+    Ok((
+        Target {
+            connect,
+            redacted,
+            credentials,
+        },
+        options,
+    ))
+}
+
+/// The target of a store's `listen_url`: a `postgres://` URL with PostgreSQL's parameters
+/// only and no password; without a user it takes the user and password of `store`.
+///
+/// # Errors
+/// `InvalidInput` naming the problem, as for a store URL, and for baton's options or a
+/// password in it.
+pub(crate) fn parse_listen(text: &str, store: &Target) -> Result<Target> {
+    let redacted = baton_core::redact_url(text);
+    let bad = |what: &str| Error::invalid_input(format!("listen_url {redacted:?}: {what}"));
+    let (mut target, options) = parse(text).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!(
+                "listen_url: {}",
+                e.message().trim_start_matches("store URL ")
+            ),
+        )
+    })?;
+    if options != PostgresOptions::new() {
+        return Err(bad(
+            "carries baton's options; it may hold PostgreSQL's parameters only (sslmode, ...)",
+        ));
+    }
+    let has_password = Url::parse(text).is_ok_and(|url| {
+        url.password().is_some() || url.query_pairs().any(|(name, _)| name == "password")
+    });
+    if has_password {
+        return Err(bad(
+            "carries a password; leave it out (it would show wherever the store URL is shown): without a user the LISTEN connection takes the store URL's user and password, with one it reads PGPASSWORD or ~/.pgpass",
+        ));
+    }
+    if target.credentials.is_none()
+        && let Some((user, password)) = &store.credentials
+    {
+        target.connect = target.connect.username(user);
+        if let Some(password) = password {
+            target.connect = target.connect.password(password);
+        }
+    }
+    Ok(target)
 }
 
 fn check_ssl_mode(mode: &str) -> Result<()> {
@@ -146,34 +210,9 @@ fn check_ssl_mode(mode: &str) -> Result<()> {
     Ok(())
 }
 
-/// The URL with its password (in the user part or the query) replaced by `***`.
+/// The URL with its passwords replaced by `***` ([`baton_core::redact_url`]).
 fn redact(url: &Url) -> String {
-    let mut redacted = url.clone();
-    if redacted.password().is_some() {
-        let _ = redacted.set_password(Some("***"));
-    }
-    if url.query_pairs().any(|(name, _)| name == "password") {
-        let pairs: Vec<(String, String)> = url
-            .query_pairs()
-            .map(|(n, v)| {
-                let v = if n == "password" { "***".into() } else { v };
-                (n.into_owned(), v.into_owned())
-            })
-            .collect();
-        redacted.query_pairs_mut().clear().extend_pairs(pairs);
-    }
-    redacted.to_string()
-}
-
-/// Best-effort redaction of text that did not parse as a URL: drops everything between
-/// `://` and the last `@` (the credentials).
-fn redact_text(text: &str) -> String {
-    match (text.find("://"), text.rfind('@')) {
-        (Some(start), Some(at)) if at > start => {
-            format!("{}***{}", &text[..start + 3], &text[at..])
-        }
-        _ => text.to_owned(),
-    }
+    baton_core::redact_url(url.as_str())
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@
 //! - [`tls`]: a private CA and server certificate for TLS tests, made with `openssl`.
 //! - [`postgres`]: private PostgreSQL servers (`initdb` + `postgres` in a temp dir, as the
 //!   `postgres` user when the tests run as root), to stop, crash and restart.
+//! - [`pgbouncer`]: private PgBouncer poolers in front of them, in transaction or session
+//!   mode.
 //!
 //! # Examples
 //! ```
@@ -45,6 +47,7 @@ pub mod capture;
 pub mod check;
 pub mod history;
 pub mod idempotency;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

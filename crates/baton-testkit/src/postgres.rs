@@ -416,7 +416,7 @@ impl PostgresServer {
         self.child.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn tool(&self, name: &str) -> PathBuf {
+    pub(crate) fn tool(&self, name: &str) -> PathBuf {
         let in_bin = self.bin.join(name);
         if in_bin.exists() {
             in_bin
@@ -699,7 +699,7 @@ fn find_bin_dir_in(
 
 /// The uid and gid of the `postgres` user when this process runs as root (PostgreSQL
 /// refuses to run as root), `None` otherwise.
-fn server_owner() -> io::Result<Option<(u32, u32)>> {
+pub(crate) fn server_owner() -> io::Result<Option<(u32, u32)>> {
     if std::fs::metadata("/proc/self")?.uid() != 0 {
         return Ok(None);
     }
@@ -727,7 +727,7 @@ fn passwd_entry(passwd: &str, user: &str) -> Option<(u32, u32)> {
 }
 
 /// A port that was free a moment ago.
-fn free_port() -> io::Result<u16> {
+pub(crate) fn free_port() -> io::Result<u16> {
     loop {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?

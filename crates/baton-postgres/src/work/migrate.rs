@@ -73,7 +73,7 @@ impl PostgresStore {
                         .bind(name)
                         .bind(writer.as_str())
                         .bind(ttl_ms(lease))
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                         .await?;
                     row.map(|row| -> Result<_, sqlx::Error> {
                         let previous = row
@@ -110,7 +110,7 @@ impl PostgresStore {
                     let Some(row) = sqlx::query(sql::MIGRATION)
                         .bind(set.as_str())
                         .bind(name)
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                         .await?
                     else {
                         return Ok(Found::Changed);
@@ -180,7 +180,7 @@ impl MigrationStore for PostgresStore {
                         .bind(name)
                         .bind(writer.as_str())
                         .bind(ttl_ms(lease))
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected())
                 },
@@ -217,7 +217,7 @@ impl MigrationStore for PostgresStore {
                         .bind(writer.as_str())
                         .bind(state.as_str())
                         .bind(error)
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected();
                     Ok(if changed == 1 {
@@ -241,7 +241,7 @@ impl MigrationStore for PostgresStore {
                 || {
                     sqlx::query(sql::MIGRATIONS_OF)
                         .bind(set.as_str())
-                        .fetch_all(&self.db.pool)
+                        .fetch_all(self.db.exec())
                 },
                 |_| true,
             )

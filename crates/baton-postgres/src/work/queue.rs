@@ -131,7 +131,7 @@ impl PostgresStore {
                 what,
                 || async {
                     Ok(settle(
-                        statement().execute(&self.db.pool).await?.rows_affected(),
+                        statement().execute(self.db.exec()).await?.rows_affected(),
                     ))
                 },
                 |settled| *settled == Settle::Settled,
@@ -155,7 +155,7 @@ impl QueueStore for PostgresStore {
                     .call(
                         || "sweeping expired de-duplication ids".to_owned(),
                         || async {
-                            sqlx::query(sql::SWEEP_DEDUP).execute(&db.pool).await?;
+                            sqlx::query(sql::SWEEP_DEDUP).execute(db.exec()).await?;
                             Ok(())
                         },
                         |_| true,
@@ -177,7 +177,7 @@ impl QueueStore for PostgresStore {
                         .bind(&columns.windows_ms)
                         .bind(&columns.delays_us)
                         .bind(&columns.max_attempts)
-                        .fetch_all(&self.db.pool)
+                        .fetch_all(self.db.exec())
                 },
                 // At least once: see the module docs.
                 |_| true,
@@ -215,7 +215,7 @@ impl QueueStore for PostgresStore {
                         .bind(i64::from(request.batch))
                         .bind(request.token.as_str())
                         .bind(ttl_ms(request.lease))
-                        .fetch_all(&self.db.pool)
+                        .fetch_all(self.db.exec())
                 },
                 // Items taken by a lost first run come back when their lease lapses.
                 |_| true,
@@ -291,7 +291,7 @@ impl QueueStore for PostgresStore {
                         .bind(id.0)
                         .bind(token.as_str())
                         .bind(ttl_ms(lease))
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected())
                 },
@@ -343,7 +343,7 @@ impl QueueStore for PostgresStore {
                     sqlx::query(sql::DEAD_LETTERS)
                         .bind(queue.as_str())
                         .bind(i64::from(limit))
-                        .fetch_all(&self.db.pool)
+                        .fetch_all(self.db.exec())
                 },
                 |_| true,
             )

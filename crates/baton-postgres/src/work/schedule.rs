@@ -34,7 +34,7 @@ impl ScheduleStore for PostgresStore {
         self.db
             .call(
                 || "reading the server clock".to_owned(),
-                || sqlx::query_scalar(sql::NOW_MS).fetch_one(&self.db.pool),
+                || sqlx::query_scalar(sql::NOW_MS).fetch_one(self.db.exec()),
                 |_| true,
             )
             .await
@@ -57,7 +57,7 @@ impl ScheduleStore for PostgresStore {
                             .bind(name.as_str())
                             .bind(spec)
                             .bind(first_due_ms)
-                            .fetch_optional(&self.db.pool)
+                            .fetch_optional(self.db.exec())
                             .await?;
                         row.as_ref().map(schedule_row).transpose()
                     },
@@ -94,7 +94,7 @@ impl ScheduleStore for PostgresStore {
                         .bind(next_due_ms)
                         .bind(holder.as_str())
                         .bind(ran)
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected();
                     Ok(if changed == 1 {
@@ -117,7 +117,7 @@ impl ScheduleStore for PostgresStore {
                 || async {
                     let row = sqlx::query(sql::SCHEDULE)
                         .bind(name.as_str())
-                        .fetch_optional(&self.db.pool)
+                        .fetch_optional(self.db.exec())
                         .await?;
                     row.as_ref().map(schedule_row).transpose()
                 },
@@ -144,7 +144,7 @@ impl ScheduleStore for PostgresStore {
                 || async {
                     Ok(sqlx::query(sql::REMOVE_SCHEDULE)
                         .bind(name.as_str())
-                        .execute(&self.db.pool)
+                        .execute(self.db.exec())
                         .await?
                         .rows_affected()
                         == 1)

@@ -59,3 +59,29 @@ pub fn lease_key(ns: &Namespace, key: &str) -> StoreKey {
 }
 
 pub use baton_testkit::capture::*;
+
+/// The test binary's shared PgBouncer in transaction pooling mode, in front of its shared
+/// server (both started on first use, off the async workers).
+pub async fn transaction_pooler() -> &'static baton_testkit::pgbouncer::PgBouncer {
+    blocking(|| {
+        baton_testkit::pgbouncer::PgBouncer::shared(baton_testkit::pgbouncer::PoolMode::Transaction)
+    })
+    .await
+}
+
+/// The URL of the shared transaction pooler as a store URL (`pooler=transaction`, no
+/// `listen_url`), with the test timeouts.
+pub async fn pooled_url() -> String {
+    with_timeouts(&format!(
+        "{}?pooler=transaction",
+        transaction_pooler().await.url()
+    ))
+}
+
+/// A store through the shared transaction pooler.
+pub async fn pooled() -> PostgresStore {
+    let url = pooled_url().await;
+    PostgresStore::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
