@@ -13,6 +13,7 @@
 //! - [`queue_cmd`], [`worker_cmd`], [`schedule_cmd`]: claimable work (queues, a worker that
 //!   runs COMMAND per item, cron schedules);
 //! - [`child`], [`signals`]: COMMAND's process group, and the signals baton forwards to it;
+//!   `guard_cmd`: the internal `baton exec-guard` that makes COMMAND die with baton (Linux);
 //! - [`ops`]: the operator commands (`doctor`, `alerts`, `serve-metrics`, `status`);
 //! - [`output`]: tables and JSON;
 //! - [`exit`]: every exit status, in one place.
@@ -25,6 +26,8 @@ mod cache_cmd;
 mod child;
 mod cli;
 mod exit;
+#[cfg(target_os = "linux")]
+mod guard_cmd;
 mod lease_cmd;
 mod limit_cmd;
 mod lock_cmd;
@@ -53,6 +56,15 @@ const LOG_ENV: &str = "BATON_LOG";
 const DEFAULT_LOG: &str = "warn";
 
 fn main() -> ExitCode {
+    // COMMAND's guard, spawned by `baton run` and `baton worker`: parsed apart from the
+    // grammar (its environment is COMMAND's, whatever BATON_* variables that holds).
+    #[cfg(target_os = "linux")]
+    {
+        let mut args = std::env::args_os().skip(1);
+        if args.next().is_some_and(|first| first == guard_cmd::SUBCOMMAND) {
+            return ExitCode::from(guard_cmd::run(args));
+        }
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
@@ -67,7 +79,9 @@ fn main() -> ExitCode {
     let status = match execute(&cli) {
         Ok(status) => status,
         Err(failure) => {
-            eprintln!("baton: {failure}");
+            if !failure.is_quiet() {
+                eprintln!("baton: {failure}");
+            }
             failure.status
         }
     };

@@ -5,7 +5,10 @@
 //!   one line on stderr naming the holder, status 75. Store down: status 69.
 //! - Run: COMMAND gets `BATON_KEY` and `BATON_FENCE` in its environment and runs in its own
 //!   process group (see [`crate::child`]). The lock is renewed every [`keep_alive_interval`]
-//!   (`ttl / 3`) while it runs.
+//!   (`ttl / 3`) while it runs, and until COMMAND's process group is empty: processes COMMAND
+//!   left behind get SIGTERM when it exits, and SIGKILL after `--grace`.
+//! - baton killed (even by SIGKILL): on Linux the kernel sends COMMAND SIGKILL at once; the
+//!   lock stays held until its TTL lapses, so the next holder starts after COMMAND is gone.
 //! - Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton are forwarded once to
 //!   COMMAND's group; baton keeps the lock until COMMAND exits, then releases it.
 //! - Lost lock (the store reports another holder, or the TTL passes without a successful
@@ -15,12 +18,9 @@
 //! - Exit: COMMAND's status (128+N when a signal N killed it), after releasing the lock. A
 //!   release that finds the lock already expired also means the run was not exclusive: 79.
 
-use std::future::pending;
 use std::time::Duration;
 
 use baton::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
-use nix::sys::signal::Signal;
-use tokio::time::{Instant, sleep_until};
 
 use crate::child::{Child, shell_status};
 use crate::cli::{GlobalArgs, OnLost, RunArgs};
@@ -89,7 +89,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
         ("BATON_KEY", args.key.clone()),
         ("BATON_FENCE", guard.fence().to_string()),
     ];
-    let child = match Child::spawn(&args.command, &env) {
+    let child = match Child::spawn(&args.command, &env, args.grace).await {
         Ok(child) => child,
         Err(failure) => {
             guard.release().await;
@@ -113,7 +113,8 @@ struct Ran {
     name: String,
 }
 
-/// Waits for COMMAND to exit, forwarding signals and acting on a lost lock.
+/// Waits for COMMAND to exit and its process group to be empty, forwarding signals and
+/// acting on a lost lock.
 async fn supervise(
     mut child: Child,
     signals: &mut Forwarded,
@@ -122,14 +123,7 @@ async fn supervise(
 ) -> Ran {
     let lost = guard.lost();
     let mut lost_seen = false;
-    let mut kill_at: Option<Instant> = None;
     let status = loop {
-        let kill_timer = async {
-            match kill_at {
-                Some(at) => sleep_until(at).await,
-                None => pending().await,
-            }
-        };
         tokio::select! {
             status = child.wait() => break status,
             signal = signals.recv() => child.signal(signal),
@@ -137,12 +131,11 @@ async fn supervise(
                 lost_seen = true;
                 let action = match args.on_lost {
                     OnLost::Term => {
-                        child.signal(Signal::SIGTERM);
-                        kill_at = Some(Instant::now() + args.grace);
+                        child.terminate();
                         format!("sent SIGTERM to {}, SIGKILL follows in {}", child.name(), human_duration(args.grace))
                     }
                     OnLost::Kill => {
-                        child.signal(Signal::SIGKILL);
+                        child.kill();
                         format!("sent SIGKILL to {}", child.name())
                     }
                     OnLost::Ignore => format!("letting {} finish (--on-lost ignore)", child.name()),
@@ -151,14 +144,6 @@ async fn supervise(
                     "baton: lost the lock {:?} (fence {}) while {} ran; {action}",
                     args.key, guard.fence(), child.name()
                 );
-            }
-            () = kill_timer => {
-                kill_at = None;
-                eprintln!(
-                    "baton: {} still running {} after SIGTERM; sending SIGKILL",
-                    child.name(), human_duration(args.grace)
-                );
-                child.signal(Signal::SIGKILL);
             }
         }
     };

@@ -19,6 +19,12 @@
 //! - **Lost lease** (an extension answered that another claim owns the item, or the lease
 //!   ran out without a successful extension): COMMAND's group gets SIGTERM, then SIGKILL
 //!   after `--grace`; its result is discarded (the item belongs to another claim now).
+//! - **The whole group:** an item is settled (and its lease extended until then) only once
+//!   COMMAND has exited and its process group is empty: processes COMMAND left behind get
+//!   SIGTERM when it exits, and SIGKILL after `--grace`.
+//! - **baton killed** (even by SIGKILL): on Linux the kernel sends every running COMMAND
+//!   SIGKILL at once (see [`crate::guard_cmd`]); their items are claimed again when their
+//!   leases lapse.
 //! - **Stopping:** SIGINT, SIGTERM, SIGHUP or SIGQUIT stops the claiming; the running
 //!   COMMANDs get `--drain` to finish (they are not signalled: they run in their own process
 //!   groups) and settle their items as usual. Then the ones still running get SIGTERM, and
@@ -447,7 +453,7 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
         ("BATON_MAX_ATTEMPTS", job.max_attempts().to_string()),
     ];
     let stdout = context.stdout();
-    let spawned = Child::spawn_with(&context.command, |command| {
+    let spawned = Child::spawn_with(&context.command, context.grace, |command| {
         command
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
@@ -457,9 +463,13 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
             // Not inherited from baton's own environment.
             None => command.env_remove("BATON_DEDUP_ID"),
         };
-    });
+    })
+    .await;
     let mut child = match spawned {
-        Ok(child) => child.kill_group_on_drop(),
+        Ok(child) => {
+            let label = format!("{} (item {id})", child.name());
+            child.kill_group_on_drop().labelled(label)
+        }
         Err(failure) => return Err(context.cannot_run(&job, failure)),
     };
     let _running = RunningGuard::new(&context.running);
@@ -471,14 +481,12 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
 
     let lost = job.lost();
     let mut stopped: Option<Stopped> = None;
-    let mut kill_at: Option<Instant> = None;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             () = lost.cancelled(), if stopped.is_none() => {
                 stopped = Some(Stopped::LeaseLost);
-                child.signal(Signal::SIGTERM);
-                kill_at = Some(Instant::now() + context.grace);
+                child.terminate();
                 eprintln!(
                     "baton: lost the lease of item {id} of queue {} (attempt {}) while {} ran; sent SIGTERM to {}, SIGKILL follows in {}",
                     context.queue,
@@ -490,17 +498,7 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
             }
             () = context.terminate.cancelled(), if stopped.is_none() => {
                 stopped = Some(Stopped::Drained);
-                child.signal(Signal::SIGTERM);
-                kill_at = Some(Instant::now() + context.grace);
-            }
-            () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                kill_at = None;
-                eprintln!(
-                    "baton: {} (item {id}) still running {} after SIGTERM; sending SIGKILL",
-                    child.name(),
-                    human_duration(context.grace)
-                );
-                child.signal(Signal::SIGKILL);
+                child.terminate();
             }
         }
     };
