@@ -79,9 +79,7 @@ fn main() -> ExitCode {
     let status = match execute(&cli) {
         Ok(status) => status,
         Err(failure) => {
-            if !failure.is_quiet() {
-                eprintln!("baton: {failure}");
-            }
+            eprintln!("baton: {failure}");
             failure.status
         }
     };
