@@ -61,7 +61,10 @@ fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     {
         let mut args = std::env::args_os().skip(1);
-        if args.next().is_some_and(|first| first == guard_cmd::SUBCOMMAND) {
+        if args
+            .next()
+            .is_some_and(|first| first == guard_cmd::SUBCOMMAND)
+        {
             return ExitCode::from(guard_cmd::run(args));
         }
     }
