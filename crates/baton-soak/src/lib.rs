@@ -18,6 +18,8 @@
 //! - [`workload`]: the worker process and its contenders.
 //! - [`journal`]: the operation journal.
 //! - [`cluster`], [`workers`], [`nemesis`]: the store, the worker processes and the faults.
+//! - [`supervisors`]: `baton run` processes taking turns on a lock, some killed with SIGKILL,
+//!   and the check that COMMAND never outlives its lock.
 //! - [`check`]: the checkers.
 //! - [`run`]: one run, from plan to summary.
 
@@ -30,5 +32,6 @@ pub mod journal;
 pub mod nemesis;
 pub mod plan;
 pub mod run;
+pub mod supervisors;
 pub mod workers;
 pub mod workload;

@@ -40,6 +40,9 @@ struct Cli {
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// The `baton` binary the supervisors run [default: the one beside this binary].
+    #[arg(long, value_name = "PATH")]
+    baton: Option<PathBuf>,
     /// Check the run kept in this directory again, without running anything.
     #[arg(long, conflicts_with_all = ["store", "plan_only", "dir", "keep"])]
     recheck: Option<PathBuf>,
@@ -65,10 +68,27 @@ enum Command {
         #[arg(long)]
         record_ttl_secs: u64,
     },
+    /// The COMMAND the supervisors run under `baton run`.
+    #[command(hide = true)]
+    Command {
+        #[arg(long)]
+        journal: PathBuf,
+        #[arg(long)]
+        hold_ms: u64,
+    },
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Some(Command::Command { journal, hold_ms }) = &cli.command {
+        if let Err(e) =
+            baton_soak::supervisors::command_main(journal, Duration::from_millis(*hold_ms))
+        {
+            eprintln!("supervised command: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
     if let Some(Command::Worker {
         url,
         dir,
@@ -116,6 +136,7 @@ fn main() {
         dir: cli.dir,
         keep: cli.keep,
         summary_json: cli.summary_json,
+        baton: cli.baton,
     };
     let code = run(&options, &mut std::io::stdout());
     std::process::exit(code);

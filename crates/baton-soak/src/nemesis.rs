@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::check::DataLoss;
 use crate::cluster::Cluster;
 use crate::plan::{Fault, FaultKind, Plan};
+use crate::supervisors::Supervisors;
 use crate::workers::Workers;
 
 /// One fault as it was applied.
@@ -48,6 +49,7 @@ pub fn run(
     start: MonoTime,
     cluster: &Cluster,
     workers: &mut Workers,
+    supervisors: &Supervisors,
     out: &mut dyn Write,
 ) -> NemesisLog {
     let mut log = NemesisLog::default();
@@ -62,7 +64,7 @@ pub fn run(
             scheduled.fault
         );
         let _ = out.flush();
-        match apply(&scheduled.fault, cluster, workers, &mut log) {
+        match apply(&scheduled.fault, cluster, workers, supervisors, &mut log) {
             Ok(note) => {
                 let end = MonoTime::now();
                 let mut text = scheduled.fault.to_string();
@@ -103,6 +105,7 @@ fn apply(
     fault: &Fault,
     cluster: &Cluster,
     workers: &mut Workers,
+    supervisors: &Supervisors,
     log: &mut NemesisLog,
 ) -> std::io::Result<String> {
     let hold = |d: Duration| std::thread::sleep(d);
@@ -134,6 +137,7 @@ fn apply(
             let new = workers.replace(worker)?;
             format!("pid {pid} killed, pid {new} started")
         }
+        Fault::KillSupervisor { supervisor } => supervisors.kill(supervisor)?,
         Fault::Latency { delay, lasts } => {
             cluster.latency(delay)?;
             hold(lasts);

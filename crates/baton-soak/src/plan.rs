@@ -56,6 +56,7 @@ impl StoreKind {
                 ServerRestart,
                 PauseWorker,
                 KillWorker,
+                KillSupervisor,
                 Latency,
                 Blackhole,
                 Reset,
@@ -68,6 +69,7 @@ impl StoreKind {
                 ServerRestart,
                 PauseWorker,
                 KillWorker,
+                KillSupervisor,
                 Latency,
                 Blackhole,
                 Reset,
@@ -75,7 +77,7 @@ impl StoreKind {
                 KillConnections,
                 TerminateBackends,
             ],
-            StoreKind::Sqlite => &[PauseWorker, KillWorker],
+            StoreKind::Sqlite => &[PauseWorker, KillWorker, KillSupervisor],
         }
     }
 }
@@ -102,6 +104,9 @@ pub enum FaultKind {
     /// A worker process is killed (SIGKILL) with whatever it holds, and a new one starts in
     /// its place.
     KillWorker,
+    /// A `baton run` supervisor is killed (SIGKILL) while its COMMAND runs, and COMMAND's
+    /// end is watched for (see [`crate::supervisors`]).
+    KillSupervisor,
     /// The proxy delays every chunk of bytes, each way.
     Latency,
     /// The proxy forwards nothing, either way, and delivers the held bytes late.
@@ -129,6 +134,7 @@ impl FaultKind {
             FaultKind::ServerRestart => "server-restart",
             FaultKind::PauseWorker => "pause-worker",
             FaultKind::KillWorker => "kill-worker",
+            FaultKind::KillSupervisor => "kill-supervisor",
             FaultKind::Latency => "latency",
             FaultKind::Blackhole => "blackhole",
             FaultKind::Reset => "reset",
@@ -172,6 +178,11 @@ pub enum Fault {
         /// How long until its replacement starts.
         down: Duration,
     },
+    /// See [`FaultKind::KillSupervisor`].
+    KillSupervisor {
+        /// The supervisor slot.
+        supervisor: u32,
+    },
     /// See [`FaultKind::Latency`].
     Latency {
         /// The delay each way.
@@ -211,6 +222,7 @@ impl Fault {
             Fault::ServerRestart { .. } => FaultKind::ServerRestart,
             Fault::PauseWorker { .. } => FaultKind::PauseWorker,
             Fault::KillWorker { .. } => FaultKind::KillWorker,
+            Fault::KillSupervisor { .. } => FaultKind::KillSupervisor,
             Fault::Latency { .. } => FaultKind::Latency,
             Fault::Blackhole { .. } => FaultKind::Blackhole,
             Fault::Reset { .. } => FaultKind::Reset,
@@ -234,6 +246,8 @@ impl Fault {
             }
             Fault::PauseWorker { pause, .. } => pause,
             Fault::KillWorker { down, .. } => down,
+            // Waiting for the supervisor's COMMAND to run, the kill, COMMAND's end.
+            Fault::KillSupervisor { .. } => Duration::from_millis(500),
             Fault::Latency { lasts, .. }
             | Fault::Blackhole { lasts }
             | Fault::Reset { lasts }
@@ -268,6 +282,9 @@ impl Fault {
             FaultKind::KillWorker => Fault::KillWorker {
                 worker: rng.random_range(0..workers),
                 down: ms(rng, 200, 1_000),
+            },
+            FaultKind::KillSupervisor => Fault::KillSupervisor {
+                supervisor: rng.random_range(0..crate::supervisors::SUPERVISORS),
             },
             FaultKind::Latency => Fault::Latency {
                 delay: ms(rng, 20, 150),
@@ -305,6 +322,9 @@ impl fmt::Display for Fault {
             }
             Fault::KillWorker { worker, down } => {
                 write!(f, "kill-worker w{worker}, replaced after {}", s(down))
+            }
+            Fault::KillSupervisor { supervisor } => {
+                write!(f, "kill-supervisor s{supervisor} (baton run, SIGKILL)")
             }
             Fault::Latency { delay, lasts } => write!(
                 f,

@@ -25,6 +25,7 @@ use crate::cluster::Cluster;
 use crate::journal::{Events, Op, Phase};
 use crate::nemesis::{self, Applied, NemesisLog};
 use crate::plan::{Plan, StoreKind};
+use crate::supervisors::{self, SupervisorCommand, Supervisors};
 use crate::workers::{WorkerCommand, Workers};
 use crate::workload::{RunDir, idem_scope};
 
@@ -61,6 +62,8 @@ pub struct RunOptions {
     pub keep: bool,
     /// Where to write the summary as JSON.
     pub summary_json: Option<PathBuf>,
+    /// The `baton` binary the supervisors run; `None`: the one beside the `soak` binary.
+    pub baton: Option<PathBuf>,
 }
 
 /// One row of the operations table.
@@ -223,6 +226,16 @@ fn soak(options: &RunOptions, plan: &Plan, out: &mut dyn Write) -> Result<Summar
         .map_err(|e| format!("the {} store did not start: {e}", options.store))?;
     let _ = writeln!(out, "store: {}", cluster.describe());
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the soak binary: {e}"))?;
+    let baton = options
+        .baton
+        .clone()
+        .unwrap_or_else(|| exe.with_file_name("baton"));
+    let supervised = SupervisorCommand {
+        baton,
+        soak: exe.clone(),
+        url: cluster.direct_url(),
+        root: dir.root().to_path_buf(),
+    };
     let record_ttl = Duration::from_secs(3_600.max(options.seconds + 600));
     let mut workers = Workers::start(
         WorkerCommand {
@@ -245,13 +258,16 @@ fn soak(options: &RunOptions, plan: &Plan, out: &mut dyn Write) -> Result<Summar
     std::fs::write(&tmp, go)
         .and_then(|()| std::fs::rename(&tmp, dir.go()))
         .map_err(|e| format!("cannot write the go file: {e}"))?;
+    let supervisors = Supervisors::start(supervised, deadline)?;
     let _ = writeln!(
         out,
-        "{} workers running for {}s; faults as they happen:",
-        options.workers, options.seconds
+        "{} workers and {} supervisors running for {}s; faults as they happen:",
+        options.workers,
+        supervisors::SUPERVISORS,
+        options.seconds
     );
 
-    let nemesis = nemesis::run(plan, start, &cluster, &mut workers, out);
+    let nemesis = nemesis::run(plan, start, &cluster, &mut workers, &supervisors, out);
     let now = MonoTime::now();
     if deadline > now {
         std::thread::sleep(deadline.saturating_since(now));
@@ -259,6 +275,7 @@ fn soak(options: &RunOptions, plan: &Plan, out: &mut dyn Write) -> Result<Summar
     let exits = workers.wait_all(FINISH_TIMEOUT);
     let mut errors = nemesis.errors.clone();
     errors.extend(workers.failures(&exits));
+    errors.extend(supervisors.wait_all());
 
     let events =
         Events::read_dir(&dir.journals()).map_err(|e| format!("cannot read the journals: {e}"))?;
@@ -281,7 +298,7 @@ fn soak(options: &RunOptions, plan: &Plan, out: &mut dyn Write) -> Result<Summar
     let json = serde_json::to_string_pretty(&record).expect("a run record serializes");
     std::fs::write(dir.root().join("run.json"), json)
         .map_err(|e| format!("cannot write run.json: {e}"))?;
-    let report = check_record(&record, &events);
+    let report = check_record(&record, &events, dir.root());
 
     let failed = !record.errors.is_empty() || report.violations() > 0;
     let kept = match temp {
@@ -310,12 +327,14 @@ fn applied_kinds(nemesis: &NemesisLog) -> BTreeMap<String, u64> {
     faults
 }
 
-fn check_record(record: &RunRecord, events: &Events) -> CheckReport {
+fn check_record(record: &RunRecord, events: &Events, root: &std::path::Path) -> CheckReport {
     let losses = Losses {
         losses: record.losses.clone(),
         start: record.start,
     };
-    check::check_all(events, &losses, &record.audit)
+    let mut report = check::check_all(events, &losses, &record.audit);
+    supervisors::check(root, &losses, &mut report);
+    report
 }
 
 /// Checks the finished run kept in `dir` again (its journals and `run.json`), writing the
@@ -328,7 +347,7 @@ pub fn recheck(dir: &std::path::Path, out: &mut dyn Write) -> i32 {
             serde_json::from_str(&text).map_err(|e| format!("run.json: {e}"))?;
         let events = Events::read_dir(&RunDir::new(dir).journals())
             .map_err(|e| format!("cannot read the journals: {e}"))?;
-        let report = check_record(&record, &events);
+        let report = check_record(&record, &events, dir);
         Ok(summarize(record, &events, report, Some(dir.to_path_buf())))
     })();
     match result {

@@ -4,7 +4,8 @@
 //! minutes in all); the full soak runs by hand for as long as asked (`docs/soak.md`).
 //!
 //! A missing `redis-server` or PostgreSQL fails these tests with the install hint, never
-//! skips them.
+//! skips them; so does a missing `baton` binary beside `soak` (the supervisors run it:
+//! `cargo build -p baton-cli`, which `cargo test --workspace` does).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -134,6 +135,8 @@ fn bounded(store: StoreKind) {
         "idem-effects-once",
         "idem-final-state",
         "rate-limit",
+        "command-in-lock",
+        "supervisor-death",
     ] {
         assert!(
             checks.iter().any(|c| c["checker"] == checker),
@@ -141,6 +144,14 @@ fn bounded(store: StoreKind) {
         );
     }
     assert!(summary["stats"]["rate units admitted"].as_u64().unwrap() > 0);
+    // `baton run` took turns on the supervised lock, also after supervisors were killed.
+    assert!(
+        summary["stats"]["supervised COMMANDs"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 10,
+        "{printed}"
+    );
 
     // A Redis restart without persistence is reported as a documented unsafe window.
     let windows = summary["unsafe_windows"].as_array().unwrap();
