@@ -8,7 +8,9 @@
 //! | `delete KEY` | `Deleted KEY`, or `Absent KEY` when nothing live was there | 0 |
 //!
 //! A VALUE that is not JSON, like every invalid argument, exits 64 before the store is
-//! opened; write strings quoted: `baton cache set greeting '"hello"'`. A store fault exits
+//! opened; write strings quoted: `baton cache set greeting '"hello"'`. Values are kept as
+//! JSON text, not as parsed numbers: `12345678901234567890123` and `0.1000000000000000055`
+//! come back digit for digit (whitespace outside strings is dropped). A store fault exits
 //! 69 (for `get`, a caller may treat it as a miss).
 
 use std::time::Duration;
@@ -16,7 +18,7 @@ use std::time::Duration;
 use baton::Ttl;
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::cli::GlobalArgs;
 use crate::exit::{Failure, SUCCESS};
@@ -56,7 +58,7 @@ pub(crate) struct SetArgs {
     pub(crate) key: String,
     /// The value, as JSON: 42, true, '"text"', '{"name":"Ada"}'.
     #[arg(value_name = "VALUE", value_parser = parse_json)]
-    pub(crate) value: Value,
+    pub(crate) value: Box<RawValue>,
     /// How long the value is kept.
     #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
     pub(crate) ttl: Duration,
@@ -68,7 +70,7 @@ struct Got<'a> {
     key: &'a str,
     hit: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    value: Option<&'a Value>,
+    value: Option<&'a RawValue>,
 }
 
 /// `baton cache set|delete --json`.
@@ -86,16 +88,17 @@ pub(crate) async fn run(global: &GlobalArgs, command: &CacheCommand) -> Result<u
     let cache = baton.cache()?;
     let (printed, status) = match command {
         CacheCommand::Get(KeyArg { key }) => {
-            let value = cache.get::<Value>(key).await?;
+            // As text: a number beyond 64 bits would be rounded through `Value`.
+            let value = cache.get::<Box<RawValue>>(key).await?;
             let printed = if global.json {
                 print_json(&Got {
                     key,
                     hit: value.is_some(),
-                    value: value.as_ref(),
+                    value: value.as_deref(),
                 })
             } else {
                 match &value {
-                    Some(value) => print_line(&value.to_string()),
+                    Some(value) => print_line(value.get()),
                     None => Ok(()),
                 }
             };
@@ -140,9 +143,34 @@ fn parse_key(text: &str) -> Result<String, String> {
         .map_err(|e| e.message().to_owned())
 }
 
-fn parse_json(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text)
-        .map_err(|e| format!("VALUE is not JSON ({e}); quote strings, e.g. '\"hello\"'"))
+/// Checks that `text` is one JSON value and keeps its text, without the whitespace outside
+/// strings (so `{"a": 1}` is stored as `{"a":1}`, and every number digit for digit).
+fn parse_json(text: &str) -> Result<Box<RawValue>, String> {
+    let not_json =
+        |e: serde_json::Error| format!("VALUE is not JSON ({e}); quote strings, e.g. '\"hello\"'");
+    serde_json::from_str::<Box<RawValue>>(text).map_err(not_json)?;
+    RawValue::from_string(compact(text)).map_err(not_json)
+}
+
+/// `text` (valid JSON) without the whitespace outside its strings.
+fn compact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            in_string = c == '"';
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn parse_ttl(text: &str) -> Result<Duration, String> {
@@ -157,8 +185,14 @@ mod tests {
 
     #[test]
     fn values_must_be_json() {
-        assert_eq!(parse_json("42").unwrap(), Value::from(42));
-        assert_eq!(parse_json("\"hi\"").unwrap(), Value::from("hi"));
+        assert_eq!(parse_json("42").unwrap().get(), "42");
+        assert_eq!(parse_json("\"hi\"").unwrap().get(), "\"hi\"");
+        assert_eq!(
+            parse_json(" {\"a b\": [1, 12345678901234567890123],\n \"c\": \"\\\" x\"} ")
+                .unwrap()
+                .get(),
+            "{\"a b\":[1,12345678901234567890123],\"c\":\"\\\" x\"}"
+        );
         assert!(parse_json("hi").unwrap_err().contains("quote strings"));
         assert!(parse_ttl("5ms").is_err());
         assert!(parse_ttl("1h").is_ok());

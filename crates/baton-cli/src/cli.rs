@@ -201,7 +201,7 @@ pub(crate) enum LeaseCommand {
         #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
         ttl: Duration,
         /// Why the lease is held, shown by status and list (at most 64 bytes).
-        #[arg(long, value_name = "TEXT", default_value = "")]
+        #[arg(long, value_name = "TEXT", default_value = "", value_parser = parse_reason)]
         reason: String,
     },
     /// Extend --holder's lease KEY to --ttl from now: prints Renewed, or NotHolder
@@ -246,7 +246,7 @@ pub(crate) struct HolderArg {
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     /// Only keys that start with this prefix.
-    #[arg(long, value_name = "P", default_value = "")]
+    #[arg(long, value_name = "P", default_value = "", value_parser = parse_prefix)]
     pub(crate) prefix: String,
     /// At most this many entries.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIST_LIMIT)]
@@ -255,6 +255,20 @@ pub(crate) struct ListArgs {
 
 fn parse_key(text: &str) -> Result<String, String> {
     baton::Key::new(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.message().to_owned())
+}
+
+fn parse_reason(text: &str) -> Result<String, String> {
+    baton::check_reason(text)
+        .map(|()| text.to_owned())
+        .map_err(|e| e.message().to_owned())
+}
+
+/// A key prefix for listing: empty, or what a key could start with.
+fn parse_prefix(text: &str) -> Result<String, String> {
+    baton::Namespace::default()
+        .qualify_prefix(baton::KeyKind::Lock, text)
         .map(|_| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }

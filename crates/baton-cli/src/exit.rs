@@ -17,6 +17,7 @@
 //! | 126 | [`CANNOT_EXECUTE`] | COMMAND was found but could not be executed (as shells do) |
 //! | 127 | [`NOT_FOUND`] | COMMAND was not found (as shells do) |
 //! | 128+N | [`SIGNAL_BASE`] | COMMAND was killed by signal N (as shells do) |
+//! | 141 | [`BROKEN_PIPE`] | the reader of stdout went away (`baton lease list \| head`); nothing is printed on stderr |
 
 use std::fmt;
 
@@ -48,6 +49,10 @@ pub(crate) const NOT_FOUND: u8 = 127;
 /// COMMAND was killed by signal N: the status is `SIGNAL_BASE + N`.
 pub(crate) const SIGNAL_BASE: u8 = 128;
 
+/// stdout's reader closed the pipe: 128 + SIGPIPE, the status a shell reports for a tool
+/// that SIGPIPE ended.
+pub(crate) const BROKEN_PIPE: u8 = SIGNAL_BASE + 13;
+
 /// Why a subcommand stopped early: an exit status and one line for stderr.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -64,6 +69,17 @@ impl Failure {
             status,
             message: message.into(),
         }
+    }
+
+    /// A failure that says nothing on stderr: the reason is already plain to the user
+    /// (the reader of stdout went away).
+    pub(crate) fn quiet(status: u8) -> Self {
+        Failure::new(status, "")
+    }
+
+    /// Whether nothing should be printed for this failure.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.message.is_empty()
     }
 
     /// Invalid arguments or input.
@@ -117,6 +133,7 @@ mod tests {
             CANNOT_EXECUTE,
             NOT_FOUND,
             SIGNAL_BASE,
+            BROKEN_PIPE,
         ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {

@@ -82,7 +82,9 @@ fn main() -> ExitCode {
     let status = match execute(&cli) {
         Ok(status) => status,
         Err(failure) => {
-            eprintln!("baton: {failure}");
+            if !failure.is_quiet() {
+                eprintln!("baton: {failure}");
+            }
             failure.status
         }
     };

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::exit::{Failure, INTERNAL};
+use crate::exit::{BROKEN_PIPE, Failure, INTERNAL};
 
 /// Prints `value` as one line of JSON on stdout.
 pub(crate) fn print_json<T: Serialize>(value: &T) -> io::Result<()> {
@@ -22,8 +22,16 @@ pub(crate) fn print_line(line: &str) -> io::Result<()> {
     writeln!(io::stdout().lock(), "{line}")
 }
 
-/// The failure for output that could not be written (stdout closed).
+/// The failure for output that could not be written.
+///
+/// A reader that closed the pipe (`baton lease list | head`) has all it wanted: the
+/// command ends quietly with status 141, as if SIGPIPE had ended it the way it ends other
+/// tools (Rust ignores SIGPIPE, so baton sees the error instead). Any other write error
+/// is reported.
 pub(crate) fn write_failure(error: io::Error) -> Failure {
+    if error.kind() == io::ErrorKind::BrokenPipe {
+        return Failure::quiet(BROKEN_PIPE);
+    }
     Failure::new(INTERNAL, format!("cannot write to stdout: {error}"))
 }
 

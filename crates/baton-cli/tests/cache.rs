@@ -79,3 +79,24 @@ fn invalid_values_and_arguments_exit_64() {
     }
     env.run(["cache", "get", "k"]).assert_status(1);
 }
+
+/// Numbers keep every digit through the cache: beyond 64 bits, and beyond f64's precision.
+#[test]
+fn numbers_keep_their_exact_value() {
+    let env = Env::new();
+    let value = r#"{"big": 12345678901234567890123, "fine": 0.1000000000000000055511151231257827, "small": -9223372036854775809}"#;
+    env.run(["cache", "set", "n", value]).assert_status(0);
+    let out = env.run(["cache", "get", "n"]);
+    out.assert_status(0);
+    assert_eq!(
+        out.stdout.trim(),
+        r#"{"big":12345678901234567890123,"fine":0.1000000000000000055511151231257827,"small":-9223372036854775809}"#
+    );
+    let out = env.run(["cache", "get", "n", "--json"]);
+    out.assert_status(0);
+    assert!(
+        out.stdout.contains(r#""big":12345678901234567890123"#),
+        "{}",
+        out.stdout
+    );
+}

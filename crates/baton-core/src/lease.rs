@@ -114,7 +114,13 @@ pub fn stream_key(stream: &str, perspective: &str) -> Result<String> {
     Ok(key)
 }
 
-fn check_reason(reason: &str) -> Result<()> {
+/// Checks a lease's reason as [`Leases::claim`] does, before any I/O: at most
+/// [`MAX_REASON_BYTES`] bytes, no control characters. For front ends (the CLI) that reject
+/// bad input before they open a store.
+///
+/// # Errors
+/// `InvalidInput` naming the rule broken.
+pub fn check_reason(reason: &str) -> Result<()> {
     if reason.len() > MAX_REASON_BYTES {
         return Err(Error::invalid_input(format!(
             "reason is {} bytes long; the limit is {MAX_REASON_BYTES} bytes",

@@ -47,7 +47,7 @@ pub use key::{
 };
 pub use lease::{
     ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, RenewResult,
-    stream_key,
+    check_reason, stream_key,
 };
 pub use limit::{Decision, LimitError, Quota, RateLimiter, RateStore};
 pub use lock::{
