@@ -39,11 +39,14 @@ use nix::unistd::Pid;
 use tokio::process::{Child as TokioChild, ChildStdin, Command};
 use tokio::time::{Instant, sleep, sleep_until};
 
-use crate::exit::{CANNOT_EXECUTE, Failure, INTERNAL, NOT_FOUND, SIGNAL_BASE};
+use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, SIGNAL_BASE};
 use crate::output::human_duration;
 
-/// How often an exited COMMAND's group is checked for processes still running in it.
-const GROUP_POLL: Duration = Duration::from_millis(20);
+/// How soon an exited COMMAND's group is checked again for processes still running in it;
+/// the pause doubles after each check, up to [`GROUP_POLL_MAX`].
+const GROUP_POLL: Duration = Duration::from_millis(10);
+/// The longest pause between two checks of a group (each one reads `/proc` on Linux).
+const GROUP_POLL_MAX: Duration = Duration::from_millis(500);
 
 /// A running COMMAND, the leader of its own process group.
 pub(crate) struct Child {
@@ -258,7 +261,8 @@ impl Drop for Child {
 enum Launch {
     /// The process could not be spawned.
     Spawn(io::Error),
-    /// baton refused to spawn it.
+    /// baton refused to spawn it (Linux only: from a thread other than the main one).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     Failed(Failure),
 }
 
@@ -276,7 +280,7 @@ fn launch(
     // The parent-death signal fires when the spawning *thread* exits, not the process.
     if nix::unistd::gettid() != nix::unistd::getpid() {
         return Err(Launch::Failed(Failure::new(
-            INTERNAL,
+            crate::exit::INTERNAL,
             "COMMAND must be started from baton's main thread, which lives as long as baton",
         )));
     }
@@ -349,7 +353,7 @@ impl Report {
             match pipe.read_to_end(&mut report).await {
                 Ok(_) => crate::guard_cmd::parse_report(&report),
                 Err(e) => Some((
-                    INTERNAL,
+                    crate::exit::INTERNAL,
                     format!("cannot read whether COMMAND started: {e}"),
                 )),
             }
@@ -371,8 +375,10 @@ fn group_has_members(group: Pid) -> bool {
 
 /// Resolves once no process that can still run is in `group`.
 async fn group_emptied(group: Pid) {
+    let mut pause = GROUP_POLL;
     while group_has_members(group) {
-        sleep(GROUP_POLL).await;
+        sleep(pause).await;
+        pause = (pause * 2).min(GROUP_POLL_MAX);
     }
 }
 
@@ -454,6 +460,31 @@ mod tests {
         assert_eq!(spawn_failure("x", &not_found).status, NOT_FOUND);
         let denied = io::Error::from(io::ErrorKind::PermissionDenied);
         assert_eq!(spawn_failure("x", &denied).status, CANNOT_EXECUTE);
+    }
+
+    /// The parent-death signal would fire when the spawning thread exits: from any thread
+    /// but the main one, COMMAND is refused.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn commands_are_spawned_only_from_the_main_thread() {
+        let failure = std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime
+                .block_on(Child::spawn(
+                    &[OsString::from("true")],
+                    &[],
+                    Duration::from_secs(1),
+                ))
+                .err()
+                .expect("spawned from a thread that is not the main one")
+        })
+        .join()
+        .unwrap();
+        assert_eq!(failure.status, crate::exit::INTERNAL, "{failure}");
+        assert!(failure.message.contains("main thread"), "{failure}");
     }
 
     #[cfg(target_os = "linux")]
