@@ -18,9 +18,12 @@ use crate::options::SqliteOptions;
 /// `InvalidInput` naming the problem: another scheme, an empty path, a path that ends in `/`,
 /// `:memory:`, an option without `=`, an unknown or repeated option, or a bad value.
 pub(crate) fn parse(url: &str) -> Result<(PathBuf, SqliteOptions)> {
+    // Messages show the URL with any secret in it hidden (a password is no sqlite://
+    // option, but one given by mistake must not be echoed).
+    let shown = baton_core::redact_url(url);
     let Some(rest) = url.strip_prefix("sqlite://") else {
         return Err(Error::invalid_input(format!(
-            "store URL {url:?} is not a sqlite:// URL; write sqlite:///absolute/path.db or sqlite://relative/path.db"
+            "store URL {shown:?} is not a sqlite:// URL; write sqlite:///absolute/path.db or sqlite://relative/path.db"
         )));
     };
     let (path, query) = match rest.split_once('?') {
@@ -29,17 +32,17 @@ pub(crate) fn parse(url: &str) -> Result<(PathBuf, SqliteOptions)> {
     };
     if path.is_empty() {
         return Err(Error::invalid_input(format!(
-            "store URL {url:?} has no file path; write sqlite:///absolute/path.db or sqlite://relative/path.db"
+            "store URL {shown:?} has no file path; write sqlite:///absolute/path.db or sqlite://relative/path.db"
         )));
     }
     if path == ":memory:" {
         return Err(Error::invalid_input(format!(
-            "store URL {url:?}: an in-memory SQLite database is private to one connection and excludes nothing; use memory:// for a process-local store"
+            "store URL {shown:?}: an in-memory SQLite database is private to one connection and excludes nothing; use memory:// for a process-local store"
         )));
     }
     if path.ends_with('/') {
         return Err(Error::invalid_input(format!(
-            "store URL {url:?} names a directory; name the database file, e.g. sqlite://{path}baton.db"
+            "store URL {shown:?} names a directory; name the database file, e.g. sqlite://{path}baton.db"
         )));
     }
     let mut options = SqliteOptions::new();
@@ -47,22 +50,22 @@ pub(crate) fn parse(url: &str) -> Result<(PathBuf, SqliteOptions)> {
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let Some((name, value)) = pair.split_once('=') else {
             return Err(Error::invalid_input(format!(
-                "store URL {url:?}: option {pair:?} has no value; write name=value"
+                "store URL {shown:?}: option {pair:?} has no value; write name=value"
             )));
         };
         if seen.contains(&name) {
             return Err(Error::invalid_input(format!(
-                "store URL {url:?}: option {name:?} is given twice"
+                "store URL {shown:?}: option {name:?} is given twice"
             )));
         }
         seen.push(name);
         options = options
             .set(name, value)
-            .map_err(|e| Error::invalid_input(format!("store URL {url:?}: {}", e.message())))?;
+            .map_err(|e| Error::invalid_input(format!("store URL {shown:?}: {}", e.message())))?;
     }
     options
         .validate()
-        .map_err(|e| Error::invalid_input(format!("store URL {url:?}: {}", e.message())))?;
+        .map_err(|e| Error::invalid_input(format!("store URL {shown:?}: {}", e.message())))?;
     Ok((PathBuf::from(path), options))
 }
 
@@ -113,6 +116,18 @@ mod tests {
             err.message().contains(needle),
             "{url}: expected {needle:?} in {err}"
         );
+    }
+
+    #[test]
+    fn a_password_given_by_mistake_is_not_echoed() {
+        for url in [
+            "sqlite:///x.db?password=Zq7pw",
+            "sqlite:///x.db?busy_timeout=1s&password=Zq7pw",
+        ] {
+            let err = parse(url).unwrap_err();
+            assert!(err.message().contains("\"password\""), "{err}");
+            assert!(!err.message().contains("Zq7pw"), "{err}");
+        }
     }
 
     #[test]
