@@ -93,6 +93,33 @@ fn pid_in(env: &Env, name: &str) -> i32 {
     pid.expect("pid")
 }
 
+/// Starts `baton run ARGS job -- sh -c SCRIPT`, where SCRIPT writes its background job's
+/// pid to `bg`; returns baton and the job's pid.
+fn start_with_job(env: &Env, args: &[&str], script: &str) -> (Running, i32) {
+    let holder = Running::spawn(
+        env.baton(
+            ["run"]
+                .iter()
+                .chain(args)
+                .chain(&["job", "--"])
+                .copied()
+                .chain(sh(script)),
+        ),
+    );
+    (holder, pid_in(env, "bg"))
+}
+
+/// Loses `holder`'s lock: stops it past its TTL, lets another run take and release the
+/// lock, and resumes it.
+fn lose_the_lock(env: &Env, holder: &Running) {
+    holder.signal(Signal::SIGSTOP);
+    eventually("the stopped holder's lock to expire", || {
+        env.lock_status("job")["held"] == false
+    });
+    env.run(["run", "job", "--", "true"]).assert_status(0);
+    holder.signal(Signal::SIGCONT);
+}
+
 #[test]
 fn kill_9_of_baton_run_kills_command_at_once() {
     let env = Env::new();
@@ -160,14 +187,7 @@ fn a_job_that_ignores_sigterm_is_killed_after_grace_and_holds_the_lock_until_the
     let env = Env::new();
     // COMMAND is killed; its background job ignores SIGTERM.
     let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg; echo $$ > sh; wait"#;
-    let holder = Running::spawn(
-        env.baton(
-            ["run", "--ttl", "10s", "--grace", "1s", "job", "--"]
-                .into_iter()
-                .chain(sh(script)),
-        ),
-    );
-    let job = pid_in(&env, "bg");
+    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "1s"], script);
     let shell = pid_in(&env, "sh");
     kill(Pid::from_raw(shell), Signal::SIGKILL).expect("kill sh");
     let out = holder.finish();
@@ -181,14 +201,7 @@ fn a_job_that_ignores_sigterm_is_killed_after_grace_and_holds_the_lock_until_the
 fn the_lock_stays_held_while_a_background_job_runs_after_command_exited() {
     let env = Env::new();
     let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg"#;
-    let holder = Running::spawn(
-        env.baton(
-            ["run", "--ttl", "10s", "--grace", "5s", "job", "--"]
-                .into_iter()
-                .chain(sh(script)),
-        ),
-    );
-    let job = pid_in(&env, "bg");
+    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "5s"], script);
     // sh has exited; the job ignores the SIGTERM it got and keeps the lock held.
     assert_eq!(env.lock_status("job")["held"], true);
     let out = holder.finish();
@@ -202,30 +215,9 @@ fn a_lost_lock_reaches_the_jobs_command_left_behind() {
     let env = Env::new();
     // `wait` keeps sh running; the job ignores SIGTERM; the lock is lost while both run.
     let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg; sleep 30 & wait"#;
-    let holder = Running::spawn(
-        env.baton(
-            [
-                "run",
-                "--ttl",
-                "2s",
-                "--grace",
-                "1s",
-                "--on-lost",
-                "term",
-                "job",
-                "--",
-            ]
-            .into_iter()
-            .chain(sh(script)),
-        ),
-    );
-    let job = pid_in(&env, "bg");
-    holder.signal(Signal::SIGSTOP);
-    eventually("the stopped holder's lock to expire", || {
-        env.lock_status("job")["held"] == false
-    });
-    env.run(["run", "job", "--", "true"]).assert_status(0);
-    holder.signal(Signal::SIGCONT);
+    let args = ["--ttl", "2s", "--grace", "1s", "--on-lost", "term"];
+    let (holder, job) = start_with_job(&env, &args, script);
+    lose_the_lock(&env, &holder);
     let out = holder.finish();
     out.assert_status(LOCK_LOST);
     assert!(!alive(job), "the job outlived the lost lock");
@@ -236,33 +228,12 @@ fn a_lost_lock_after_command_exited_kills_the_jobs_it_left() {
     let env = Env::new();
     // sh exits at once; its job ignores SIGTERM and keeps the lock; the lock is then lost.
     let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg"#;
-    let holder = Running::spawn(
-        env.baton(
-            [
-                "run",
-                "--ttl",
-                "2s",
-                "--grace",
-                "1m",
-                "--on-lost",
-                "kill",
-                "job",
-                "--",
-            ]
-            .into_iter()
-            .chain(sh(script)),
-        ),
-    );
-    let job = pid_in(&env, "bg");
+    let args = ["--ttl", "2s", "--grace", "1m", "--on-lost", "kill"];
+    let (holder, job) = start_with_job(&env, &args, script);
     eventually("the lock to be held", || {
         env.lock_status("job")["held"] == true
     });
-    holder.signal(Signal::SIGSTOP);
-    eventually("the stopped holder's lock to expire", || {
-        env.lock_status("job")["held"] == false
-    });
-    env.run(["run", "job", "--", "true"]).assert_status(0);
-    holder.signal(Signal::SIGCONT);
+    lose_the_lock(&env, &holder);
     let out = holder.finish();
     out.assert_status(LOCK_LOST);
     assert!(!alive(job), "the job outlived the lost lock");
