@@ -18,6 +18,9 @@ pub(crate) async fn connect(global: &GlobalArgs) -> Result<Baton, Failure> {
         Some(url) => url.clone(),
         None => baton::default_store_url()?,
     };
+    // A PostgreSQL server's connection slots are shared by every process: one CLI process
+    // takes one (one more while it LISTENs) unless the URL asks for more.
+    let url = baton::PostgresStore::url_with_pool_size(&url, 1);
     tracing::debug!(store = %baton::redact_url(&url), namespace = %global.namespace, "opening store");
     Ok(baton::connect_with(&url, global.namespace.clone()).await?)
 }

@@ -422,3 +422,96 @@ fn postgres_durable_grants_off_is_a_note_and_the_default_is_ok() {
         "{note}"
     );
 }
+
+/// Behind PgBouncer in transaction mode, a URL without `pooler=transaction` is a finding
+/// whose fix is `pooler=transaction` (also with `listen=off`, which does not help); with it
+/// and a `listen_url` the pooling check is ok; without `listen_url` it is a note. The pool
+/// size is reported against the server's `max_connections`.
+#[test]
+fn postgres_behind_a_transaction_pooler_gets_the_fix_that_works() {
+    use baton_testkit::pgbouncer::{PgBouncer, PoolMode};
+    let server =
+        PostgresServer::start().expect("a private PostgreSQL (apt-get install postgresql)");
+    let pooler = PgBouncer::start(&server, PoolMode::Transaction)
+        .expect("a private PgBouncer (apt-get install pgbouncer)");
+    let out = run(doctor(&format!("{}&listen=off", patient(&pooler.url())), &[]));
+    out.assert_status(FINDINGS);
+    let finding = only_line(&out, "finding", "pooling");
+    assert!(
+        finding.contains("fix: add pooler=transaction"),
+        "{}",
+        out.stdout
+    );
+
+    let direct: String = server
+        .url()
+        .bytes()
+        .map(|b| match b {
+            b':' => "%3A".to_owned(),
+            b'/' => "%2F".to_owned(),
+            b'@' => "%40".to_owned(),
+            b => (b as char).to_string(),
+        })
+        .collect();
+    let url = format!(
+        "{}&pooler=transaction&listen_url={direct}",
+        patient(&pooler.url())
+    );
+    let out = run(doctor(&url, &[]));
+    only_line(&out, "ok", "pooling");
+    let connections = only_line(&out, "ok", "connections");
+    assert!(connections.contains("max_connections=200"), "{connections}");
+
+    let out = run(doctor(
+        &format!("{}&pooler=transaction", patient(&pooler.url())),
+        &[],
+    ));
+    assert!(
+        only_line(&out, "note", "pooling").contains("listen_url"),
+        "{}",
+        out.stdout
+    );
+    let out = run(doctor(&patient(&server.url()), &[]));
+    assert!(
+        only_line(&out, "ok", "connections").contains("up to 11 connection(s)"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// Through Sentinel, `baton doctor` reads the primary the sentinels name and reports its
+/// replication: role, connected replicas, lag, and what that means for grants and fences;
+/// `min_replicas` above the online replicas is a finding.
+#[test]
+fn redis_through_sentinel_reports_replication() {
+    use baton_testkit::sentinel::SentinelTopology;
+
+    let topology = SentinelTopology::start()
+        .expect("a private Sentinel topology (apt-get install redis-sentinel)");
+    let out = run(doctor(&patient(&topology.url()), &[]));
+    out.assert_status(0);
+    let replication = lines(&out, "ok", "replication");
+    assert_eq!(replication.len(), 1, "{}", out.stdout);
+    let primary = topology.servers()[0].port();
+    let replica = topology.servers()[1].port();
+    for needle in [
+        format!("primary of \"baton\" (through Sentinel) at 127.0.0.1:{primary}"),
+        "role master, 1 replica(s)".to_owned(),
+        format!("127.0.0.1:{replica} online (lag "),
+        "min_replicas=0: replication is asynchronous".to_owned(),
+        "fences never fall below the server clock".to_owned(),
+    ] {
+        assert!(replication[0].contains(&needle), "{needle}: {}", replication[0]);
+    }
+
+    let url = format!("{}&min_replicas=2", patient(&topology.url()));
+    let out = run(doctor(&url, &[]));
+    out.assert_status(FINDINGS);
+    let finding = lines(&out, "finding", "replication");
+    assert_eq!(finding.len(), 1, "{}", out.stdout);
+    assert!(
+        finding[0].contains("min_replicas=2, but 1 of 1 replicas are online"),
+        "{}",
+        finding[0]
+    );
+}

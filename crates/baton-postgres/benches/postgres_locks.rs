@@ -43,6 +43,13 @@
 //! The rows take turns in slices (3 rounds of 2.5 s each, 1 of 2 s with `--quick`), and
 //! each row's samples are pooled.
 //!
+//! Poolers: the store's atoms (claim + release) at C = 1 and 16 over three stores, in
+//! alternating slices, as a ratio to the first: the store as it runs directly (statements
+//! named and cached); `pooler=transaction` straight to the server (every statement unnamed in
+//! a transaction of its own: the statement form's cost alone); and `pooler=transaction`
+//! through a private PgBouncer in `pool_mode = transaction` (what a user behind one pays,
+//! the pooler's hop included).
+//!
 //! Subjects run in alternating slices, so drift on a loaded machine hits all of them; an
 //! uncontended throughput figure is the median of its slices, a ratio the median of
 //! per-round ratios.
@@ -54,6 +61,7 @@ use std::time::{Duration, Instant};
 use baton_core::store::{Claim, LeaseStore};
 use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_postgres::{PostgresStore, sql};
+use baton_testkit::pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode};
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -132,19 +140,24 @@ fn main() {
     let settings = Settings::from_args();
     let server = PostgresServer::start_with(PostgresOptions::new().durable())
         .expect("a private PostgreSQL server (apt-get install postgresql)");
+    let pooler = PgBouncer::start_with(
+        &server,
+        PgBouncerOptions::new(PoolMode::Transaction).pool_size(POOL),
+    )
+    .expect("a private PgBouncer (apt-get install pgbouncer)");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        tokio::spawn(run(server.url(), settings))
+        tokio::spawn(run(server.url(), pooler.url(), settings))
             .await
             .expect("the benchmark panicked")
     });
 }
 
-async fn run(url: String, settings: Settings) {
+async fn run(url: String, pooler_url: String, settings: Settings) {
     let store = Arc::new(
         PostgresStore::connect(&format!("{url}?max_connections={POOL}"))
             .await
@@ -188,6 +201,8 @@ async fn run(url: String, settings: Settings) {
             );
         }
     }
+
+    poolers(&url, &pooler_url, &store, &raw, &settings).await;
 
     println!("\n## Commit cost on this server (one connection, interleaved)\n");
     println!("| statement | p50 | p90 |");
@@ -379,6 +394,70 @@ impl Shared {
     /// Records that contender `me` sends its release now.
     fn releasing(&self, me: usize) {
         *self.last.lock().unwrap() = Some((Instant::now(), me));
+    }
+}
+
+/// The per-pair cost of `pooler=transaction`, directly and through PgBouncer, as a ratio to
+/// the store on a direct connection, in alternating slices of the same run.
+async fn poolers(
+    url: &str,
+    pooler_url: &str,
+    direct: &Arc<PostgresStore>,
+    raw: &PgPool,
+    settings: &Settings,
+) {
+    let unnamed = Arc::new(
+        PostgresStore::connect(&format!(
+            "{url}?max_connections={POOL}&pooler=transaction&listen=off"
+        ))
+        .await
+        .expect("the store with pooler=transaction"),
+    );
+    let through = Arc::new(
+        PostgresStore::connect(&format!(
+            "{pooler_url}?max_connections={POOL}&pooler=transaction&listen=off"
+        ))
+        .await
+        .expect("the store through PgBouncer"),
+    );
+    println!("\n## Poolers: store atoms, claim + release (pairs/s)\n");
+    println!("| concurrency | store | pairs/s (median) | slices min..max | ratio to direct |");
+    println!("|---:|---|---:|---:|---:|");
+    let stores = [
+        ("direct (named, cached statements)", Arc::clone(direct)),
+        ("`pooler=transaction`, direct to the server", unnamed),
+        (
+            "`pooler=transaction` through PgBouncer 1.18 (transaction mode)",
+            through,
+        ),
+    ];
+    for concurrency in CONCURRENCY {
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
+        for round in 0..settings.rounds {
+            for k in 0..stores.len() {
+                let i = (k + round) % stores.len();
+                let rate = slice(
+                    Subject::Atoms,
+                    concurrency,
+                    &stores[i].1,
+                    raw,
+                    settings.slice,
+                )
+                .await;
+                rates[i].push(rate);
+            }
+        }
+        for (i, (name, _)) in stores.iter().enumerate() {
+            let ratios: Vec<f64> = rates[i].iter().zip(&rates[0]).map(|(s, d)| s / d).collect();
+            let (min, max) = min_max(&rates[i]);
+            println!(
+                "| {concurrency} | {name} | {:.0} | {:.0}..{:.0} | **{:.2}** |",
+                median(&rates[i]),
+                min,
+                max,
+                median(&ratios)
+            );
+        }
     }
 }
 

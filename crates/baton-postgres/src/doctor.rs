@@ -27,6 +27,7 @@ use sqlx::{ConnectOptions, Connection};
 use tokio::time::timeout;
 
 use crate::error::{sql_error, timed_out};
+use crate::options::Pooler;
 use crate::sql;
 use crate::url;
 use crate::work::sql as work_sql;
@@ -44,6 +45,16 @@ pub struct ServerFacts {
     pub response_timeout: Duration,
     /// Whether the store URL asks for `LISTEN`/`NOTIFY` wake-ups (`listen=on`, the default).
     pub listen: bool,
+    /// The store URL's `pooler` (default [`Pooler::None`]).
+    pub pooler: Pooler,
+    /// Whether the store URL gives a `listen_url` for the LISTEN connection.
+    pub listen_url: bool,
+    /// The store's pool size: the URL's `max_connections`, else the default.
+    pub pool_size: u32,
+    /// The server's `max_connections`.
+    pub server_max_connections: u32,
+    /// The server's `superuser_reserved_connections`: slots that only superusers may take.
+    pub reserved_connections: u32,
     /// Whether the store URL leaves claims and renewals waiting for their commit to reach
     /// the disk (`durable_grants=on`, the default).
     pub durable_grants: bool,
@@ -129,16 +140,19 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
     let round_trip = started.elapsed();
     let local_micros = micros_since_epoch(before + round_trip / 2);
 
-    let (version, in_recovery, read_only, synchronous_commit, fsync): (
+    #[allow(clippy::type_complexity)]
+    let (version, in_recovery, read_only, synchronous_commit, fsync, max_conn, reserved): (
         String,
         bool,
         String,
         String,
         String,
+        i32,
+        i32,
     ) = within(
         step("reading the server's settings"),
         sqlx::query_as(
-            "SELECT current_setting('server_version'), pg_is_in_recovery(), current_setting('default_transaction_read_only'), current_setting('synchronous_commit'), current_setting('fsync')",
+            "SELECT current_setting('server_version'), pg_is_in_recovery(), current_setting('default_transaction_read_only'), current_setting('synchronous_commit'), current_setting('fsync'), current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int",
         )
         .persistent(false)
         .fetch_one(&mut first),
@@ -182,6 +196,11 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
     Ok(ServerFacts {
         response_timeout: options.get_response_timeout(),
         listen: options.get_listen(),
+        pooler: options.get_pooler(),
+        listen_url: options.get_listen_url().is_some(),
+        pool_size: options.get_max_connections(),
+        server_max_connections: u32::try_from(max_conn).unwrap_or(0),
+        reserved_connections: u32::try_from(reserved).unwrap_or(0),
         durable_grants: options.get_durable_grants(),
         round_trips,
         clock_offset_micros: server_micros.saturating_sub(local_micros),

@@ -228,6 +228,37 @@ impl PostgresStore {
         })
     }
 
+    /// `url` with `max_connections=max` added when it is a `postgres://` URL that sets no
+    /// pool size (any other text comes back unchanged): how a program that runs as many
+    /// short-lived processes, such as the `baton` CLI, keeps to one connection per process
+    /// (plus the LISTEN connection) unless its user asks for more.
+    ///
+    /// # Examples
+    /// ```
+    /// use baton_postgres::PostgresStore;
+    /// assert_eq!(
+    ///     PostgresStore::url_with_pool_size("postgres://db/app?sslmode=require", 1),
+    ///     "postgres://db/app?sslmode=require&max_connections=1"
+    /// );
+    /// assert_eq!(
+    ///     PostgresStore::url_with_pool_size("postgres://db/app?max_connections=4", 1),
+    ///     "postgres://db/app?max_connections=4"
+    /// );
+    /// assert_eq!(PostgresStore::url_with_pool_size("redis://cache", 1), "redis://cache");
+    /// ```
+    #[must_use]
+    pub fn url_with_pool_size(url: &str, max: u32) -> String {
+        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        let sets = ::url::Url::parse(url)
+            .map(|u| u.query_pairs().any(|(name, _)| name == "max_connections"))
+            .unwrap_or(true);
+        if !postgres || sets || url.contains('#') {
+            return url.to_owned();
+        }
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}max_connections={max}")
+    }
+
     /// The options the store was opened with.
     pub fn options(&self) -> &PostgresOptions {
         &self.db.options

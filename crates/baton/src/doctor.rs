@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `redis://` | connect and round trip; server version, role and cluster mode; server clock against this host's; `maxmemory-policy`; persistence (`appendonly`, `appendfsync`, `save`) and what it means for exclusion and fences |
 //! | `sqlite://` | the file, its file system and permissions; header and schema version; the claimable-work tables (`work-schema`: present or not, since SQLite keeps no version of them); WAL mode; whether this user can take the write lock; `synchronous`; the clock (the host's: nothing to compare) |
-//! | `postgres://` | connect and round trip; version, standby or read-only; server clock against this host's; baton schema version; claimable-work schema version (`work-schema`, `baton_work_schema`); whether grants are flushed before they answer (`durable-grants`: the URL's `durable_grants`, the server's `synchronous_commit` and `fsync`); a transaction-pooling proxy in front (with `listen=on`) |
+//! | `postgres://` | connect and round trip; version, standby or read-only; server clock against this host's; baton schema version; claimable-work schema version (`work-schema`, `baton_work_schema`); whether grants are flushed before they answer (`durable-grants`: the URL's `durable_grants`, the server's `synchronous_commit` and `fsync`); a transaction-pooling proxy in front without `pooler=transaction` (a finding whatever `listen` says), or with it but without `listen_url` (a note); the pool size against the server's `max_connections` (`connections`) |
 //! | `memory://` | one finding: it is process-local |
 //!
 //! Checking never changes the store: Redis and PostgreSQL get read commands only, and the
@@ -537,6 +537,7 @@ mod postgres {
             work_schema(facts),
             durable_grants(facts),
             pooling(facts),
+            connections(facts),
         ]
     }
 
@@ -721,26 +722,75 @@ mod postgres {
     }
 
     fn pooling(facts: &ServerFacts) -> Check {
-        match (&facts.transaction_pooling, facts.listen) {
-            (Some(evidence), true) => Check::finding(
+        use baton_postgres::Pooler;
+        let pooled = facts.pooler == Pooler::Transaction;
+        match (&facts.transaction_pooling, pooled) {
+            (Some(evidence), false) => Check::finding(
                 "pooling",
                 format!(
-                    "a transaction-pooling proxy is in front ({evidence}): LISTEN needs a session of its own, so release wake-ups would reach another client's connection or none"
+                    "a transaction-pooling proxy is in front ({evidence}): statements prepared under a name on one server connection are looked up on another, so every command fails (prepared statement \"sqlx_s_1\" already exists), with listen on or off"
                 ),
-                "add listen=off to the store URL (waiters then poll every poll_interval), or connect baton to PostgreSQL directly or through session pooling",
+                "add pooler=transaction to the store URL (every statement then runs unnamed in a transaction of its own), and listen_url=<a direct postgres:// URL of the server, percent-encoded> for release wake-ups (without it waiters poll every poll_interval)",
             ),
-            (Some(evidence), false) => Check::note(
+            (Some(evidence), true) if facts.listen && !facts.listen_url => Check::note(
                 "pooling",
                 format!(
-                    "a transaction-pooling proxy is in front ({evidence}); fine with listen=off, since the store keeps no session state between calls"
+                    "a transaction-pooling proxy is in front ({evidence}) and the URL says pooler=transaction; with no listen_url, waiters poll every poll_interval and broadcast is refused"
                 ),
-                None,
+                Some(
+                    "add listen_url=<a direct postgres:// URL of the server, percent-encoded> for push wake-ups, or listen=off to say polling is meant".into(),
+                ),
             ),
-            (None, _) => Check::ok(
+            (Some(evidence), true) => Check::ok(
+                "pooling",
+                format!(
+                    "a transaction-pooling proxy is in front ({evidence}) and the URL says pooler=transaction"
+                ),
+            ),
+            (None, true) => Check::note(
+                "pooling",
+                "the URL says pooler=transaction, but no transaction-pooling proxy was detected: every call pays three extra round trips (BEGIN, a separate prepare, COMMIT)",
+                Some(
+                    "remove pooler=transaction when baton connects directly or through session pooling".into(),
+                ),
+            ),
+            (None, false) => Check::ok(
                 "pooling",
                 "no transaction-pooling proxy detected: two connections kept two server backends of their own",
             ),
         }
+    }
+
+    /// The store's pool (and its LISTEN connection) against the server's connection slots.
+    fn connections(facts: &ServerFacts) -> Check {
+        let per_process = facts.pool_size + u32::from(facts.listen);
+        let slots = facts
+            .server_max_connections
+            .saturating_sub(facts.reserved_connections);
+        let detail = format!(
+            "each process of this store opens up to {per_process} connection(s) (max_connections={} in the URL{}); the server has max_connections={} ({} reserved for superusers), room for {} such processes at once",
+            facts.pool_size,
+            if facts.listen { ", plus one to LISTEN" } else { "" },
+            facts.server_max_connections,
+            facts.reserved_connections,
+            slots / per_process.max(1)
+        );
+        if facts.transaction_pooling.is_some() {
+            return Check::ok(
+                "connections",
+                format!(
+                    "{detail}; behind the transaction pooler, the pooler's own pool size is what the server sees"
+                ),
+            );
+        }
+        if per_process > slots {
+            return Check::finding(
+                "connections",
+                detail,
+                "lower max_connections in the store URL, or raise the server's max_connections",
+            );
+        }
+        Check::ok("connections", detail)
     }
 }
 
