@@ -36,6 +36,8 @@ const TTL: &str = "1s";
 /// How soon a COMMAND must be gone after its supervisor was killed (the kernel's
 /// parent-death signal is immediate).
 pub const DEATH_DEADLINE: Duration = Duration::from_secs(1);
+/// How long a long COMMAND runs: well past the TTL.
+const LONG_HOLD_MS: u64 = 2_500;
 /// How long the nemesis waits for the chosen supervisor to be running a COMMAND.
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -230,8 +232,14 @@ fn supervise(
     let mut turn: u64 = 0;
     while MonoTime::now() < deadline {
         turn += 1;
-        // 50 to 300 ms of work per turn, varied without a generator.
-        let hold_ms = 50 + (turn * 97 + u64::from(slot) * 61) % 250;
+        // 50 to 300 ms of work per turn, varied without a generator; every third turn
+        // outlasts the TTL (baton renews the lock meanwhile), so that a COMMAND orphaned by
+        // a killed supervisor would still run when the next holder starts.
+        let hold_ms = if turn % 3 == 0 {
+            LONG_HOLD_MS
+        } else {
+            50 + (turn * 97 + u64::from(slot) * 61) % 250
+        };
         let log = command.root.join("logs").join(format!("s{slot}.log"));
         let stderr = OpenOptions::new().create(true).append(true).open(&log);
         let mut run = Command::new(&command.baton);

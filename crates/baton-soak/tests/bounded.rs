@@ -149,7 +149,7 @@ fn bounded(store: StoreKind) {
         summary["stats"]["supervised COMMANDs"]
             .as_u64()
             .unwrap_or(0)
-            >= 10,
+            >= 5,
         "{printed}"
     );
 
