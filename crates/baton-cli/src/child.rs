@@ -111,6 +111,7 @@ impl Child {
         let group = Pid::from_raw(i32::try_from(pid).map_err(|_| {
             Failure::new(CANNOT_EXECUTE, format!("{name} has pid {pid} out of range"))
         })?);
+        watch('+', group);
         let mut child = Child {
             process,
             group,
@@ -125,7 +126,7 @@ impl Child {
         if let Some((status, message)) = report.started().await {
             // The guard could not exec COMMAND and is exiting: reap it.
             let _ = child.process.wait().await;
-            child.group_empty = true;
+            child.emptied();
             return Err(Failure::new(status, message));
         }
         Ok(child)
@@ -202,7 +203,7 @@ impl Child {
                 Some(_) => {
                     let group = self.group;
                     tokio::select! {
-                        () = group_emptied(group) => self.group_empty = true,
+                        () = group_emptied(group) => self.emptied(),
                         () = kill_timer => self.kill_due(),
                     }
                 }
@@ -220,7 +221,7 @@ impl Child {
     fn exited(&mut self, status: ExitStatus) {
         self.status = Some(status);
         if !group_has_members(self.group) {
-            self.group_empty = true;
+            self.emptied();
         } else if self.kill_at.is_none() {
             eprintln!(
                 "baton: {} exited; processes it started still run in its process group: sent SIGTERM, SIGKILL follows in {}",
@@ -229,6 +230,12 @@ impl Child {
             );
             self.terminate();
         }
+    }
+
+    /// The group was seen empty: nothing is sent to it any more.
+    fn emptied(&mut self) {
+        self.group_empty = true;
+        watch('-', self.group);
     }
 
     /// The grace after SIGTERM is over.
@@ -245,7 +252,8 @@ impl Child {
 
 impl Drop for Child {
     /// With [`Child::kill_group_on_drop`], SIGKILLs a group that was not seen empty.
-    /// Sending a signal does not block; tokio reaps the process in the background.
+    /// Sending a signal does not block; tokio reaps the process in the background. Without
+    /// it, the group stays with the watchdog, which kills it when baton exits.
     fn drop(&mut self) {
         if self.kill_on_drop && !self.group_empty {
             tracing::debug!(
@@ -253,9 +261,76 @@ impl Drop for Child {
                 "dropped while running; killing COMMAND's process group"
             );
             let _ = killpg(self.group, Signal::SIGKILL);
+            watch('-', self.group);
         }
     }
 }
+
+/// This baton's group watchdog (Linux, see [`crate::guard_cmd::watch`]).
+#[cfg(target_os = "linux")]
+enum Watchdog {
+    /// No COMMAND has run yet.
+    NotStarted,
+    /// Its stdin: `+PGID` and `-PGID` lines.
+    Running(std::process::ChildStdin),
+    /// It could not be started, or is gone: said once on stderr.
+    Failed,
+}
+
+#[cfg(target_os = "linux")]
+static WATCHDOG: std::sync::Mutex<Watchdog> = std::sync::Mutex::new(Watchdog::NotStarted);
+
+/// Tells the watchdog that `group` may now hold COMMAND's processes (`+`), or no longer
+/// does (`-`); starts it with the first group. It kills the groups still listed when baton
+/// is gone, so that what COMMAND started dies with baton too.
+#[cfg(target_os = "linux")]
+fn watch(sign: char, group: Pid) {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+
+    let mut watchdog = WATCHDOG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if matches!(*watchdog, Watchdog::NotStarted) {
+        // In a group of its own: the signals sent to baton's group or to COMMAND's do not
+        // reach it.
+        let started = std::process::Command::new("/proc/self/exe")
+            .arg0("baton")
+            .arg(crate::guard_cmd::WATCH_SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+            .and_then(|mut child| {
+                child
+                    .stdin
+                    .take()
+                    .ok_or_else(|| io::Error::other("no stdin"))
+            });
+        *watchdog = match started {
+            Ok(stdin) => Watchdog::Running(stdin),
+            Err(e) => {
+                eprintln!(
+                    "baton: cannot start the group watchdog ({e}): if baton is killed, the processes COMMAND started keep running"
+                );
+                Watchdog::Failed
+            }
+        };
+    }
+    if let Watchdog::Running(stdin) = &mut *watchdog
+        && let Err(e) = writeln!(stdin, "{sign}{}", group.as_raw())
+    {
+        eprintln!(
+            "baton: the group watchdog is gone ({e}): if baton is killed, the processes COMMAND started keep running"
+        );
+        *watchdog = Watchdog::Failed;
+    }
+}
+
+/// No watchdog where there is no parent-death signal either.
+#[cfg(not(target_os = "linux"))]
+fn watch(_sign: char, _group: Pid) {}
 
 /// Why COMMAND did not start.
 enum Launch {

@@ -23,9 +23,9 @@
 //!   spawns from its main thread (see [`crate::child`]), which lives as long as baton.
 //! - The kernel clears the signal when COMMAND is a set-user-ID or set-group-ID program, or
 //!   one with file capabilities: such a COMMAND (`sudo ...`) is not stopped this way.
-//! - Only COMMAND itself gets the signal, not the processes it started: they stay in its
-//!   process group, where nothing signals them once the supervisor is gone (see
-//!   `docs/cli.md`, "Process supervision").
+//! - Only COMMAND itself gets the signal, not the processes it started: those are reached
+//!   by the group watchdog ([`watch`]), which kills every group baton still had running
+//!   when baton is gone.
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
@@ -45,6 +45,56 @@ use crate::exit::{INTERNAL, SIGNAL_BASE, USAGE};
 
 /// The first argument that selects the guard; it is not part of baton's documented grammar.
 pub(crate) const SUBCOMMAND: &str = "exec-guard";
+/// The first argument that selects the group watchdog (see [`watch`]).
+pub(crate) const WATCH_SUBCOMMAND: &str = "group-watch";
+
+/// Runs the internal subcommand `args` (baton's arguments) name, if they name one; answers
+/// its exit status.
+pub(crate) fn internal(mut args: impl Iterator<Item = OsString>) -> Option<u8> {
+    let first = args.next()?;
+    if first == SUBCOMMAND {
+        Some(run(args))
+    } else if first == WATCH_SUBCOMMAND {
+        Some(watch())
+    } else {
+        None
+    }
+}
+
+/// The group watchdog (`baton group-watch`): one per `baton run` or `baton worker`, in a
+/// process group of its own, reading `+PGID` and `-PGID` lines on stdin as COMMANDs' groups
+/// start and empty. At end of file — baton exited, however it died — it sends SIGKILL to
+/// every group still listed: the processes COMMAND started, which the parent-death signal
+/// does not reach. baton's end of the pipe is close-on-exec, so no COMMAND holds it open.
+pub(crate) fn watch() -> u8 {
+    use std::collections::BTreeSet;
+    use std::io::BufRead;
+
+    let mut groups = BTreeSet::new();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let (sign, group) = line.split_at(line.len().min(1));
+        match (sign, group.parse::<i32>()) {
+            ("+", Ok(group)) if group > 1 => {
+                groups.insert(group);
+            }
+            ("-", Ok(group)) => {
+                groups.remove(&group);
+            }
+            _ => eprintln!("baton: group watchdog: ignoring {line:?}"),
+        }
+    }
+    for &group in &groups {
+        let _ = nix::sys::signal::killpg(Pid::from_raw(group), Signal::SIGKILL);
+    }
+    if !groups.is_empty() {
+        eprintln!(
+            "baton: exited while {} COMMAND process group(s) still ran; sent them SIGKILL",
+            groups.len()
+        );
+    }
+    0
+}
 
 /// `baton exec-guard`.
 #[derive(Debug, Parser)]
@@ -69,7 +119,7 @@ pub(crate) struct ExecGuardArgs {
 
 /// Runs the guard with `args` (the arguments after `exec-guard`); returns only when COMMAND
 /// could not be started, with the exit status.
-pub(crate) fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
+fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
     let args = match ExecGuardArgs::try_parse_from(args) {
         Ok(args) => args,
         Err(error) => {

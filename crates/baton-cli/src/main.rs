@@ -56,17 +56,12 @@ const LOG_ENV: &str = "BATON_LOG";
 const DEFAULT_LOG: &str = "warn";
 
 fn main() -> ExitCode {
-    // COMMAND's guard, spawned by `baton run` and `baton worker`: parsed apart from the
-    // grammar (its environment is COMMAND's, whatever BATON_* variables that holds).
+    // COMMAND's guard and the group watchdog, spawned by `baton run` and `baton worker`:
+    // parsed apart from the grammar (their environment is COMMAND's, whatever BATON_*
+    // variables that holds).
     #[cfg(target_os = "linux")]
-    {
-        let mut args = std::env::args_os().skip(1);
-        if args
-            .next()
-            .is_some_and(|first| first == guard_cmd::SUBCOMMAND)
-        {
-            return ExitCode::from(guard_cmd::run(args));
-        }
+    if let Some(status) = guard_cmd::internal(std::env::args_os().skip(1)) {
+        return ExitCode::from(status);
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -142,6 +142,23 @@ fn kill_9_of_baton_run_kills_command_at_once() {
 }
 
 #[test]
+fn kill_9_of_baton_run_kills_the_jobs_command_started() {
+    let env = Env::new();
+    let script = "sleep 30 & echo $! > bg; echo $$ > sh; wait";
+    let (holder, job) = start_with_job(&env, &["--ttl", "2s"], script);
+    let shell = pid_in(&env, "sh");
+    kill_9_and_expect_gone(holder, shell);
+    let killed = Instant::now();
+    while alive(job) {
+        assert!(
+            killed.elapsed() < DEATH_DEADLINE,
+            "COMMAND's background job (pid {job}) still runs {DEATH_DEADLINE:?} after baton was killed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
 fn kill_9_of_baton_worker_kills_command_at_once() {
     let env = Env::new();
     env.run(["queue", "enqueue", "q", "1"]).assert_status(0);
