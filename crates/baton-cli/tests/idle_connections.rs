@@ -3,49 +3,18 @@
 //! not wait for any of them to time out.
 
 mod common;
+mod http_support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
-use std::time::Duration;
 
 use common::*;
+use http_support::{METRICS, STATUS, serve};
 
 /// Connections that connect and send nothing, and as many that send half a request head.
 const IDLE: usize = 50;
 const HALF_OPEN: usize = 50;
-
-/// Starts `command` and waits for the address it prints on stderr after `prefix`.
-fn serve(command: Command, prefix: &str) -> (Running, String) {
-    let mut running = Running::spawn(command);
-    let mut addr = String::new();
-    eventually("the server's address on stderr", || {
-        assert!(running.is_running(), "it exited:\n{}", running.stderr());
-        match running
-            .stderr()
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix))
-        {
-            Some(rest) => {
-                addr = rest.split('/').next().unwrap_or_default().to_owned();
-                true
-            }
-            None => false,
-        }
-    });
-    (running, addr)
-}
-
-fn status_line(addr: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read the answer");
-    answer.lines().next().unwrap_or_default().to_owned()
-}
 
 fn answers_beside_idle_connections(command: Command, prefix: &str, path: &str) {
     let (_server, addr) = serve(command, prefix);
@@ -57,7 +26,8 @@ fn answers_beside_idle_connections(command: Command, prefix: &str, path: &str) {
         }
         quiet.push(stream);
     }
-    assert_eq!(status_line(&addr, path), "HTTP/1.1 200 OK");
+    let (status, head, _) = http_support::get(&addr, path);
+    assert_eq!(status, 200, "{head}");
     for (n, stream) in quiet.iter_mut().enumerate() {
         stream.set_nonblocking(true).unwrap();
         let mut byte = [0u8; 1];
@@ -75,7 +45,7 @@ fn the_status_page_answers_beside_100_quiet_connections() {
     let env = Env::new();
     answers_beside_idle_connections(
         env.baton(["status", "--listen", "127.0.0.1:0"]),
-        "baton status: serving http://",
+        STATUS,
         "/status.json",
     );
 }
@@ -85,7 +55,7 @@ fn the_metrics_endpoint_answers_beside_100_quiet_connections() {
     let env = Env::new();
     answers_beside_idle_connections(
         env.baton(["serve-metrics", "--listen", "127.0.0.1:0"]),
-        "baton serve-metrics: serving http://",
+        METRICS,
         "/metrics",
     );
 }

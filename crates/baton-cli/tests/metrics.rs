@@ -4,52 +4,14 @@
 //! `baton.redis.eviction_policy_unsafe` once), and a clean stop on SIGTERM.
 
 mod common;
+mod http_support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::Command;
-use std::time::Duration;
 
 use baton::telemetry::REGISTRY;
 use baton_testkit::redis::{RedisOptions, RedisServer};
 use common::*;
+use http_support::{get, serve};
 use nix::sys::signal::Signal;
-
-/// A `GET` over a fresh connection: `(status, head, body)`.
-fn get(addr: &str, path: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read the answer");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    (status, head.to_owned(), body.to_owned())
-}
-
-/// Starts `command` and waits for the address it prints on stderr after `prefix`.
-fn serve(command: Command, prefix: &str) -> (Running, String) {
-    let mut running = Running::spawn(command);
-    let mut addr = String::new();
-    eventually("the server's address on stderr", || {
-        assert!(running.is_running(), "it exited:\n{}", running.stderr());
-        let stderr = running.stderr();
-        match stderr.lines().find_map(|l| l.strip_prefix(prefix)) {
-            Some(rest) => {
-                addr = rest.split('/').next().unwrap_or_default().to_owned();
-                true
-            }
-            None => false,
-        }
-    });
-    (running, addr)
-}
 
 /// The value of the series `name` (exact, labels included) in Prometheus text.
 fn sample(text: &str, series: &str) -> Option<f64> {

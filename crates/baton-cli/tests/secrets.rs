@@ -5,9 +5,8 @@
 //! searched for the password.
 
 mod common;
+mod http_support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,6 +14,7 @@ use std::time::{Duration, Instant};
 use baton_testkit::postgres::PostgresServer;
 use baton_testkit::redis::RedisServer;
 use common::*;
+use http_support::{METRICS, STATUS, get, serve};
 use nix::sys::signal::Signal;
 
 /// The password every URL carries.
@@ -94,51 +94,25 @@ fn every_command_keeps_the_secret(url: &str) {
     });
 }
 
-/// `GET path` on `addr`: the whole answer.
-fn fetch(addr: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read the answer");
-    answer
-}
-
 /// The status page, its JSON and the metrics endpoint over `url`.
 fn the_pages_keep_the_secret(url: &str) {
     let dir = tempfile::tempdir().unwrap();
     for (args, prefix, paths) in [
         (
             &["status", "--listen", "127.0.0.1:0"][..],
-            "baton status: serving http://",
+            STATUS,
             &["/", "/status.json"][..],
         ),
         (
             &["serve-metrics", "--listen", "127.0.0.1:0"],
-            "baton serve-metrics: serving http://",
+            METRICS,
             &["/metrics"],
         ),
     ] {
-        let mut running = Running::spawn(traced(url, dir.path(), args));
-        let mut addr = String::new();
-        eventually("the server's address", || {
-            assert!(running.is_running(), "it exited:\n{}", running.stderr());
-            match running
-                .stderr()
-                .lines()
-                .find_map(|l| l.strip_prefix(prefix))
-            {
-                Some(rest) => {
-                    addr = rest.split('/').next().unwrap_or_default().to_owned();
-                    true
-                }
-                None => false,
-            }
-        });
+        let (running, addr) = serve(traced(url, dir.path(), args), prefix);
         for path in paths {
-            assert_clean(&format!("{path} of {args:?}"), &fetch(&addr, path));
+            let (_, head, body) = get(&addr, path);
+            assert_clean(&format!("{path} of {args:?}"), &format!("{head}{body}"));
         }
         running.signal(Signal::SIGTERM);
         let finished = running.finish();

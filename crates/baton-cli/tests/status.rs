@@ -6,58 +6,19 @@
 //! never skipped. `scripts/test` installs the package when run as root.
 
 mod common;
+mod http_support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use baton_testkit::redis::{RedisOptions, RedisServer};
 use common::*;
+use http_support::{STATUS, get, request};
 use nix::sys::signal::Signal;
-
-/// A request over a fresh connection: `(status, head, body)`.
-fn request(addr: &str, method: &str, path: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read the answer");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    (status, head.to_owned(), body.to_owned())
-}
-
-fn get(addr: &str, path: &str) -> (u16, String, String) {
-    request(addr, "GET", path)
-}
 
 /// Starts `baton status` and waits for the address it prints on stderr.
 fn serve(command: Command) -> (Running, String) {
-    let mut running = Running::spawn(command);
-    let mut addr = String::new();
-    eventually("the status server's address on stderr", || {
-        assert!(running.is_running(), "it exited:\n{}", running.stderr());
-        let stderr = running.stderr();
-        match stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("baton status: serving http://"))
-        {
-            Some(rest) => {
-                addr = rest.split('/').next().unwrap_or_default().to_owned();
-                true
-            }
-            None => false,
-        }
-    });
-    (running, addr)
+    http_support::serve(command, STATUS)
 }
 
 /// A `baton run` that holds lock `key` until the file `done` appears in `dir`.
