@@ -73,3 +73,36 @@ fn baton_run_fences_never_repeat_after_a_lagging_replica_is_promoted() {
         "fences repeated across the promotion: before {before:?}, after {after:?}"
     );
 }
+
+/// A Sentinel URL without a master name, with an empty host list, or with an unknown option
+/// is a usage error (64) naming the problem, before any I/O; the password never shows.
+#[test]
+fn bad_sentinel_urls_exit_64_without_showing_the_password() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (url, needle) in [
+        (
+            "redis+sentinel://u:hunter2@127.0.0.1:1",
+            "has no master name",
+        ),
+        (
+            "redis+sentinel://u:hunter2@/mymaster",
+            "has no Sentinel host",
+        ),
+        (
+            "rediss+sentinel://u:hunter2@127.0.0.1:1/mymaster?nope=1",
+            "unknown redis:// option \"nope\"",
+        ),
+    ] {
+        let out = baton_on(url, dir.path(), &["run", "job", "--", "true"])
+            .output()
+            .expect("baton run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{url}: {stderr}");
+        assert!(stderr.contains(needle), "{url}: {stderr}");
+        assert!(
+            !stderr.contains("hunter2"),
+            "{url}: password shown: {stderr}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("hunter2"));
+    }
+}

@@ -9,6 +9,16 @@
 use std::fmt;
 
 /// A fencing token: strictly increasing per key across all grants.
+///
+/// # The assumption that remains
+/// Where a store can lose its record of the last fence (the Redis store after a restart
+/// without persistence, or after a replica that missed the last grants is promoted), the
+/// next fence comes from the server's clock: every fence is at least the server's time in
+/// microseconds when it was handed out. Fences then keep increasing as long as the clock of
+/// the server handing out the next fence is not behind the clock of the one that handed out
+/// the last by more than the time between the two grants (at least the outage, seconds). A
+/// server whose clock is wrong by more can hand out a smaller fence; a resource that checks
+/// fences rejects that write, so the failure is loud. See `docs/redis.md`, "Fences".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Fence(u64);
 

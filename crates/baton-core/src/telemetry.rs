@@ -264,6 +264,16 @@ pub mod events {
             why: "a fact of the deployment, reported once per connect; the policy must be checked where the server is configured",
         },
     };
+    /// A Redis store opened through Sentinel followed the primary to another server.
+    pub const REDIS_PRIMARY_CHANGED: Event = Event {
+        key: "baton.redis.primary_changed",
+        level: Level::WARN,
+        help: "a Redis store opened with a redis+sentinel:// URL found its primary gone or demoted, asked the sentinels again and now sends everything to the new primary they named (a failover); grants the old primary had not replicated are gone unless the store uses min_replicas, and their holders' keep-alives fire lost() at their next renewal",
+        alarm: Alarm::AtLeast {
+            count: 3,
+            within: minutes(60),
+        },
+    };
     /// A Redis write was not confirmed by as many replicas as `min_replicas` asks for.
     pub const REDIS_REPLICATION_UNCONFIRMED: Event = Event {
         key: "baton.redis.replication_unconfirmed",
@@ -594,6 +604,7 @@ pub const REGISTRY: &[Event] = &[
     events::REDIS_EVICTION_POLICY_UNSAFE,
     events::REDIS_EVICTION_POLICY_UNKNOWN,
     events::REDIS_REPLICATION_UNCONFIRMED,
+    events::REDIS_PRIMARY_CHANGED,
     events::IDEMPOTENCY_UNAVAILABLE,
     events::IDEMPOTENCY_TAKEOVER,
     events::IDEMPOTENCY_NOT_OWNER,

@@ -37,11 +37,12 @@ use baton_core::broadcast::fanout::Fanout;
 use baton_core::{BroadcastStore, Error, Result, StoreKey};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::{Client, RedisError, Value};
+use redis::{RedisError, Value};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
+use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out};
 use crate::options::RedisOptions;
 pub use crate::pubsub::PING_EVERY;
@@ -88,7 +89,7 @@ type Connection = (PubSubSink, PubSubStream);
 
 /// What the hub's task owns.
 struct Task {
-    client: Client,
+    endpoint: Endpoint,
     options: RedisOptions,
     server: String,
     fanout: Arc<Fanout>,
@@ -100,8 +101,8 @@ struct Task {
 }
 
 impl Hub {
-    async fn start(client: Client, options: RedisOptions, server: String) -> Result<Hub> {
-        let connection = connect(&client, &options)
+    async fn start(endpoint: Endpoint, options: RedisOptions, server: String) -> Result<Hub> {
+        let connection = connect(&endpoint, &options, &server)
             .await
             .map_err(|e| e.into_error("opening the broadcast connection", &server))?;
         let (commands, receiver) = mpsc::unbounded_channel();
@@ -111,7 +112,7 @@ impl Hub {
         }));
         let task = tokio::spawn(run(
             Task {
-                client,
+                endpoint,
                 options,
                 server,
                 fanout: Arc::clone(&fanout),
@@ -227,7 +228,7 @@ fn lost(e: &RedisError) -> bool {
 async fn reconnect(task: &mut Task) -> Connection {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        match connect(&task.client, &task.options).await {
+        match connect(&task.endpoint, &task.options, &task.server).await {
             Ok(mut connection) => {
                 let mut all = true;
                 for channel in task.fanout.channels() {
@@ -282,6 +283,7 @@ async fn subscribe_one(task: &mut Task, (sink, _): &mut Connection, channel: &st
 enum ConnectError {
     Redis(RedisError),
     TimedOut(Duration),
+    NoServer(Error),
 }
 
 impl ConnectError {
@@ -289,11 +291,22 @@ impl ConnectError {
         match self {
             ConnectError::Redis(e) => redis_error(e, what, server),
             ConnectError::TimedOut(after) => timed_out(what, server, after),
+            ConnectError::NoServer(e) => e,
         }
     }
 }
 
-async fn connect(client: &Client, options: &RedisOptions) -> Result<Connection, ConnectError> {
+/// Opens a pub/sub connection to the server the endpoint names now (through Sentinel, the
+/// primary: messages published there reach its subscribers).
+async fn connect(
+    endpoint: &Endpoint,
+    options: &RedisOptions,
+    server: &str,
+) -> Result<Connection, ConnectError> {
+    let (client, _address) = endpoint
+        .client(options, server)
+        .await
+        .map_err(ConnectError::NoServer)?;
     let limit = options.get_connect_timeout();
     let pubsub = timeout(limit, client.get_async_pubsub())
         .await
@@ -320,7 +333,7 @@ impl BroadcastStore for RedisStore {
             .0
             .get_or_try_init(|| async {
                 Hub::start(
-                    self.new_client()?,
+                    self.endpoint(),
                     self.options().clone(),
                     self.server().to_owned(),
                 )

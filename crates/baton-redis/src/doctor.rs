@@ -14,12 +14,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_core::Result;
 use redis::aio::MultiplexedConnection;
-use redis::io::tcp::TcpSettings;
-use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, RedisResult, Value};
+use redis::{AsyncConnectionConfig, RedisResult, Value};
 use tokio::time::timeout;
 
+use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out};
-use crate::url::{self, Target};
+use crate::url;
 
 /// How many `PING`s measure the round trip.
 pub const PINGS: usize = 5;
@@ -44,8 +44,20 @@ pub struct ServerFacts {
     pub clock_uncertainty: Duration,
     /// `redis_version` from `INFO`.
     pub version: Option<String>,
+    /// The `host:port` of the server read: through Sentinel, the primary it named.
+    pub address: String,
+    /// The master name, for a `redis+sentinel://` URL.
+    pub sentinel_master: Option<String>,
+    /// The store's `min_replicas` option (from the URL, else 0).
+    pub min_replicas: u32,
     /// `role` from `INFO` (`master`, `slave`).
     pub role: Option<String>,
+    /// `connected_slaves` from `INFO`: replicas connected to this primary.
+    pub connected_replicas: Option<u32>,
+    /// Each connected replica, from the `slaveN:` lines of `INFO`.
+    pub replicas: Vec<ReplicaFacts>,
+    /// `master_link_status` from `INFO`, on a replica (`up`, `down`).
+    pub master_link_status: Option<String>,
     /// `cluster_enabled` from `INFO`.
     pub cluster_enabled: Option<bool>,
     /// `aof_enabled` from `INFO` (readable where `CONFIG` is not).
@@ -67,7 +79,48 @@ pub struct ServerFacts {
     pub config_refused: Option<String>,
 }
 
-/// Reads the facts about the server named by a `redis://` or `rediss://` URL.
+/// One replica of the primary, as `INFO replication` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaFacts {
+    /// `ip:port` as the replica announced it.
+    pub address: String,
+    /// `state` (`online` once synchronized).
+    pub state: String,
+    /// How far its acknowledged replication offset is behind the primary's, in bytes.
+    pub behind_bytes: Option<u64>,
+    /// `lag`: seconds since its last acknowledgement.
+    pub lag_seconds: Option<u64>,
+}
+
+/// The replicas of an `INFO` reply (`slave0:ip=...,port=...,state=online,offset=...,lag=0`).
+fn replicas(info: &BTreeMap<String, String>) -> Vec<ReplicaFacts> {
+    let primary_offset: Option<u64> = info.get("master_repl_offset").and_then(|v| v.parse().ok());
+    (0..)
+        .map_while(|i| info.get(&format!("slave{i}")))
+        .map(|line| {
+            let field = |name: &str| {
+                line.split(',')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .map(str::to_owned)
+            };
+            let offset: Option<u64> = field("offset").and_then(|v| v.parse().ok());
+            ReplicaFacts {
+                address: format!(
+                    "{}:{}",
+                    field("ip").unwrap_or_default(),
+                    field("port").unwrap_or_default()
+                ),
+                state: field("state").unwrap_or_default(),
+                behind_bytes: primary_offset.zip(offset).map(|(p, o)| p.saturating_sub(o)),
+                lag_seconds: field("lag").and_then(|v| v.parse().ok()),
+            }
+        })
+        .collect()
+}
+
+/// Reads the facts about the server named by a `redis://` or `rediss://` URL, or about the
+/// primary the sentinels of a `redis+sentinel://` URL name.
 ///
 /// # Errors
 /// `InvalidInput` for a malformed URL or option (as
@@ -81,7 +134,7 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(options.get_connect_timeout()))
         .set_response_timeout(Some(options.get_response_timeout()));
-    let client = client(&target)?;
+    let (client, address) = Endpoint::new(&target)?.client(&options, &server).await?;
     let mut conn = match timeout(
         deadline,
         client.get_multiplexed_async_connection_with_config(&config),
@@ -164,7 +217,13 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
         clock_offset_micros,
         clock_uncertainty,
         version: field("redis_version"),
+        address,
+        sentinel_master: target.sentinels.as_ref().map(|s| s.master.clone()),
+        min_replicas: options.get_min_replicas(),
         role: field("role"),
+        connected_replicas: field("connected_slaves").and_then(|v| v.parse().ok()),
+        replicas: replicas(&info),
+        master_link_status: field("master_link_status"),
         cluster_enabled: field("cluster_enabled").map(|v| v == "1"),
         aof_enabled: field("aof_enabled").map(|v| v == "1"),
         persistence_error,
@@ -238,28 +297,6 @@ fn config_value(value: Value) -> Option<String> {
     }
 }
 
-/// A client for `target`, as the store builds it: `TCP_NODELAY`, TLS for `rediss://`.
-fn client(target: &Target) -> Result<Client> {
-    if target.tls {
-        #[cfg(not(feature = "tls"))]
-        return Err(baton_core::Error::unsupported(format!(
-            "store URL {:?} asks for TLS, but this build of baton-redis has no TLS support; enable its `tls` feature (on by default)",
-            target.redacted
-        )));
-        #[cfg(feature = "tls")]
-        {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    }
-    let info = target
-        .client_url
-        .as_str()
-        .into_connection_info()
-        .map_err(|e| redis_error(e, "parsing the URL", &target.redacted))?
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    Client::open(info).map_err(|e| redis_error(e, "opening a client", &target.redacted))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +310,17 @@ mod tests {
         assert_eq!(info["role"], "master");
         assert_eq!(info["cluster_enabled"], "0");
         assert!(!info.contains_key("# Server"));
+        let info = parse_info(
+            "role:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=6380,state=online,offset=90,lag=0\r\nslave1:ip=10.0.0.2,port=6379,state=wait_bgsave,offset=0,lag=3\r\nmaster_repl_offset:100\r\n",
+        );
+        let found = replicas(&info);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].address, "127.0.0.1:6380");
+        assert_eq!(found[0].state, "online");
+        assert_eq!(found[0].behind_bytes, Some(10));
+        assert_eq!(found[0].lag_seconds, Some(0));
+        assert_eq!(found[1].behind_bytes, Some(100));
+        assert_eq!(found[1].lag_seconds, Some(3));
     }
 
     #[test]

@@ -26,6 +26,7 @@
 pub mod broadcast;
 pub mod cache;
 pub mod doctor;
+mod endpoint;
 mod error;
 pub mod idempotency;
 mod keys;
@@ -34,6 +35,7 @@ mod link;
 mod options;
 pub mod pubsub;
 pub mod scripts;
+mod sentinel;
 mod server;
 mod store;
 mod url;

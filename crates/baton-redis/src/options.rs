@@ -97,10 +97,10 @@ impl RedisOptions {
         self.min_replicas
     }
 
-    /// How long `WAIT` waits for the replicas, in milliseconds: three quarters of the
-    /// response timeout, so that its answer arrives before the request times out.
+    /// How long `WAIT` waits for the replicas, in milliseconds: half the response timeout,
+    /// so that its answer arrives before the request times out.
     pub(crate) fn wait_millis(&self) -> u64 {
-        (self.response_timeout.as_millis() as u64 * 3 / 4).max(1)
+        (self.response_timeout.as_millis() as u64 / 2).max(1)
     }
 
     /// The connect timeout.
@@ -225,6 +225,6 @@ mod tests {
         assert!(e.message().contains("between 0 and 32"), "{e}");
         let options = RedisOptions::new().set("min_replicas", "2").unwrap();
         assert_eq!(options.get_min_replicas(), 2);
-        assert_eq!(options.wait_millis(), 1500);
+        assert_eq!(options.wait_millis(), 1000);
     }
 }

@@ -51,10 +51,11 @@ use baton_core::signals::ReleaseHub;
 use baton_core::telemetry::{self, events};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::{Client, RedisError, Value};
+use redis::{RedisError, Value};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
+use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out};
 use crate::keys;
 use crate::link::Link;
@@ -141,19 +142,19 @@ impl PushChannel {
     /// `Unavailable` when the first subscription fails (including a user whose ACL may not
     /// subscribe to the channel): a store that cannot push wake-ups says so at connect.
     pub(crate) async fn start(
-        client: Client,
+        endpoint: Endpoint,
         identity: Identity,
         hub: Arc<ReleaseHub>,
         options: RedisOptions,
     ) -> baton_core::Result<Self> {
         let channel = identity.channel.clone();
-        let connection = subscribe(&client, &channel, &options)
+        let connection = subscribe(&endpoint, &channel, &options, &identity.server)
             .await
             .map_err(|e| e.into_error(&channel, &identity.server))?;
         let healthy = Arc::new(AtomicBool::new(true));
         let task = tokio::spawn(run(
             Listener {
-                client,
+                endpoint,
                 channel,
                 identity,
                 hub,
@@ -173,7 +174,7 @@ impl PushChannel {
 }
 
 struct Listener {
-    client: Client,
+    endpoint: Endpoint,
     channel: String,
     identity: Identity,
     hub: Arc<ReleaseHub>,
@@ -255,7 +256,8 @@ impl Listener {
     }
 }
 
-type Connection = (PubSubSink, PubSubStream);
+/// A subscribed connection, and the `host:port` of its server.
+type Connection = (PubSubSink, PubSubStream, String);
 
 async fn run(mut listener: Listener, mut connection: Connection) {
     loop {
@@ -286,7 +288,7 @@ async fn run(mut listener: Listener, mut connection: Connection) {
 }
 
 /// Feeds the hub until the connection is lost; returns why.
-async fn listen(listener: &mut Listener, (sink, stream): &mut Connection) -> String {
+async fn listen(listener: &mut Listener, (sink, stream, address): &mut Connection) -> String {
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
@@ -298,6 +300,10 @@ async fn listen(listener: &mut Listener, (sink, stream): &mut Connection) -> Str
                 None => return "the server closed it".to_owned(),
             },
             _ = ping.tick() => {
+                // A move missed while this connection was being opened.
+                if let Some(why) = moved_away(listener, address) {
+                    return why;
+                }
                 let response = listener.options.get_response_timeout();
                 match timeout(response, sink.ping::<Value>()).await {
                     Ok(Ok(_)) => {}
@@ -308,29 +314,57 @@ async fn listen(listener: &mut Listener, (sink, stream): &mut Connection) -> Str
             _ = sleep_until(watch.unwrap_or_else(Instant::now)), if watch.is_some() => {
                 listener.fire_watches();
             }
+            _ = listener.identity.link.moved(), if listener.endpoint.follows_sentinel() => {
+                if let Some(why) = moved_away(listener, address) {
+                    return why;
+                }
+            }
         }
     }
+}
+
+/// Through Sentinel, whether the store's connection has followed the primary to another
+/// server than `address`, where this connection listens: the primary's releases do not
+/// count the subscribers of another server, so the connection must move too.
+fn moved_away(listener: &Listener, address: &str) -> Option<String> {
+    if !listener.endpoint.follows_sentinel() {
+        return None;
+    }
+    let primary = listener.identity.link.address();
+    (primary != address).then(|| format!("the primary moved from {address} to {primary}"))
 }
 
 /// Subscribes again, retrying until it works: at once, then with a doubling backoff.
 async fn reconnect(listener: &Listener) -> Connection {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        match subscribe(&listener.client, &listener.channel, &listener.options).await {
+        match subscribe(
+            &listener.endpoint,
+            &listener.channel,
+            &listener.options,
+            &listener.identity.server,
+        )
+        .await
+        {
             Ok(connection) => return connection,
             Err(e) => {
                 let e = e.into_error(&listener.channel, &listener.identity.server);
                 tracing::debug!(error = %e, retry_in = ?backoff, "pub/sub reconnect failed");
             }
         }
-        sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        // Through Sentinel, the store's connection finding the new primary is the moment
+        // to try again.
+        tokio::select! {
+            _ = sleep(backoff) => backoff = (backoff * 2).min(MAX_BACKOFF),
+            _ = listener.identity.link.moved() => backoff = FIRST_BACKOFF,
+        }
     }
 }
 
 enum SubscribeError {
     Redis(RedisError),
     TimedOut(Duration),
+    NoServer(baton_core::Error),
 }
 
 impl SubscribeError {
@@ -339,15 +373,21 @@ impl SubscribeError {
         match self {
             SubscribeError::Redis(e) => redis_error(e, &what, server),
             SubscribeError::TimedOut(after) => timed_out(&what, server, after),
+            SubscribeError::NoServer(e) => e,
         }
     }
 }
 
 async fn subscribe(
-    client: &Client,
+    endpoint: &Endpoint,
     channel: &str,
     options: &RedisOptions,
+    server: &str,
 ) -> Result<Connection, SubscribeError> {
+    let (client, address) = endpoint
+        .client(options, server)
+        .await
+        .map_err(SubscribeError::NoServer)?;
     let connect = options.get_connect_timeout();
     let pubsub = timeout(connect, client.get_async_pubsub())
         .await
@@ -359,7 +399,7 @@ async fn subscribe(
         .await
         .map_err(|_| SubscribeError::TimedOut(response))?
         .map_err(SubscribeError::Redis)?;
-    Ok((sink, stream))
+    Ok((sink, stream, address))
 }
 
 #[cfg(test)]

@@ -21,6 +21,9 @@ pub struct ServerInfo {
     pub version: Option<String>,
     /// `maxmemory-policy` from `CONFIG GET`, or `None` when the server refused `CONFIG`.
     pub maxmemory_policy: Option<String>,
+    /// `role` from `INFO replication` (`master`, `slave`), or `None` when the server
+    /// refused `INFO`.
+    pub role: Option<String>,
 }
 
 impl ServerInfo {
@@ -28,6 +31,12 @@ impl ServerInfo {
     /// may evict lock keys, `None` when the policy could not be read.
     pub fn eviction_safe(&self) -> Option<bool> {
         self.maxmemory_policy.as_deref().map(|p| p == "noeviction")
+    }
+
+    /// Whether the server said it is a replica (`role:slave`): it refuses writes, and the
+    /// store does not use it.
+    pub fn is_replica(&self) -> bool {
+        self.role.as_deref().is_some_and(|r| r != "master")
     }
 }
 
@@ -46,6 +55,21 @@ pub(crate) async fn read(conn: &mut impl ConnectionLike) -> redis::RedisResult<S
         Err(e) if e.is_io_error() => return Err(e),
         Err(e) => {
             tracing::debug!(error = %e, "INFO server was refused");
+            None
+        }
+    };
+    let role = match redis::cmd("INFO")
+        .arg("replication")
+        .query_async::<String>(conn)
+        .await
+    {
+        Ok(text) => text
+            .lines()
+            .find_map(|l| l.strip_prefix("role:"))
+            .map(|v| v.trim().to_owned()),
+        Err(e) if e.is_io_error() => return Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "INFO replication was refused");
             None
         }
     };
@@ -68,6 +92,7 @@ pub(crate) async fn read(conn: &mut impl ConnectionLike) -> redis::RedisResult<S
     Ok(ServerInfo {
         version,
         maxmemory_policy,
+        role,
     })
 }
 
@@ -135,9 +160,17 @@ mod tests {
         let info = |p: Option<&str>| ServerInfo {
             version: None,
             maxmemory_policy: p.map(str::to_owned),
+            role: None,
         };
         assert_eq!(info(Some("noeviction")).eviction_safe(), Some(true));
         assert_eq!(info(Some("volatile-lru")).eviction_safe(), Some(false));
         assert_eq!(info(None).eviction_safe(), None);
+        let role = |r: Option<&str>| ServerInfo {
+            role: r.map(str::to_owned),
+            ..info(None)
+        };
+        assert!(role(Some("slave")).is_replica());
+        assert!(!role(Some("master")).is_replica());
+        assert!(!role(None).is_replica());
     }
 }

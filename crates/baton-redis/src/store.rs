@@ -11,10 +11,10 @@ use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
 use baton_core::telemetry::{self, events};
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::io::tcp::TcpSettings;
-use redis::{Client, IntoConnectionInfo, RedisError, ScriptInvocation, Value};
+use redis::{RedisError, ScriptInvocation, Value};
 use tokio::time::{Instant, timeout, timeout_at};
 
+use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out, unexpected};
 use crate::keys;
 use crate::link::Link;
@@ -131,7 +131,7 @@ impl RedisStore {
     }
 
     async fn start(target: Target, options: RedisOptions) -> Result<Self> {
-        let client = client(&target)?;
+        let endpoint = Endpoint::new(&target)?;
         let server = target.redacted.clone();
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.get_connect_timeout()))
@@ -139,25 +139,15 @@ impl RedisStore {
             // One attempt per reconnect: a call never waits through a backoff series. The
             // next call after a failed attempt triggers the next attempt.
             .set_number_of_retries(0);
-        let deadline = options.call_deadline();
-        let connecting = async {
-            let mut conn =
-                ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-            let mut load = redis::pipe();
-            for script in SCRIPTS.all() {
-                load.load_script(script);
-            }
-            load.query_async::<Vec<String>>(&mut conn).await?;
-            let info = server::read(&mut conn).await?;
-            Ok::<_, RedisError>((conn, info))
-        };
-        let (conn, info) = match timeout(deadline, connecting).await {
-            Ok(Ok(connected)) => connected,
-            Ok(Err(e)) => return Err(redis_error(e, "connecting", &server)),
-            Err(_) => return Err(timed_out("connecting", &server, deadline)),
-        };
-        server::report_eviction_policy(&info, &server);
-        let link = Link::new(conn, client.clone(), config, server.clone());
+        let opened = endpoint.open(&config, &options, &server).await?;
+        server::report_eviction_policy(&opened.info, &server);
+        let link = Link::new(
+            opened,
+            endpoint.clone(),
+            config,
+            options.clone(),
+            server.clone(),
+        );
         let identity = Identity {
             // 64 random bits: the channels of the stores on one server never meet.
             channel: keys::wake_channel(target.db, &Holder::random().as_str()[..16]),
@@ -166,7 +156,8 @@ impl RedisStore {
         };
         let channel = identity.channel.clone();
         let hub = Arc::new(ReleaseHub::new());
-        let push = PushChannel::start(client, identity, Arc::clone(&hub), options.clone()).await?;
+        let push =
+            PushChannel::start(endpoint, identity, Arc::clone(&hub), options.clone()).await?;
         Ok(RedisStore {
             link,
             target,
@@ -240,6 +231,7 @@ impl RedisStore {
                 if first.is_timeout() {
                     self.link.timed_out();
                 }
+                self.link.failed(&first);
                 let rest = finish(invocation, &mut conn, first);
                 match timeout_at(started + deadline, rest).await {
                     Ok(answer) => answer,
@@ -356,6 +348,7 @@ impl RedisStore {
                 if e.is_timeout() {
                     self.link.timed_out();
                 }
+                self.link.failed(&e);
                 Err(redis_error(e, what, &self.target.redacted))
             }
             Err(_) => {
@@ -384,8 +377,8 @@ impl RedisStore {
     }
 
     /// A new client for a dedicated connection.
-    pub(crate) fn new_client(&self) -> Result<Client> {
-        client(&self.target)
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        self.link.endpoint().clone()
     }
 
     /// The broadcast subscriber connection's cell.
@@ -613,30 +606,6 @@ async fn reload_and_send(
 ) -> redis::RedisResult<Sent> {
     invocation.load(conn).await?;
     invocation.send(conn).await
-}
-
-/// Builds the redis client for `target`: `TCP_NODELAY`, TLS when `rediss://`.
-fn client(target: &Target) -> Result<Client> {
-    if target.tls {
-        #[cfg(not(feature = "tls"))]
-        return Err(Error::unsupported(format!(
-            "store URL {:?} asks for TLS, but this build of baton-redis has no TLS support; enable its `tls` feature (on by default)",
-            target.redacted
-        )));
-        #[cfg(feature = "tls")]
-        {
-            // rustls needs a process-wide crypto provider; install ring unless the
-            // application installed one already.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    }
-    let info = target
-        .client_url
-        .as_str()
-        .into_connection_info()
-        .map_err(|e| redis_error(e, "parsing the URL", &target.redacted))?
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    Client::open(info).map_err(|e| redis_error(e, "opening a client", &target.redacted))
 }
 
 /// The answer of the claim script: the fence alone when granted.

@@ -1,34 +1,84 @@
-//! Parsing of `redis://` and `rediss://` store URLs.
+//! Parsing of `redis://`, `rediss://` and Sentinel store URLs.
 //!
 //! ```text
 //! redis://[[user]:password@]host[:port][/db][?option=value&...]
 //! rediss://...   (the same, over TLS)
+//! redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER_NAME[/db][?option=value&...]
+//! rediss+sentinel://...   (the same, over TLS to the sentinels and the servers)
 //! ```
 //!
 //! The user and password are percent-decoded and sent with `AUTH` (an ACL user when a user
-//! is given); the database number is sent with `SELECT`; the port defaults to 6379. The
-//! query holds [`RedisOptions`], `name=value` joined by `&`. Anything else (an unknown or
-//! repeated option, a database that is not a number, a fragment, a path after the database)
-//! is rejected before any I/O, and no error message ever shows the password.
+//! is given); the database number is sent with `SELECT`; the port defaults to 6379 (26379
+//! for a sentinel). In a Sentinel URL the hosts are the sentinels, asked for the primary of
+//! `MASTER_NAME`; the credentials and the database are those of the Redis servers (the
+//! sentinels are asked without credentials). The query holds [`RedisOptions`], `name=value`
+//! joined by `&`. Anything else (an unknown or repeated option, a database that is not a
+//! number, a fragment, a path after the database, a Sentinel URL without a master name or
+//! without hosts) is rejected before any I/O, and no error message ever shows the password.
 
-use baton_core::{Error, Result};
+use baton_core::{Error, Result, redact_url};
 use url::Url;
 
 use crate::options::RedisOptions;
 
+/// The port of a sentinel when the URL names none.
+const SENTINEL_PORT: u16 = 26379;
+
 /// A parsed store URL.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Target {
-    /// The URL for the redis client: the store URL without baton's options.
+    /// The URL for the redis client: the store URL without baton's options. For a Sentinel
+    /// URL, the servers' URLs are made from [`Sentinels::server_url`] instead.
     pub(crate) client_url: String,
     /// The URL with the password replaced by `***`, for messages.
     pub(crate) redacted: String,
-    /// Whether the connection uses TLS (`rediss://`).
+    /// Whether the connection uses TLS (`rediss://`, `rediss+sentinel://`).
     pub(crate) tls: bool,
     /// The database number.
     pub(crate) db: i64,
     /// The user, if one is given.
     pub(crate) user: Option<String>,
+    /// The sentinels to ask for the primary, for a Sentinel URL.
+    pub(crate) sentinels: Option<Sentinels>,
+}
+
+/// The Sentinel part of a Sentinel URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Sentinels {
+    /// The sentinels, in the URL's order: host (an IPv6 address without brackets), port.
+    pub(crate) hosts: Vec<(String, u16)>,
+    /// The name the sentinels monitor the primary by.
+    pub(crate) master: String,
+    /// `user:password@` as written in the URL (percent-encoded), or empty.
+    credentials: String,
+}
+
+impl Sentinels {
+    /// The URL of the Redis server at `host:port`, with the store's credentials and
+    /// database.
+    pub(crate) fn server_url(&self, tls: bool, host: &str, port: u16, db: i64) -> String {
+        let scheme = if tls { "rediss" } else { "redis" };
+        format!(
+            "{scheme}://{}{}/{db}",
+            self.credentials,
+            host_port(host, port)
+        )
+    }
+
+    /// The URL of the sentinel at `host:port` (no credentials, no database).
+    pub(crate) fn sentinel_url(tls: bool, host: &str, port: u16) -> String {
+        let scheme = if tls { "rediss" } else { "redis" };
+        format!("{scheme}://{}", host_port(host, port))
+    }
+}
+
+/// `host:port`, with an IPv6 address in brackets.
+pub(crate) fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 impl std::fmt::Debug for Target {
@@ -42,15 +92,20 @@ impl std::fmt::Debug for Target {
 /// # Errors
 /// `InvalidInput` naming the problem (with the password redacted).
 pub(crate) fn parse(text: &str) -> Result<(Target, RedisOptions)> {
+    for (scheme, tls) in [("redis+sentinel://", false), ("rediss+sentinel://", true)] {
+        if let Some(rest) = text.strip_prefix(scheme) {
+            return parse_sentinel(text, rest, tls);
+        }
+    }
     let scheme_ok = text.starts_with("redis://") || text.starts_with("rediss://");
     let url = Url::parse(text).ok().filter(|_| scheme_ok);
     let Some(mut url) = url else {
         return Err(Error::invalid_input(format!(
-            "store URL {:?} is not a redis:// or rediss:// URL; write redis://[[user]:password@]host[:port][/db]",
-            redact_text(text)
+            "store URL {:?} is not a redis://, rediss:// or redis+sentinel:// URL; write redis://[[user]:password@]host[:port][/db]",
+            redact_url(text)
         )));
     };
-    let redacted = redact(&url);
+    let redacted = redact_url(text);
     let bad = |what: String| Error::invalid_input(format!("store URL {redacted:?}: {what}"));
     if url.host_str().is_none_or(str::is_empty) {
         return Err(bad("has no host; write redis://host[:port][/db]".into()));
@@ -60,23 +115,141 @@ pub(crate) fn parse(text: &str) -> Result<(Target, RedisOptions)> {
             "has a fragment (#...); options go in the query, e.g. ?connect_timeout=1s".into(),
         ));
     }
-    let db = match url.path().trim_start_matches('/') {
-        "" => 0,
+    let db = database(url.path().trim_start_matches('/'), &bad)?;
+    let options = query_options(url.query().unwrap_or(""), &bad)?;
+    url.set_query(None);
+    let user = (!url.username().is_empty()).then(|| url.username().to_owned());
+    Ok((
+        Target {
+            tls: url.scheme() == "rediss",
+            client_url: url.into(),
+            redacted,
+            db,
+            user,
+            sentinels: None,
+        },
+        options,
+    ))
+}
+
+/// `redis+sentinel://[credentials@]hosts/MASTER[/db][?query]`, `rest` being the text after
+/// the scheme.
+fn parse_sentinel(text: &str, rest: &str, tls: bool) -> Result<(Target, RedisOptions)> {
+    let redacted = redact_url(text);
+    let bad = |what: String| Error::invalid_input(format!("store URL {redacted:?}: {what}"));
+    const FORM: &str = "write redis+sentinel://host:26379[,host:26379...]/MASTER_NAME[/db]";
+    if rest.contains('#') {
+        return Err(bad(
+            "has a fragment (#...); options go in the query, e.g. ?connect_timeout=1s".into(),
+        ));
+    }
+    // The credentials end at the last '@' before the path (a password may hold '/' or '?'
+    // only percent-encoded, so the first '/' after it starts the path).
+    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
+    let (credentials, after) = rest.split_at(host_start);
+    let (authority_and_path, query) = match after.split_once('?') {
+        Some((before, query)) => (before, query),
+        None => (after, ""),
+    };
+    let (hosts_text, path) = match authority_and_path.split_once('/') {
+        Some((hosts, path)) => (hosts, path),
+        None => (authority_and_path, ""),
+    };
+    if hosts_text.split(',').all(|h| h.trim().is_empty()) {
+        return Err(bad(format!("has no Sentinel host; {FORM}")));
+    }
+    let hosts = hosts_text
+        .split(',')
+        .map(|host| sentinel_host(host, &bad))
+        .collect::<Result<Vec<_>>>()?;
+    let mut segments = path.split('/');
+    let master = segments.next().unwrap_or("");
+    if master.is_empty() {
+        return Err(bad(format!("has no master name; {FORM}")));
+    }
+    if master.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad(format!(
+            "the master name {master:?} holds a space or control character"
+        )));
+    }
+    let db = database(&segments.collect::<Vec<_>>().join("/"), &bad)?;
+    let options = query_options(query, &bad)?;
+    // The credentials must read as a URL's; their user is the server's ACL user.
+    let user = if credentials.is_empty() {
+        None
+    } else {
+        let probe = Url::parse(&format!("redis://{credentials}h"))
+            .map_err(|_| bad("has credentials that are not user:password@".into()))?;
+        (!probe.username().is_empty()).then(|| probe.username().to_owned())
+    };
+    Ok((
+        Target {
+            client_url: String::new(),
+            redacted,
+            tls,
+            db,
+            user,
+            sentinels: Some(Sentinels {
+                hosts,
+                master: master.to_owned(),
+                credentials: credentials.to_owned(),
+            }),
+        },
+        options,
+    ))
+}
+
+/// One `host[:port]` of a Sentinel URL (`[v6]:port` for an IPv6 address).
+fn sentinel_host(text: &str, bad: &impl Fn(String) -> Error) -> Result<(String, u16)> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(bad(
+            "has an empty host in its list of sentinels (two commas, or a comma at an end)".into(),
+        ));
+    }
+    let (host, port) = if let Some(v6) = text.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, port)) if port.starts_with(':') => (host, Some(&port[1..])),
+            _ => return Err(bad(format!("sentinel {text:?} is not host:port"))),
+        }
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() || host.contains(['/', '@', ' ']) {
+        return Err(bad(format!("sentinel {text:?} is not host:port")));
+    }
+    let port = match port {
+        None => SENTINEL_PORT,
+        Some(port) => port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+            bad(format!(
+                "sentinel {text:?} has a port that is not a number from 1 to 65535"
+            ))
+        })?,
+    };
+    Ok((host.to_owned(), port))
+}
+
+/// The database of a URL's path (`""` is 0).
+fn database(path: &str, bad: &impl Fn(String) -> Error) -> Result<i64> {
+    match path {
+        "" => Ok(0),
         path => path.parse::<u32>().map(i64::from).map_err(|_| {
             bad(format!(
                 "the database {path:?} is not a number; write the database as /0, /1, ... after the host"
             ))
-        })?,
-    };
+        }),
+    }
+}
+
+/// The options of a URL's query, validated.
+fn query_options(query: &str, bad: &impl Fn(String) -> Error) -> Result<RedisOptions> {
     let mut options = RedisOptions::new();
     let mut seen: Vec<&str> = Vec::new();
-    let query = url.query().map(str::to_owned);
-    for pair in query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
         let Some((name, value)) = pair.split_once('=') else {
             return Err(bad(format!(
                 "option {pair:?} has no value; write name=value"
@@ -93,42 +266,7 @@ pub(crate) fn parse(text: &str) -> Result<(Target, RedisOptions)> {
     options
         .validate()
         .map_err(|e| bad(e.message().to_owned()))?;
-    url.set_query(None);
-    let user = (!url.username().is_empty()).then(|| url.username().to_owned());
-    Ok((
-        Target {
-            tls: url.scheme() == "rediss",
-            client_url: url.into(),
-            redacted,
-            db,
-            user,
-        },
-        options,
-    ))
-}
-
-/// The URL with its password replaced by `***`.
-fn redact(url: &Url) -> String {
-    let mut shown = url.clone();
-    if shown.password().is_some() {
-        let _ = shown.set_password(Some("***"));
-    }
-    shown.into()
-}
-
-/// Best-effort redaction of a URL that did not parse: drops everything between `://` and
-/// the last `@` before the host.
-fn redact_text(text: &str) -> String {
-    match text.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            match rest[..authority_end].rfind('@') {
-                Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-                None => text.to_owned(),
-            }
-        }
-        None => text.to_owned(),
-    }
+    Ok(options)
 }
 
 #[cfg(test)]
@@ -213,8 +351,14 @@ mod tests {
     fn bad_urls_name_the_problem() {
         rejected("redis://", "has no host");
         rejected("redis:///0", "has no host");
-        rejected("http://h", "not a redis:// or rediss:// URL");
-        rejected("redis:h", "not a redis:// or rediss:// URL");
+        rejected(
+            "http://h",
+            "not a redis://, rediss:// or redis+sentinel:// URL",
+        );
+        rejected(
+            "redis:h",
+            "not a redis://, rediss:// or redis+sentinel:// URL",
+        );
         rejected("redis://u:hunter2@h:notaport", "not a redis://");
         rejected(
             "redis://u:hunter2@h/abc",
@@ -242,7 +386,71 @@ mod tests {
 
     #[test]
     fn unparsable_urls_do_not_show_the_password() {
-        assert_eq!(redact_text("redis://u:hunter2@h:x/0"), "redis://***@h:x/0");
-        assert_eq!(redact_text("redis://h:x"), "redis://h:x");
+        rejected("redis://u:hunter2@h:x/0", "redis://u:***@h:x/0");
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let (target, options) = parse(
+            "redis+sentinel://app:s%40cret@10.0.0.1:26379,[::1]:26380,sentinel-c/mymaster/3?min_replicas=1",
+        )
+        .unwrap();
+        let sentinels = target.sentinels.clone().unwrap();
+        assert_eq!(
+            sentinels.hosts,
+            [
+                ("10.0.0.1".to_owned(), 26379),
+                ("::1".to_owned(), 26380),
+                ("sentinel-c".to_owned(), 26379)
+            ]
+        );
+        assert_eq!(sentinels.master, "mymaster");
+        assert_eq!((target.db, target.tls), (3, false));
+        assert_eq!(target.user.as_deref(), Some("app"));
+        assert_eq!(options.get_min_replicas(), 1);
+        assert_eq!(
+            target.redacted,
+            "redis+sentinel://app:***@10.0.0.1:26379,[::1]:26380,sentinel-c/mymaster/3?min_replicas=1"
+        );
+        let server = sentinels.server_url(false, "10.0.0.9", 6380, 3);
+        assert_eq!(server, "redis://app:s%40cret@10.0.0.9:6380/3");
+        let info = redis::IntoConnectionInfo::into_connection_info(server.as_str()).unwrap();
+        assert_eq!(info.redis_settings().password(), Some("s@cret"));
+        assert_eq!(
+            Sentinels::sentinel_url(true, "::1", 26379),
+            "rediss://[::1]:26379"
+        );
+
+        let (target, _) = parse("rediss+sentinel://h/m").unwrap();
+        assert!(target.tls);
+        assert_eq!(target.db, 0);
+        assert_eq!(target.user, None);
+        assert_eq!(target.sentinels.unwrap().hosts, [("h".to_owned(), 26379)]);
+    }
+
+    #[test]
+    fn bad_sentinel_urls_name_the_problem() {
+        rejected("redis+sentinel://u:hunter2@h:26379", "has no master name");
+        rejected("redis+sentinel://u:hunter2@h:26379/", "has no master name");
+        rejected(
+            "redis+sentinel://u:hunter2@/mymaster",
+            "has no Sentinel host",
+        );
+        rejected("redis+sentinel:///mymaster", "has no Sentinel host");
+        rejected("redis+sentinel://,/mymaster", "has no Sentinel host");
+        rejected("redis+sentinel://a,,b/mymaster", "an empty host");
+        rejected("redis+sentinel://a:x/mymaster", "port that is not a number");
+        rejected("redis+sentinel://a:0/mymaster", "port that is not a number");
+        rejected(
+            "redis+sentinel://u:hunter2@a/mymaster/x",
+            "the database \"x\" is not a number",
+        );
+        rejected("redis+sentinel://a/mymaster/1/2", "is not a number");
+        rejected(
+            "redis+sentinel://u:hunter2@a/mymaster?sentinel=1",
+            "unknown redis:// option \"sentinel\"",
+        );
+        rejected("redis+sentinel://a/m#x", "has a fragment");
+        rejected("redis+sentinel://a/m?min_replicas=99", "between 0 and 32");
     }
 }

@@ -129,7 +129,7 @@ async fn with_min_replicas_an_acknowledged_grant_survives_the_promotion() {
 async fn with_min_replicas_an_unconfirmed_grant_is_unavailable_and_freed() {
     let events = common::Events::capture();
     let (primary, replica) = pair().await;
-    let url = format!("{}?min_replicas=1&response_timeout=400ms", primary.url());
+    let url = format!("{}?min_replicas=1&response_timeout=1s", primary.url());
     let store = RedisStore::connect(&url).await.unwrap();
     let plain = RedisStore::connect(&primary.url()).await.unwrap();
     let key = key("unconfirmed");

@@ -18,6 +18,8 @@
 //!   (SIGSTOP, SIGCONT, SIGKILL) and waiting for a condition with a timeout.
 //! - [`redis`]: private `redis-server` processes on free loopback ports, to kill, pause and
 //!   restart.
+//! - [`sentinel`]: a private Redis Sentinel topology (primary, replica, three sentinels) for
+//!   failover tests.
 //! - [`proxy`]: a TCP fault proxy (latency, blackhole, reset, dropped replies).
 //! - [`capture`]: bounded waiting and capture of baton's telemetry events in tests.
 //! - [`tls`]: a private CA and server certificate for TLS tests, made with `openssl`.
@@ -53,6 +55,7 @@ pub mod process;
 pub mod proxy;
 pub mod redis;
 pub mod register;
+pub mod sentinel;
 pub mod time;
 pub mod tls;
 pub mod workload;

@@ -503,7 +503,7 @@ impl Drop for RedisServer {
 }
 
 /// A port that was free a moment ago.
-fn free_port() -> io::Result<u16> {
+pub(crate) fn free_port() -> io::Result<u16> {
     loop {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?

@@ -8,6 +8,7 @@
 //! | `memory://` | process-local, for tests (warns once that it excludes only within the process) |
 //! | `sqlite:///path/to/file.db` | embedded, one file, safe across the processes of one host |
 //! | `redis://[user:password@]host[:port][/db]`, `rediss://...` | a Redis server (TLS with `rediss://`) shared by replicas on many hosts |
+//! | `redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db]`, `rediss+sentinel://...` | the Redis primary that Sentinel names, followed across failovers |
 //! | `postgres://[user[:password]@]host[:port]/database[?sslmode=require]`, `postgresql://...` | a PostgreSQL database shared by replicas on many hosts (tables, `LISTEN`/`NOTIFY`) |
 //!
 //! Every lock is best-effort, as every lease-based lock is: a holder paused past its TTL
@@ -184,9 +185,11 @@ pub async fn open_backend(url: &str) -> Result<Backend> {
             "this build of baton has no SQLite store; enable the `sqlite` feature",
         )),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Backend::Redis(Arc::new(RedisStore::connect(url).await?))),
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
+            Ok(Backend::Redis(Arc::new(RedisStore::connect(url).await?)))
+        }
         #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" => Err(Error::unsupported(
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Err(Error::unsupported(
             "this build of baton has no Redis store; enable the `redis` feature",
         )),
         #[cfg(feature = "postgres")]
@@ -204,7 +207,7 @@ pub async fn open_backend(url: &str) -> Result<Backend> {
     }
 }
 
-const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, postgres://, postgresql://";
+const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, postgres://, postgresql://";
 
 /// The default store: an SQLite file under the user's state directory,
 /// `$XDG_STATE_HOME/baton/baton.db`, else `~/.local/state/baton/baton.db`.
