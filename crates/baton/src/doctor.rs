@@ -161,7 +161,7 @@ pub async fn diagnose(url: &str) -> Result<Report> {
         #[cfg(feature = "sqlite")]
         "sqlite" => sqlite::diagnose(url).await,
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => redis::diagnose(url).await,
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => redis::diagnose(url).await,
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => postgres::diagnose(url).await,
         // A store without checks of its own (or a scheme this build lacks, which
@@ -289,6 +289,7 @@ mod redis {
             server(facts),
         ];
         checks.push(clock(facts));
+        checks.push(replication(facts));
         checks.push(eviction(facts));
         checks.extend(persistence(facts));
         checks
@@ -360,6 +361,64 @@ mod redis {
         }
     }
 
+    /// The primary's replicas, their lag, and what a promotion would mean for grants and
+    /// fences.
+    fn replication(facts: &ServerFacts) -> Check {
+        let via = match &facts.sentinel_master {
+            Some(master) => format!("primary of {master:?} (through Sentinel) at {}", facts.address),
+            None => format!("server at {}", facts.address),
+        };
+        let fences = "fences never fall below the server clock, so a promoted replica keeps them increasing as long as its clock is not behind this server's by more than the time since the last grant it received";
+        let online = facts.replicas.iter().filter(|r| r.state == "online").count();
+        let listed = facts
+            .replicas
+            .iter()
+            .map(|r| {
+                let lag = r.lag_seconds.map_or("unknown".into(), |l| format!("{l}s"));
+                let behind = r.behind_bytes.map_or("unknown".into(), |b| format!("{b} bytes"));
+                format!("{} {} (lag {lag}, behind {behind})", r.address, r.state)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let Some(connected) = facts.connected_replicas else {
+            return Check::note(
+                "replication",
+                format!("{via}: the replication state could not be read (INFO was refused)"),
+                Some("check the replicas where the servers are configured".into()),
+            );
+        };
+        let min = facts.min_replicas;
+        if min > 0 && online < min as usize {
+            return Check::finding(
+                "replication",
+                format!(
+                    "{via}: min_replicas={min}, but {online} of {connected} replicas are online ({}): every claim, renewal and release waits out the response timeout and is Unavailable",
+                    if listed.is_empty() { "none".into() } else { listed }
+                ),
+                "bring the replicas back, or lower min_replicas in the store URL",
+            );
+        }
+        if connected == 0 {
+            return Check::ok(
+                "replication",
+                format!(
+                    "{via}: role master, no replicas; grants live on this server alone (see persistence), and {fences}"
+                ),
+            );
+        }
+        let grants = if min > 0 {
+            format!(
+                "min_replicas={min}: every acknowledged grant is on {min} replica(s) too, so a promoted one has it"
+            )
+        } else {
+            "min_replicas=0: replication is asynchronous, so a replica promoted after this server is lost misses the grants it had not received, and their keys can be granted again beside the old holders".into()
+        };
+        Check::ok(
+            "replication",
+            format!("{via}: role master, {connected} replica(s): {listed}; {grants}; {fences}"),
+        )
+    }
+
     fn eviction(facts: &ServerFacts) -> Check {
         let limit = match facts.maxmemory {
             Some(0) => " (maxmemory is 0: no limit is set, so eviction starts only once one is)",
@@ -405,7 +464,7 @@ mod redis {
         };
         let save = facts.save.as_deref().map(str::trim);
         let fences =
-            "fences keep increasing across restarts either way (seeded from the server clock)";
+            "fences keep increasing across restarts either way (never below the server clock)";
         let check = match (aof, facts.appendfsync.as_deref(), save) {
             (Some(true), Some("always"), _) => Check::ok(
                 "persistence",
