@@ -78,6 +78,22 @@ fn traced(url: &str, dir: &std::path::Path, args: &[&str]) -> Command {
     command
 }
 
+/// The store at `url` works: the searched output is that of commands that did their job.
+fn assert_usable(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let claimed = Running::spawn(traced(
+        url,
+        dir.path(),
+        &["lease", "claim", "usable", "--holder", "h"],
+    ))
+    .finish();
+    claimed.assert_status(0);
+    assert_clean(
+        "a lease claim",
+        &format!("{}{}", claimed.stdout, claimed.stderr),
+    );
+}
+
 /// Every subcommand against `url`, several at a time.
 fn every_command_keeps_the_secret(url: &str) {
     let dir = tempfile::tempdir().unwrap();
@@ -132,6 +148,7 @@ fn redis_with_a_password_never_shows_it() {
     let port = server.port();
     let good = format!("redis://:{SECRET}@127.0.0.1:{port}/0");
     // The right password, in the user part with a user name too, and a wrong one.
+    assert_usable(&good);
     for url in [
         good.clone(),
         format!("redis://default:{SECRET}@127.0.0.1:{port}"),
@@ -148,6 +165,7 @@ fn postgres_with_a_password_never_shows_it() {
         PostgresServer::start().expect("a private PostgreSQL server (apt-get install postgresql)");
     let port = server.port();
     let in_user_part = format!("postgres://postgres:{SECRET}@127.0.0.1:{port}/postgres");
+    assert_usable(&in_user_part);
     for url in [
         in_user_part.clone(),
         format!("postgresql://postgres@127.0.0.1:{port}/postgres?password={SECRET}"),
