@@ -238,3 +238,29 @@ async fn a_file_that_is_not_batons_is_refused_before_anything_changes() {
         assert_eq!(journal_mode(&path), "delete", "{name}");
     }
 }
+
+/// When renewals cannot reach any file (only the main file was deleted, and no new one may be
+/// built on the old log), the lock is lost by its `valid_until`.
+#[tokio::test]
+async fn a_lock_whose_renewals_fail_is_lost_by_valid_until() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let store = Arc::new(
+        SqliteStore::open(&path, SqliteOptions::new())
+            .await
+            .unwrap(),
+    );
+    let locks = Locks::new(store);
+    let guard = locks
+        .acquire(
+            "job",
+            &LockOptions::new(Duration::from_secs(1)).keep_alive(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    timeout(Duration::from_secs(10), guard.lost().cancelled())
+        .await
+        .expect("lost() fired by valid_until");
+    assert!(tokio::time::Instant::now() >= guard.valid_until());
+}
