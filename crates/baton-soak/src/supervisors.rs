@@ -235,7 +235,7 @@ fn supervise(
         // 50 to 300 ms of work per turn, varied without a generator; every third turn
         // outlasts the TTL (baton renews the lock meanwhile), so that a COMMAND orphaned by
         // a killed supervisor would still run when the next holder starts.
-        let hold_ms = if turn % 3 == 0 {
+        let hold_ms = if turn.is_multiple_of(3) {
             LONG_HOLD_MS
         } else {
             50 + (turn * 97 + u64::from(slot) * 61) % 250
