@@ -33,6 +33,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use baton::telemetry::{self, events};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -228,6 +229,11 @@ impl Child {
                 self.label,
                 human_duration(self.grace)
             );
+            telemetry::emit(
+                &events::SUPERVISOR_GROUP_OUTLIVED_COMMAND,
+                None,
+                format_args!("{} exited before its process group emptied", self.label),
+            );
             self.terminate();
         }
     }
@@ -311,8 +317,10 @@ fn watch(sign: char, group: Pid) {
         *watchdog = match started {
             Ok(stdin) => Watchdog::Running(stdin),
             Err(e) => {
-                eprintln!(
-                    "baton: cannot start the group watchdog ({e}): if baton is killed, the processes COMMAND started keep running"
+                telemetry::emit(
+                    &events::SUPERVISOR_WATCHDOG_UNAVAILABLE,
+                    None,
+                    format_args!("cannot start the group watchdog: {e}"),
                 );
                 Watchdog::Failed
             }
@@ -321,8 +329,10 @@ fn watch(sign: char, group: Pid) {
     if let Watchdog::Running(stdin) = &mut *watchdog
         && let Err(e) = writeln!(stdin, "{sign}{}", group.as_raw())
     {
-        eprintln!(
-            "baton: the group watchdog is gone ({e}): if baton is killed, the processes COMMAND started keep running"
+        telemetry::emit(
+            &events::SUPERVISOR_WATCHDOG_UNAVAILABLE,
+            None,
+            format_args!("the group watchdog is gone: {e}"),
         );
         *watchdog = Watchdog::Failed;
     }

@@ -188,15 +188,23 @@ fn kill_9_of_baton_worker_kills_command_at_once() {
 fn a_background_job_left_by_command_is_terminated_before_the_lock_is_released() {
     let env = Env::new();
     // `sh` exits at once; the job it started in the background runs on in its group.
-    let out = env.run(
+    let mut command = env.baton(
         ["run", "--grace", "1m", "job", "--"]
             .into_iter()
             .chain(sh("sleep 30 & echo $! > bg")),
     );
+    command.env("BATON_LOG", "info");
+    let out = Running::spawn(command).finish();
     out.assert_status(0);
     let job = pid_in(&env, "bg");
     assert!(!alive(job), "the background job outlived the lock");
     assert_eq!(env.lock_status("job")["held"], false);
+    assert!(
+        out.stderr
+            .contains("baton.supervisor.group_outlived_command"),
+        "the leftover group is reported as an event: {}",
+        out.stderr
+    );
 }
 
 #[test]

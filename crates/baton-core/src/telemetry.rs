@@ -226,6 +226,26 @@ pub mod events {
             within: minutes(15),
         },
     };
+    /// `baton run` / `baton worker` could not start, or lost, the watchdog that kills what
+    /// COMMAND started if baton itself is killed.
+    pub const SUPERVISOR_WATCHDOG_UNAVAILABLE: Event = Event {
+        key: "baton.supervisor.watchdog_unavailable",
+        level: Level::WARN,
+        help: "baton could not start, or lost, its process-group watchdog: COMMAND itself still dies with baton (parent-death signal), but if baton is killed the processes COMMAND started keep running without the lock; check the process limits (ulimit -u, the cgroup's pids.max) and that /proc/self/exe is executable",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
+    /// COMMAND exited while processes it started still ran in its process group.
+    pub const SUPERVISOR_GROUP_OUTLIVED_COMMAND: Event = Event {
+        key: "baton.supervisor.group_outlived_command",
+        level: Level::INFO,
+        help: "COMMAND exited while processes it started still ran in its process group; baton sent them SIGTERM (SIGKILL after --grace) and kept the lock until the group was empty",
+        alarm: Alarm::Unmonitored {
+            why: "expected for commands that start background jobs; the lock stays held until they end, so exclusion holds",
+        },
+    };
     /// The SQLite store's file was deleted or replaced while the store had it open.
     pub const SQLITE_FILE_REPLACED: Event = Event {
         key: "baton.sqlite.file_replaced",
@@ -598,6 +618,8 @@ pub const REGISTRY: &[Event] = &[
     events::STORE_PROCESS_LOCAL,
     events::STORE_PUSH_LOST,
     events::STORE_PUSH_RESTORED,
+    events::SUPERVISOR_WATCHDOG_UNAVAILABLE,
+    events::SUPERVISOR_GROUP_OUTLIVED_COMMAND,
     events::STORE_CONNECTION_REPLACED,
     events::SQLITE_FILE_REPLACED,
     events::POSTGRES_LISTEN_UNAVAILABLE,
