@@ -10,6 +10,9 @@
 //! cargo bench -p baton-redis --bench redis_locks -- --only uncontended --subjects locks --concurrency 16
 //!     # diagnostic: only these uncontended subjects (locks, atoms, scripts) beside the
 //!     # baseline, only at these concurrency levels
+//! cargo bench -p baton-redis --bench redis_locks -- --replica --store-options min_replicas=1
+//!     # the server gets a replica (every subject and the baseline write to a primary
+//!     # that replicates), and the store is opened with these URL options
 //! ```
 //!
 //! Uncontended: C tasks (C = 1, 16, 64) share one store instance, each taking and giving
@@ -86,6 +89,10 @@ struct Settings {
     slices: usize,
     slice: Duration,
     handoff_for: Duration,
+    /// `--replica`: start a replica of the server.
+    replica: bool,
+    /// `--store-options a=b&c=d`: the query of the store's URL.
+    store_options: Option<String>,
 }
 
 impl Settings {
@@ -118,7 +125,14 @@ impl Settings {
         } else {
             (7, Duration::from_secs(1), Duration::from_secs(5))
         };
+        let replica = args.iter().any(|a| a == "--replica");
+        let store_options = args
+            .iter()
+            .position(|a| a == "--store-options")
+            .and_then(|i| args.get(i + 1).cloned());
         Settings {
+            replica,
+            store_options,
             quick,
             only,
             subjects,
@@ -161,6 +175,10 @@ fn main() {
 }
 
 async fn run(settings: Settings, server: Arc<RedisServer>) {
+    let _replica = settings.replica.then(|| {
+        RedisServer::start_replica_of(&server, baton_testkit::redis::RedisOptions::new())
+            .expect("a private replica")
+    });
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let version = server
         .info("server")
@@ -172,16 +190,33 @@ async fn run(settings: Settings, server: Arc<RedisServer>) {
         })
         .unwrap_or_else(|| "?".to_owned());
     println!(
-        "baton Redis lock benchmarks: redis-server {version} (private, loopback, no persistence), \
+        "baton Redis lock benchmarks: redis-server {version} (private, loopback, no persistence{}), \
          {cores} cores, tokio multi-thread runtime with 2 workers, {} run \
-         ({} alternating slices of {:?} per throughput figure, handoff for {:?})",
+         ({} alternating slices of {:?} per throughput figure, handoff for {:?}){}",
+        if settings.replica {
+            ", with a replica"
+        } else {
+            ""
+        },
         if settings.quick { "quick" } else { "full" },
         settings.slices,
         settings.slice,
         settings.handoff_for,
+        settings
+            .store_options
+            .as_deref()
+            .map_or(String::new(), |o| format!("; store options {o}")),
     );
     let url = server.url();
-    let store = Arc::new(RedisStore::connect(&url).await.expect("connect the store"));
+    let store_url = match &settings.store_options {
+        Some(options) => format!("{url}?{options}"),
+        None => url.clone(),
+    };
+    let store = Arc::new(
+        RedisStore::connect(&store_url)
+            .await
+            .expect("connect the store"),
+    );
     if let Some(pairs) = settings.pairs {
         let hand = Hand {
             scripts: Arc::new(RawScripts::connect(&url, TIMEOUT).await),
@@ -230,7 +265,9 @@ async fn run(settings: Settings, server: Arc<RedisServer>) {
         let ns = namespace("eight-stores");
         let mut separate = Vec::new();
         for _ in 0..CONTENDERS {
-            let store = RedisStore::connect(&url).await.expect("connect a store");
+            let store = RedisStore::connect(&store_url)
+                .await
+                .expect("connect a store");
             separate.push(Locks::with_namespace(Arc::new(store), ns.clone()));
         }
         runs.push(handoff("8 stores, 1 task each", &settings, &server, separate).await);
