@@ -19,8 +19,8 @@ pub(crate) async fn connect(global: &GlobalArgs) -> Result<Baton, Failure> {
         None => baton::default_store_url()?,
     };
     // A PostgreSQL server's connection slots are shared by every process: one CLI process
-    // takes one (one more while it LISTENs) unless the URL asks for more.
-    let url = baton::PostgresStore::url_with_pool_size(&url, 1);
+    // takes one, and a second only while it waits for a lock, unless the URL asks for more.
+    let url = baton::PostgresStore::url_for_short_lived_process(&url);
     tracing::debug!(store = %baton::redact_url(&url), namespace = %global.namespace, "opening store");
     Ok(baton::connect_with(&url, global.namespace.clone()).await?)
 }

@@ -37,16 +37,28 @@ fn baton_run_through_a_transaction_pooler_excludes_reports_contention_and_a_down
     });
 }
 
+/// The connections of the server's that `application_name` holds now.
+fn connections(server: &PostgresServer, application: &str) -> u32 {
+    server
+        .sql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}'"
+        ))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// While a `baton run` holds its lock and keeps it alive, the server sees one connection of
-/// its pool (`application_name` `baton`) and its LISTEN connection, nothing more.
+/// its pool (`application_name` `baton`) and no LISTEN connection: it never waited. A run
+/// that waits for the lock adds its LISTEN connection (`baton-listen`), one, while it waits.
 #[test]
-fn one_baton_process_uses_one_pooled_connection() {
+fn one_baton_process_uses_one_connection_and_a_second_only_to_wait() {
     let server =
         PostgresServer::start().expect("a private PostgreSQL server (apt-get install postgresql)");
     let dir = tempfile::tempdir().unwrap();
     let url = server.url();
-    // Keep-alive renewals every second for three seconds, beside the LISTEN heartbeats.
-    let run = Running::spawn(baton_on(
+    // Keep-alive renewals every second until the test says done.
+    let holder = Running::spawn(baton_on(
         &url,
         dir.path(),
         &[
@@ -57,22 +69,37 @@ fn one_baton_process_uses_one_pooled_connection() {
             "--",
             "sh",
             "-c",
-            "touch running; sleep 4",
+            "touch running; while [ ! -e done ]; do sleep 0.05; done",
         ],
     ));
     eventually("the command to start", || {
         dir.path().join("running").exists()
     });
-    let mut most = 0;
-    for _ in 0..30 {
-        let count: u32 = server
-            .sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'baton'")
-            .unwrap()
-            .parse()
-            .unwrap();
-        most = most.max(count);
+    let (mut pooled, mut listening) = (0, 0);
+    for _ in 0..15 {
+        pooled = pooled.max(connections(&server, "baton"));
+        listening = listening.max(connections(&server, "baton-listen"));
         std::thread::sleep(Duration::from_millis(100));
     }
-    run.finish().assert_status(0);
-    assert_eq!(most, 1, "one pooled connection per baton process");
+    assert_eq!(pooled, 1, "one pooled connection per baton process");
+    assert_eq!(
+        listening, 0,
+        "no LISTEN connection for a run that did not wait"
+    );
+
+    let waiter = Running::spawn(baton_on(
+        &url,
+        dir.path(),
+        &["run", "--wait", "30s", "one-connection", "--", "true"],
+    ));
+    eventually("the waiter's LISTEN connection", || {
+        connections(&server, "baton-listen") == 1
+    });
+    assert!(
+        connections(&server, "baton") <= 2,
+        "one pooled connection each"
+    );
+    std::fs::write(dir.path().join("done"), "").unwrap();
+    holder.finish().assert_status(0);
+    waiter.finish().assert_status(0);
 }

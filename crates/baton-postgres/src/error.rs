@@ -173,6 +173,8 @@ mod tests {
             ("25006", ErrorKind::Unavailable),
             ("42501", ErrorKind::Unavailable),
             ("40001", ErrorKind::Unavailable),
+            ("42P05", ErrorKind::Unavailable),
+            ("26000", ErrorKind::Unavailable),
             ("22P02", ErrorKind::InvalidInput),
             ("22001", ErrorKind::InvalidInput),
             ("42P01", ErrorKind::Internal),
@@ -180,6 +182,19 @@ mod tests {
         ] {
             assert_eq!(classify_code(code).0, kind, "{code}");
         }
+        assert!(
+            classify_code("42P05")
+                .1
+                .to_string()
+                .contains("pooler=transaction"),
+            "a named statement colliding means a transaction pooler"
+        );
+        assert!(
+            classify_code("53300")
+                .1
+                .to_string()
+                .contains("server refused: too many connections")
+        );
     }
 
     #[test]

@@ -55,40 +55,66 @@ pub(crate) struct Listener {
     _task: ListenTask,
 }
 
-impl Listener {
-    /// Listens and starts the task that feeds `hub`.
-    ///
-    /// # Errors
-    /// `Unavailable` when the first `LISTEN` fails: a store that cannot push wake-ups says
-    /// so at connect.
-    pub(crate) async fn start(
-        connect: PgConnectOptions,
-        pool: PgPool,
-        unnamed: bool,
-        hub: Arc<ReleaseHub>,
-        options: PostgresOptions,
-        server: String,
-    ) -> baton_core::Result<Self> {
+/// What a [`Listener`] connects to and feeds.
+pub(crate) struct ListenerSpec {
+    /// Where the LISTEN connection goes: the store's server or its `listen_url`.
+    pub(crate) connect: PgConnectOptions,
+    /// The store's pool, which sends the heartbeats.
+    pub(crate) pool: PgPool,
+    /// Whether the pool's statements run unnamed (behind a transaction pooler).
+    pub(crate) unnamed: bool,
+    /// The hub whose waiters the notifications wake.
+    pub(crate) hub: Arc<ReleaseHub>,
+    /// The store's options.
+    pub(crate) options: PostgresOptions,
+    /// The LISTEN connection's server, as messages name it.
+    pub(crate) server: String,
+}
+
+impl ListenerSpec {
+    fn split(self, healthy: bool) -> (Arc<Wakeups>, Spec<Wakeups>) {
         let wakeups = Arc::new(Wakeups {
-            hub,
-            healthy: AtomicBool::new(true),
+            hub: self.hub,
+            healthy: AtomicBool::new(healthy),
         });
-        let task = ListenTask::start(Spec {
-            connect,
-            pool,
-            unnamed,
-            options,
-            server,
+        let spec = Spec {
+            connect: self.connect,
+            pool: self.pool,
+            unnamed: self.unnamed,
+            options: self.options,
+            server: self.server,
             application: LISTENER_APPLICATION,
             channel: sql::CHANNEL,
             heartbeat_prefix: "baton_heartbeat_",
             sink: Arc::clone(&wakeups),
-        })
-        .await?;
+        };
+        (wakeups, spec)
+    }
+}
+
+impl Listener {
+    /// Listens and starts the task that feeds the hub.
+    ///
+    /// # Errors
+    /// `Unavailable` when the first `LISTEN` fails: a store that cannot push wake-ups says
+    /// so at connect.
+    pub(crate) async fn start(spec: ListenerSpec) -> baton_core::Result<Self> {
+        let (wakeups, spec) = spec.split(true);
+        let task = ListenTask::start(spec).await?;
         Ok(Listener {
             wakeups,
             _task: task,
         })
+    }
+
+    /// Starts the task that connects and then feeds the hub, without waiting for it: the
+    /// listener is not healthy until its first `LISTEN` worked. Must run in a runtime.
+    pub(crate) fn spawn(spec: ListenerSpec) -> Self {
+        let (wakeups, spec) = spec.split(false);
+        Listener {
+            wakeups,
+            _task: ListenTask::spawn(spec),
+        }
     }
 
     /// Whether the connection is listening now.
@@ -121,6 +147,13 @@ impl Sink for Wakeups {
                 "LISTEN connection to {server} lost ({why}); waiters re-check now and fall back to TTL timers and polling until it is back"
             ),
         );
+        self.hub.notify_all();
+    }
+
+    fn listening(&self) {
+        self.healthy.store(true, Ordering::Release);
+        // Waiters that began while there was no connection poll; a re-check now costs one
+        // statement each and finds a release notified before the LISTEN.
         self.hub.notify_all();
     }
 

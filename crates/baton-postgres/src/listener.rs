@@ -48,6 +48,9 @@ pub(crate) trait Sink: Send + Sync + 'static {
 
     /// A new connection to `server` is listening again after [`Sink::lost`].
     fn restored(&self, server: &str);
+
+    /// The first connection of a task started by [`ListenTask::spawn`] is listening.
+    fn listening(&self) {}
 }
 
 /// What a [`ListenTask`] connects to, listens on and feeds.
@@ -91,7 +94,26 @@ impl ListenTask {
     /// `Unavailable` when the first `LISTEN` fails or does not finish within the call
     /// deadline.
     pub(crate) async fn start<S: Sink>(spec: Spec<S>) -> baton_core::Result<Self> {
-        let source = Source {
+        let source = Source::new(spec);
+        let connection = source.listen().await?;
+        Ok(ListenTask(tokio::spawn(run(source, connection))))
+    }
+
+    /// Starts the task that connects (retrying as after a loss, without its events), calls
+    /// [`Sink::listening`] once it listens, and keeps listening. Must run in a runtime.
+    pub(crate) fn spawn<S: Sink>(spec: Spec<S>) -> Self {
+        let source = Source::new(spec);
+        ListenTask(tokio::spawn(async move {
+            let connection = source.reconnect().await;
+            source.sink.listening();
+            run(source, connection).await
+        }))
+    }
+}
+
+impl<S: Sink> Source<S> {
+    fn new(spec: Spec<S>) -> Self {
+        Source {
             connect: spec.connect.application_name(spec.application),
             heartbeat_channel: format!("{}{:016x}", spec.heartbeat_prefix, rand::random::<u64>()),
             pool: spec.pool,
@@ -101,9 +123,7 @@ impl ListenTask {
             application: spec.application,
             channel: spec.channel,
             sink: spec.sink,
-        };
-        let connection = source.listen().await?;
-        Ok(ListenTask(tokio::spawn(run(source, connection))))
+        }
     }
 }
 

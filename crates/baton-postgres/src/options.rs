@@ -87,6 +87,7 @@ pub struct PostgresOptions {
     response_timeout: Duration,
     max_connections: u32,
     listen: bool,
+    listen_on_demand: bool,
     poll_interval: Duration,
     durable_grants: bool,
     pooler: Pooler,
@@ -100,6 +101,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("response_timeout", &self.response_timeout)
             .field("max_connections", &self.max_connections)
             .field("listen", &self.listen)
+            .field("listen_on_demand", &self.listen_on_demand)
             .field("poll_interval", &self.poll_interval)
             .field("durable_grants", &self.durable_grants)
             .field("pooler", &self.pooler)
@@ -118,6 +120,7 @@ impl Default for PostgresOptions {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             listen: true,
+            listen_on_demand: false,
             poll_interval: DEFAULT_POLL_INTERVAL,
             durable_grants: true,
             pooler: Pooler::None,
@@ -168,6 +171,22 @@ impl PostgresOptions {
     pub fn listen(mut self, listen: bool) -> Self {
         self.listen = listen;
         self
+    }
+
+    /// Whether the LISTEN connection opens only when a waiter first waits on this store,
+    /// instead of when it connects (default off; in a URL, `listen=on-demand`). A process
+    /// that never waits, such as a `baton` command that does not wait for a lock, then opens
+    /// no connection beyond its pool; the first wait polls at
+    /// [`poll_interval`](Self::poll_interval) until the connection listens, and a failing
+    /// LISTEN is retried in the background instead of failing connect.
+    pub fn listen_on_demand(mut self, on_demand: bool) -> Self {
+        self.listen_on_demand = on_demand;
+        self
+    }
+
+    /// Whether the LISTEN connection waits for the first waiter.
+    pub fn get_listen_on_demand(&self) -> bool {
+        self.listen_on_demand
     }
 
     /// How often a waiter re-checks a held key while there is no LISTEN connection (it is
@@ -279,7 +298,16 @@ impl PostgresOptions {
                     "max_connections={value:?} is not a whole number"
                 ))),
             },
-            "listen" => parse_switch(name, value).map(|on| self.listen(on)),
+            "listen" if value.eq_ignore_ascii_case("on-demand") => {
+                Ok(self.listen(true).listen_on_demand(true))
+            }
+            "listen" => parse_switch(name, value)
+                .map_err(|_| {
+                    Error::invalid_input(format!(
+                        "listen={value:?} is not one of on, off, on-demand"
+                    ))
+                })
+                .map(|on| self.listen(on).listen_on_demand(false)),
             "durable_grants" => parse_switch(name, value).map(|on| self.durable_grants(on)),
             "pooler" => Pooler::parse(value).map(|p| self.pooler(p)),
             "listen_url" => Ok(self.listen_url(value)),
@@ -374,6 +402,8 @@ mod tests {
         let options = set(options, "connect_timeout", "250ms").unwrap();
         let options = set(options, "response_timeout", "1s").unwrap();
         let options = set(options, "max_connections", "3").unwrap();
+        let demand = set(options.clone(), "listen", "on-demand").unwrap();
+        assert!(demand.get_listen() && demand.get_listen_on_demand());
         let options = set(options, "listen", "off").unwrap();
         let options = set(options, "poll_interval", "50ms").unwrap();
         assert_eq!(options.get_pooler(), Pooler::None);

@@ -2,7 +2,7 @@
 //! database.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -17,7 +17,7 @@ use tokio::time::timeout;
 
 use crate::db::Db;
 use crate::error::{sql_error, timed_out, unexpected};
-use crate::listen::Listener;
+use crate::listen::{Listener, ListenerSpec};
 use crate::options::{Pooler, PostgresOptions};
 use crate::schema::{self, SchemaError};
 use crate::sql;
@@ -83,7 +83,9 @@ const MAX_RERUNS: usize = 64;
 pub struct PostgresStore {
     pub(crate) db: Db,
     hub: Arc<ReleaseHub>,
-    listener: Option<Listener>,
+    /// The LISTEN connection: started at connect, or by the first wait with
+    /// `listen=on-demand`; never without a `listen_target`.
+    listener: OnceLock<Listener>,
     /// Where LISTEN connections go: the store's server, its `listen_url`, or nowhere (listen
     /// off, or a transaction pooler without `listen_url`).
     pub(crate) listen_target: Option<Target>,
@@ -96,10 +98,7 @@ impl fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("server", &self.db.server)
             .field("options", &self.db.options)
-            .field(
-                "listening",
-                &self.listener.as_ref().map(Listener::is_healthy),
-            )
+            .field("listening", &self.listener.get().map(Listener::is_healthy))
             .finish()
     }
 }
@@ -185,18 +184,15 @@ impl PostgresStore {
             Ok(answer) => answer?,
             Err(_) => return Err(timed_out(what, &db.server, deadline)),
         }
-        let listener = match &listen_target {
+        let listener = OnceLock::new();
+        match &listen_target {
+            Some(_) if options.get_listen_on_demand() => {}
             Some(listen) => {
-                let starting = Listener::start(
-                    listen.connect.clone(),
-                    db.pool.clone(),
-                    db.unnamed(),
-                    Arc::clone(&hub),
-                    options.clone(),
-                    listen.redacted.clone(),
-                );
+                let starting = Listener::start(listener_spec(&db, &hub, listen));
                 match timeout(left(), starting).await {
-                    Ok(listener) => Some(listener?),
+                    Ok(started) => {
+                        let _ = listener.set(started?);
+                    }
                     Err(_) => {
                         return Err(timed_out(
                             &format!("LISTEN {}", sql::CHANNEL),
@@ -206,9 +202,9 @@ impl PostgresStore {
                     }
                 }
             }
-            None => None,
-        };
-        if pooled && options.get_listen() && listener.is_none() {
+            None => {}
+        }
+        if pooled && options.get_listen() && listen_target.is_none() {
             telemetry::emit(
                 &events::POSTGRES_LISTEN_UNAVAILABLE,
                 None,
@@ -228,35 +224,43 @@ impl PostgresStore {
         })
     }
 
-    /// `url` with `max_connections=max` added when it is a `postgres://` URL that sets no
-    /// pool size (any other text comes back unchanged): how a program that runs as many
-    /// short-lived processes, such as the `baton` CLI, keeps to one connection per process
-    /// (plus the LISTEN connection) unless its user asks for more.
+    /// `url` with `max_connections=1` and `listen=on-demand` added, each when it is a
+    /// `postgres://` URL that does not set it (any other text comes back unchanged): how a
+    /// program that runs as many short-lived processes, such as the `baton` CLI, keeps to one
+    /// connection of the server's per process, and a second only while it waits for a lock
+    /// (LISTEN), unless its user asks for more.
     ///
     /// # Examples
     /// ```
     /// use baton_postgres::PostgresStore;
     /// assert_eq!(
-    ///     PostgresStore::url_with_pool_size("postgres://db/app?sslmode=require", 1),
-    ///     "postgres://db/app?sslmode=require&max_connections=1"
+    ///     PostgresStore::url_for_short_lived_process("postgres://db/app?sslmode=require"),
+    ///     "postgres://db/app?sslmode=require&max_connections=1&listen=on-demand"
     /// );
     /// assert_eq!(
-    ///     PostgresStore::url_with_pool_size("postgres://db/app?max_connections=4", 1),
-    ///     "postgres://db/app?max_connections=4"
+    ///     PostgresStore::url_for_short_lived_process("postgres://db/app?max_connections=4&listen=off"),
+    ///     "postgres://db/app?max_connections=4&listen=off"
     /// );
-    /// assert_eq!(PostgresStore::url_with_pool_size("redis://cache", 1), "redis://cache");
+    /// assert_eq!(PostgresStore::url_for_short_lived_process("redis://cache"), "redis://cache");
     /// ```
     #[must_use]
-    pub fn url_with_pool_size(url: &str, max: u32) -> String {
+    pub fn url_for_short_lived_process(url: &str) -> String {
         let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-        let sets = ::url::Url::parse(url)
-            .map(|u| u.query_pairs().any(|(name, _)| name == "max_connections"))
-            .unwrap_or(true);
-        if !postgres || sets || url.contains('#') {
+        let Ok(parsed) = ::url::Url::parse(url) else {
+            return url.to_owned();
+        };
+        if !postgres || url.contains('#') {
             return url.to_owned();
         }
-        let sep = if url.contains('?') { '&' } else { '?' };
-        format!("{url}{sep}max_connections={max}")
+        let sets = |option: &str| parsed.query_pairs().any(|(name, _)| name == option);
+        let mut url = url.to_owned();
+        for (option, value) in [("max_connections", "1"), ("listen", "on-demand")] {
+            if !sets(option) {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                url = format!("{url}{sep}{option}={value}");
+            }
+        }
+        url
     }
 
     /// The options the store was opened with.
@@ -266,7 +270,7 @@ impl PostgresStore {
 
     /// Whether the LISTEN connection is listening now (`false` when `listen` is off).
     pub fn is_listening(&self) -> bool {
-        self.listener.as_ref().is_some_and(Listener::is_healthy)
+        self.listener.get().is_some_and(Listener::is_healthy)
     }
 
     /// Frees `key` whoever holds it, as an operator breaking a stuck lock would; the fence
@@ -336,6 +340,18 @@ impl PostgresStore {
 
     fn decode<T>(&self, what: &str, decoded: Result<T, sqlx::Error>) -> Result<T> {
         decoded.map_err(|e| sql_error(e, what, &self.db.server))
+    }
+}
+
+/// The LISTEN connection of a store with pool `db` and hub `hub`, to `target`.
+fn listener_spec(db: &Db, hub: &Arc<ReleaseHub>, target: &Target) -> ListenerSpec {
+    ListenerSpec {
+        connect: target.connect.clone(),
+        pool: db.pool.clone(),
+        unnamed: db.unnamed(),
+        hub: Arc::clone(hub),
+        options: db.options.clone(),
+        server: target.redacted.clone(),
     }
 }
 
@@ -576,6 +592,14 @@ impl LeaseStore for PostgresStore {
     }
 
     fn wakeups(&self) -> Wakeups {
+        if let Some(target) = &self.listen_target
+            && self.listener.get().is_none()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            // `listen=on-demand`: the first wait starts the LISTEN connection.
+            self.listener
+                .get_or_init(|| Listener::spawn(listener_spec(&self.db, &self.hub, target)));
+        }
         Wakeups {
             hub: Arc::clone(&self.hub),
             poll: (!self.is_listening()).then(|| self.db.options.get_poll_interval()),

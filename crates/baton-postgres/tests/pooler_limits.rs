@@ -138,8 +138,7 @@ async fn without_listen_url_the_store_polls_and_says_so_once() {
     let channel = namespace().qualify(baton_core::KeyKind::Broadcast, &Key::new("n").unwrap());
     let refused = baton_core::BroadcastStore::subscribe(&store, &channel, 1)
         .await
-        .err()
-        .expect("no LISTEN, no subscription");
+        .expect_err("no LISTEN, no subscription");
     assert_eq!(refused.kind(), ErrorKind::Unsupported, "{refused}");
     assert!(refused.message().contains("listen_url"), "{refused}");
 }
@@ -173,7 +172,7 @@ async fn connect_ends_in_time_while_another_session_holds_the_schema_lock() {
     ));
     for url in [short(&direct), through_pooler] {
         let (answer, took) = timed_connect(&url).await;
-        let e = answer.err().expect("the lock is held");
+        let e = answer.expect_err("the lock is held");
         assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
         assert!(
             e.message()
@@ -215,7 +214,7 @@ async fn connect_and_calls_end_in_time_when_the_poolers_pool_of_one_is_taken() {
     sqlx::query("SELECT 1").execute(&mut hog).await.unwrap();
 
     let (answer, took) = timed_connect(&url).await;
-    let e = answer.err().expect("no server connection to be had");
+    let e = answer.expect_err("no server connection to be had");
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(took <= DEADLINE + SLACK, "connect took {took:?}");
 
@@ -302,7 +301,7 @@ async fn a_full_server_is_named_as_such() {
         assert!(taken.len() <= 3, "max_connections is 3");
     }
     let (answer, took) = timed_connect(&short(&server.url())).await;
-    let e = answer.err().expect("no slot left");
+    let e = answer.expect_err("no slot left");
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(
         e.message().contains("server refused: too many connections"),

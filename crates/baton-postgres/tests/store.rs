@@ -363,3 +363,37 @@ async fn tls_is_required_when_the_url_says_so() {
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     connect(&format!("{url}?sslmode=prefer")).await;
 }
+
+/// With `listen=on-demand` a store opens no LISTEN connection until it first waits; the
+/// first wait starts it, and the waiter is woken by a release from another store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_on_demand_opens_the_connection_at_the_first_wait() {
+    let server = shared().await;
+    let url = server.url();
+    let lazy = Arc::new(connect(&format!("{url}?listen=on-demand")).await);
+    assert!(!lazy.is_listening(), "nothing listens before a wait");
+    let loud = connect(&url).await;
+    let ns = namespace();
+    let holder = Locks::with_namespace(Arc::new(loud), ns.clone());
+    let waiter = Locks::with_namespace(lazy.clone(), ns.clone());
+    let guard = holder
+        .acquire("k", &LockOptions::new(secs(600)))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire("k", &LockOptions::new(secs(5)).wait(secs(60)))
+            .await
+    });
+    eventually("the first wait to start LISTEN", || async {
+        lazy.is_listening().then_some(())
+    })
+    .await;
+    guard.release().await;
+    within("the woken waiter", waiting)
+        .await
+        .unwrap()
+        .expect("woken by the release")
+        .release()
+        .await;
+}
