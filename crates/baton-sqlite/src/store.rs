@@ -35,7 +35,15 @@ use crate::url;
 ///   that find the file locked wait up to `busy_timeout` (then `Unavailable`).
 /// - Expiry is decided by the host's monotonic clock, read inside the transaction; wall
 ///   clock steps change nothing (see [`clock`]).
-/// - Fences are kept in the file, per key, across releases, expiry, prune, and re-opening.
+/// - Fences are kept in the file, per key, across releases, expiry, prune, and re-opening;
+///   each is also at least the wall clock in microseconds, so a key starts above its earlier
+///   fences in a new file (see [`clock::wall_micros`]).
+/// - Every operation first checks that the path still names the file its connection is on.
+///   When the file was deleted or replaced, the store moves to the file now at the path
+///   (creating it if needed) and emits `baton.sqlite.file_replaced`: a holder's next renewal
+///   answers `NotHolder`. Where only the main file was deleted and its `-wal` or `-shm` file
+///   is left, no file is built on them: operations fail with `Unavailable` until they are
+///   removed.
 /// - A release through any store on the file in this process wakes this process's waiters
 ///   at once; releases by other processes are found by polling every
 ///   [`poll_interval`](SqliteOptions::poll_interval).
@@ -97,10 +105,11 @@ impl SqliteStore {
     ///
     /// # Errors
     /// - `InvalidInput`: bad options, or `path` is a directory;
-    /// - `Unavailable`: the directory or file cannot be created or opened, or the file
-    ///   stays locked longer than the busy timeout;
-    /// - `Internal`: the file is corrupt, belongs to another application, or has a schema
-    ///   from a newer baton;
+    /// - `Unavailable`: the directory or file cannot be created or opened, the file stays
+    ///   locked longer than the busy timeout, or the file is missing while the `-wal` or
+    ///   `-shm` file of a deleted database is left beside it;
+    /// - `Internal`: the file is corrupt, belongs to another application (refused before
+    ///   anything in it is changed), or has a schema from a newer baton;
     /// - `Unsupported`: the platform has no monotonic clock shared by processes (not unix).
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         options.validate()?;
