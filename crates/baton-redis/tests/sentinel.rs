@@ -98,7 +98,7 @@ fn contend_through_a_failover(min_replicas: u32) -> Run {
     std::fs::write(dir.path().join("go"), "").unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let old = topology.primary_port().unwrap();
-    topology.server(old).unwrap().kill();
+    topology.kill(old).unwrap();
     let killed = MonoTime::now();
     let new = topology
         .wait_for_failover(old, FAILOVER_PATIENCE)
@@ -106,9 +106,10 @@ fn contend_through_a_failover(min_replicas: u32) -> Run {
     let failed_over = MonoTime::now();
     assert_ne!(new, old);
     if min_replicas > 0 {
-        let returned = topology.server(old).unwrap();
-        returned.restart().unwrap();
-        returned
+        topology.restart(old).unwrap();
+        topology
+            .server(old)
+            .unwrap()
             .wait_replicating(FAILOVER_PATIENCE)
             .unwrap_or_else(|e| panic!("the old primary did not become a replica: {e}"));
     }
@@ -295,7 +296,7 @@ async fn keep_alives_waiters_and_subscriptions_carry_on_after_the_failover() {
     );
     let topo = Arc::clone(&topology);
     let new = tokio::task::spawn_blocking(move || {
-        topo.server(old).unwrap().kill();
+        topo.kill(old).unwrap();
         topo.wait_for_failover(old, FAILOVER_PATIENCE)
     })
     .await
@@ -377,7 +378,7 @@ async fn script_flush_and_client_kill_on_the_new_primary_are_survived() {
     let old = topology.primary_port().unwrap();
     let topo = Arc::clone(&topology);
     let new = tokio::task::spawn_blocking(move || {
-        topo.server(old).unwrap().kill();
+        topo.kill(old).unwrap();
         topo.wait_for_failover(old, FAILOVER_PATIENCE)
     })
     .await

@@ -6,8 +6,8 @@
 //! quorum 2, `down-after-milliseconds` [`DOWN_AFTER`] and `failover-timeout`
 //! [`FAILOVER_TIMEOUT`], each announcing `127.0.0.1` and its own port, and returns once every
 //! sentinel knows the replica and the two other sentinels (so a failover can be agreed on).
-//! Killing the primary ([`RedisServer::kill`] on [`SentinelTopology::server`]) makes the
-//! sentinels promote the replica within a couple of seconds;
+//! Killing the primary ([`SentinelTopology::kill`]) makes the sentinels promote the replica
+//! within a couple of seconds;
 //! [`SentinelTopology::wait_for_failover`] waits until they name another primary.
 //!
 //! A missing `redis-sentinel` binary is an error that names the fix (`apt-get install
@@ -19,7 +19,7 @@
 //! let topology = SentinelTopology::start().unwrap();
 //! let url = topology.url(); // redis+sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/baton
 //! let old = topology.primary_port().unwrap();
-//! topology.server(old).unwrap().kill();
+//! topology.kill(old).unwrap(); // SIGKILL, and the port stays taken
 //! let new = topology.wait_for_failover(old, std::time::Duration::from_secs(30)).unwrap();
 //! # let _ = (url, new);
 //! ```
@@ -32,7 +32,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -65,6 +65,9 @@ const STARTUP: Duration = Duration::from_secs(30);
 pub struct SentinelTopology {
     servers: Vec<RedisServer>,
     sentinels: Vec<Sentinel>,
+    /// Listeners holding the ports of killed servers, so that no other test's server binds
+    /// one while these sentinels still watch it (they would take it for the old primary).
+    reserved: Mutex<Vec<TcpListener>>,
 }
 
 impl fmt::Debug for SentinelTopology {
@@ -127,6 +130,7 @@ impl SentinelTopology {
         let topology = SentinelTopology {
             servers: vec![primary, replica],
             sentinels,
+            reserved: Mutex::new(Vec::new()),
         };
         topology.wait_until_known()?;
         Ok(topology)
@@ -150,6 +154,51 @@ impl SentinelTopology {
     /// The server listening on `port`.
     pub fn server(&self, port: u16) -> Option<&RedisServer> {
         self.servers.iter().find(|s| s.port() == port)
+    }
+
+    /// Kills the server on `port` (SIGKILL) and keeps its port bound by a listener that
+    /// accepts and never answers, until [`SentinelTopology::restart`]: the sentinels see a
+    /// dead server, and no other test's server can take the port meanwhile.
+    ///
+    /// # Errors
+    /// When no server of the topology listens on `port`.
+    pub fn kill(&self, port: u16) -> io::Result<()> {
+        let server = self
+            .server(port)
+            .ok_or_else(|| io::Error::other(format!("no server on port {port}")))?;
+        server.kill();
+        // The port is free now; take it before anyone else does.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+                Ok(listener) => {
+                    self.reserved
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(listener);
+                    return Ok(());
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// Frees the port that [`SentinelTopology::kill`] held and starts the server on it
+    /// again (with its original arguments: the sentinels make it a replica of the new
+    /// primary).
+    ///
+    /// # Errors
+    /// As [`RedisServer::restart`].
+    pub fn restart(&self, port: u16) -> io::Result<()> {
+        let server = self
+            .server(port)
+            .ok_or_else(|| io::Error::other(format!("no server on port {port}")))?;
+        self.reserved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|l| l.local_addr().map(|a| a.port()).ok() != Some(port));
+        server.restart()
     }
 
     /// The ports of the sentinels.
@@ -379,7 +428,7 @@ mod tests {
         assert!(url.ends_with("/baton"), "{url}");
         let old = topology.primary_port().unwrap();
         assert_eq!(old, topology.servers()[0].port());
-        topology.server(old).unwrap().kill();
+        topology.kill(old).unwrap();
         let new = topology
             .wait_for_failover(old, Duration::from_secs(30))
             .unwrap();
