@@ -125,10 +125,15 @@ impl Database {
         let mut prepared = self.file.lock().unwrap_or_else(|p| p.into_inner());
         // A new file is prepared whatever its inode number: the number of a file nobody
         // holds open any more may be given to the next one.
-        if *prepared != file || owner == Owner::New {
+        let replaced = *prepared != file;
+        if replaced || owner == Owner::New {
             schema::prepare(&conn).map_err(opening)?;
             *prepared = file;
-            drop(prepared);
+        }
+        drop(prepared);
+        // Once per file: a second connection to a new file prepares it too (idempotent),
+        // but it is the same replacement.
+        if replaced {
             telemetry::emit(
                 &events::SQLITE_FILE_REPLACED,
                 None,

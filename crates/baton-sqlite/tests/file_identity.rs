@@ -128,6 +128,15 @@ async fn a_holder_learns_that_its_file_was_replaced() {
     assert!(store.inspect(&k).await.unwrap().is_none());
     let next = grant(&store, &k, &Holder::random()).await;
     assert!(next > held, "fence {next} after {held}");
+    let said = baton_core::telemetry::recent_events().into_iter().any(|e| {
+        e.event.key == baton_core::telemetry::events::SQLITE_FILE_REPLACED.key
+            && e.detail.contains(&*path.to_string_lossy())
+    });
+    assert!(
+        said,
+        "the file-replaced event was emitted for {}",
+        path.display()
+    );
 }
 
 /// A lock with keep-alive fires `lost()` at its next renewal after the file is gone.
