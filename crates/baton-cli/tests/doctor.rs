@@ -434,7 +434,10 @@ fn postgres_behind_a_transaction_pooler_gets_the_fix_that_works() {
         PostgresServer::start().expect("a private PostgreSQL (apt-get install postgresql)");
     let pooler = PgBouncer::start(&server, PoolMode::Transaction)
         .expect("a private PgBouncer (apt-get install pgbouncer)");
-    let out = run(doctor(&format!("{}&listen=off", patient(&pooler.url())), &[]));
+    let out = run(doctor(
+        &format!("{}&listen=off", patient(&pooler.url())),
+        &[],
+    ));
     out.assert_status(FINDINGS);
     let finding = only_line(&out, "finding", "pooling");
     assert!(
