@@ -43,36 +43,8 @@ impl ServerInfo {
 /// Reads the version and eviction policy. Only I/O errors fail it: a server that refuses
 /// `INFO` or `CONFIG` just leaves the field empty, and the refusal is logged.
 pub(crate) async fn read(conn: &mut impl ConnectionLike) -> redis::RedisResult<ServerInfo> {
-    let version = match redis::cmd("INFO")
-        .arg("server")
-        .query_async::<String>(conn)
-        .await
-    {
-        Ok(text) => text
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .map(|v| v.trim().to_owned()),
-        Err(e) if e.is_io_error() => return Err(e),
-        Err(e) => {
-            tracing::debug!(error = %e, "INFO server was refused");
-            None
-        }
-    };
-    let role = match redis::cmd("INFO")
-        .arg("replication")
-        .query_async::<String>(conn)
-        .await
-    {
-        Ok(text) => text
-            .lines()
-            .find_map(|l| l.strip_prefix("role:"))
-            .map(|v| v.trim().to_owned()),
-        Err(e) if e.is_io_error() => return Err(e),
-        Err(e) => {
-            tracing::debug!(error = %e, "INFO replication was refused");
-            None
-        }
-    };
+    let version = info_field(conn, "server", "redis_version").await?;
+    let role = info_field(conn, "replication", "role").await?;
     let maxmemory_policy = match redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
@@ -94,6 +66,30 @@ pub(crate) async fn read(conn: &mut impl ConnectionLike) -> redis::RedisResult<S
         maxmemory_policy,
         role,
     })
+}
+
+/// The field `name` of `INFO section`; `None` when the server refused `INFO` (logged) or
+/// did not report the field. Only I/O errors fail it.
+async fn info_field(
+    conn: &mut impl ConnectionLike,
+    section: &str,
+    name: &str,
+) -> redis::RedisResult<Option<String>> {
+    match redis::cmd("INFO")
+        .arg(section)
+        .query_async::<String>(conn)
+        .await
+    {
+        Ok(text) => Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())),
+        Err(e) if e.is_io_error() => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, section, "INFO was refused");
+            Ok(None)
+        }
+    }
 }
 
 /// The value of a one-parameter `CONFIG GET` reply (an array in RESP2, a map in RESP3).

@@ -87,7 +87,8 @@ async fn fences_never_repeat_after_a_lagging_replica_is_promoted() {
 #[tokio::test]
 async fn with_min_replicas_an_acknowledged_grant_survives_the_promotion() {
     let (primary, replica) = pair().await;
-    let url = format!("{}?min_replicas=1&response_timeout=1s", primary.url());
+    // Generous: on a loaded machine the replica's acknowledgement may take a while.
+    let url = format!("{}?min_replicas=1&response_timeout=4s", primary.url());
     let store = RedisStore::connect(&url).await.unwrap();
     assert_eq!(store.options().get_min_replicas(), 1);
     let key = key("replicated");
@@ -129,7 +130,7 @@ async fn with_min_replicas_an_acknowledged_grant_survives_the_promotion() {
 async fn with_min_replicas_an_unconfirmed_grant_is_unavailable_and_freed() {
     let events = common::Events::capture();
     let (primary, replica) = pair().await;
-    let url = format!("{}?min_replicas=1&response_timeout=1s", primary.url());
+    let url = format!("{}?min_replicas=1&response_timeout=2s", primary.url());
     let store = RedisStore::connect(&url).await.unwrap();
     let plain = RedisStore::connect(&primary.url()).await.unwrap();
     let key = key("unconfirmed");

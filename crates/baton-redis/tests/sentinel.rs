@@ -55,6 +55,19 @@ async fn topology() -> Arc<SentinelTopology> {
     )
 }
 
+/// Kills the primary on `old` and waits until the sentinels promoted the replica; returns
+/// the new primary's port.
+async fn fail_over(topology: &Arc<SentinelTopology>, old: u16) -> u16 {
+    let topology = Arc::clone(topology);
+    tokio::task::spawn_blocking(move || {
+        topology.kill(old).unwrap();
+        topology.wait_for_failover(old, FAILOVER_PATIENCE)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn history_file(dir: &Path, process: u32) -> PathBuf {
     dir.join(format!("history-{process}.jsonl"))
 }
@@ -294,14 +307,7 @@ async fn keep_alives_waiters_and_subscriptions_carry_on_after_the_failover() {
             .unwrap(),
         1
     );
-    let topo = Arc::clone(&topology);
-    let new = tokio::task::spawn_blocking(move || {
-        topo.kill(old).unwrap();
-        topo.wait_for_failover(old, FAILOVER_PATIENCE)
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let new = fail_over(&topology, old).await;
 
     // The waiter is granted once the grant it waited for expires on the new primary (its
     // holder's release went to the dead one).
@@ -376,14 +382,7 @@ async fn script_flush_and_client_kill_on_the_new_primary_are_survived() {
         .qualify(KeyKind::Lock, &Key::new("flushed").unwrap());
     let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
     let old = topology.primary_port().unwrap();
-    let topo = Arc::clone(&topology);
-    let new = tokio::task::spawn_blocking(move || {
-        topo.kill(old).unwrap();
-        topo.wait_for_failover(old, FAILOVER_PATIENCE)
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let new = fail_over(&topology, old).await;
     let primary = topology.server(new).unwrap();
 
     let holder = Holder::random();

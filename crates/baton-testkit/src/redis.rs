@@ -184,6 +184,23 @@ impl RedisServer {
             primary.port().to_string(),
         ]))?;
         replica.wait_replicating(timeout)?;
+        // The primary counts the replica for WAIT once it lists it online.
+        let deadline = Instant::now() + timeout;
+        while !primary
+            .info("replication")?
+            .contains(&format!("port={},state=online", replica.port()))
+        {
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the primary does not list the replica on port {} online",
+                        replica.port()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Ok(replica)
     }
 
