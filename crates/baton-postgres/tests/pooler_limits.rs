@@ -1,6 +1,7 @@
 //! What a transaction pooler changes beyond the conformance rules, and the bound on every
 //! call: wake-ups through a direct `listen_url` (and the polling fallback, said once),
-//! broadcast past the pooler, and connects and calls that end within `connect_timeout +
+//! broadcast past the pooler, the store through PgBouncer in session mode (LISTEN included),
+//! and connects and calls that end within `connect_timeout +
 //! response_timeout` when another session holds the schema migration lock, when a pool of
 //! one is exhausted (the pooler's or the store's own), and when the server refuses for lack
 //! of connection slots, each with an `Unavailable` error that names the cause.
@@ -308,4 +309,48 @@ async fn a_full_server_is_named_as_such() {
         "{e}"
     );
     assert!(took <= DEADLINE + SLACK, "took {took:?}");
+}
+
+/// Through PgBouncer in session mode the store works as on a direct connection, LISTEN
+/// included: a waiter in another store is woken by the release through the pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_pooling_works_as_a_direct_connection() {
+    let pooler = blocking(|| PgBouncer::shared(PoolMode::Session)).await;
+    let url = with_timeouts(&format!(
+        "{}?pooler=session&poll_interval=10s",
+        pooler.url()
+    ));
+    let holder = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    let waiter = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    assert!(
+        waiter.is_listening(),
+        "LISTEN works through a session pooler"
+    );
+    let ns = namespace();
+    let guard = Locks::with_namespace(holder, ns.clone())
+        .acquire("k", &LockOptions::new(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let waiting = Locks::with_namespace(waiter, ns);
+    let started = Instant::now();
+    let task = tokio::spawn(async move {
+        waiting
+            .acquire(
+                "k",
+                &LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(60)),
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.release().await;
+    within("the woken waiter", task)
+        .await
+        .unwrap()
+        .expect("woken by the release")
+        .release()
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "woken by NOTIFY, not by its 10 s poll"
+    );
 }
