@@ -504,7 +504,11 @@ fn redis_through_sentinel_reports_replication() {
         "min_replicas=0: replication is asynchronous".to_owned(),
         "fences never fall below the server clock".to_owned(),
     ] {
-        assert!(replication[0].contains(&needle), "{needle}: {}", replication[0]);
+        assert!(
+            replication[0].contains(&needle),
+            "{needle}: {}",
+            replication[0]
+        );
     }
 
     let url = format!("{}&min_replicas=2", patient(&topology.url()));

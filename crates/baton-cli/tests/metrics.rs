@@ -6,7 +6,6 @@
 mod common;
 mod http_support;
 
-
 use baton::telemetry::REGISTRY;
 use baton_testkit::redis::{RedisOptions, RedisServer};
 use common::*;

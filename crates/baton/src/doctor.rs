@@ -365,17 +365,26 @@ mod redis {
     /// fences.
     fn replication(facts: &ServerFacts) -> Check {
         let via = match &facts.sentinel_master {
-            Some(master) => format!("primary of {master:?} (through Sentinel) at {}", facts.address),
+            Some(master) => format!(
+                "primary of {master:?} (through Sentinel) at {}",
+                facts.address
+            ),
             None => format!("server at {}", facts.address),
         };
         let fences = "fences never fall below the server clock, so a promoted replica keeps them increasing as long as its clock is not behind this server's by more than the time since the last grant it received";
-        let online = facts.replicas.iter().filter(|r| r.state == "online").count();
+        let online = facts
+            .replicas
+            .iter()
+            .filter(|r| r.state == "online")
+            .count();
         let listed = facts
             .replicas
             .iter()
             .map(|r| {
                 let lag = r.lag_seconds.map_or("unknown".into(), |l| format!("{l}s"));
-                let behind = r.behind_bytes.map_or("unknown".into(), |b| format!("{b} bytes"));
+                let behind = r
+                    .behind_bytes
+                    .map_or("unknown".into(), |b| format!("{b} bytes"));
                 format!("{} {} (lag {lag}, behind {behind})", r.address, r.state)
             })
             .collect::<Vec<_>>()
@@ -393,7 +402,11 @@ mod redis {
                 "replication",
                 format!(
                     "{via}: min_replicas={min}, but {online} of {connected} replicas are online ({}): every claim, renewal and release waits out the response timeout and is Unavailable",
-                    if listed.is_empty() { "none".into() } else { listed }
+                    if listed.is_empty() {
+                        "none".into()
+                    } else {
+                        listed
+                    }
                 ),
                 "bring the replicas back, or lower min_replicas in the store URL",
             );
@@ -829,7 +842,11 @@ mod postgres {
         let detail = format!(
             "each process of this store opens up to {per_process} connection(s) (max_connections={} in the URL{}); the server has max_connections={} ({} reserved for superusers), room for {} such processes at once",
             facts.pool_size,
-            if facts.listen { ", plus one to LISTEN" } else { "" },
+            if facts.listen {
+                ", plus one to LISTEN"
+            } else {
+                ""
+            },
             facts.server_max_connections,
             facts.reserved_connections,
             slots / per_process.max(1)
