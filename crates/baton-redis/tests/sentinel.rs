@@ -438,3 +438,73 @@ async fn a_plain_url_naming_a_replica_is_refused() {
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.message().contains("reports itself a replica"), "{err}");
 }
+
+/// A lock granted while the replica is cut off from the primary is not on the replica; the
+/// primary is killed and the sentinels promote the replica. The holder's keep-alive finds
+/// the store's answer on the new primary (not the holder) at its next renewal there and
+/// fires `lost()` with `baton.lock.lost`, long before the grant's `valid_until`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_that_cannot_renew_on_the_new_primary_fires_lost() {
+    let events = common::Events::capture();
+    let topology = topology().await;
+    let url = format!("{}?{}", topology.url(), options(0));
+    let store = Arc::new(RedisStore::connect(&url).await.unwrap());
+    let locks = Locks::new(store.clone());
+    let old = topology.primary_port().unwrap();
+    let replica = topology
+        .servers()
+        .iter()
+        .find(|s| s.port() != old)
+        .expect("a replica");
+    let replica_port = replica.port();
+    replica.cut_off_replication().unwrap();
+    // Long enough that a lost() fired by the TTL could not be mistaken for one fired by
+    // the new primary's answer.
+    let ttl = Duration::from_secs(30);
+    let guard = locks
+        .acquire(
+            "unreplicated",
+            &LockOptions::new(ttl).keep_alive(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
+    // The sentinels would point the replica back at the primary after their
+    // failover-timeout; the primary is killed well before that.
+    let new = fail_over(&topology, old).await;
+    assert_eq!(
+        new, replica_port,
+        "the sentinels promoted the cut-off replica"
+    );
+    let failed_over = Instant::now();
+
+    let lost = guard.lost();
+    timeout(Duration::from_secs(20), lost.cancelled())
+        .await
+        .expect("lost() fired after the failover");
+    let fired = Instant::now();
+    assert!(
+        fired + Duration::from_secs(5) < guard.valid_until(),
+        "lost() fired {:?} after the failover, near the grant's valid_until: the TTL fired it, not the new primary",
+        fired - failed_over
+    );
+    let fence = format!("fence {} lost", guard.fence());
+    let lost_events: Vec<String> = events
+        .all()
+        .into_iter()
+        .filter(|(k, m)| k == events::LOCK_LOST.key && m.contains(&fence))
+        .map(|(_, m)| m)
+        .collect();
+    assert!(
+        lost_events
+            .iter()
+            .any(|m| m.contains("no longer the holder")),
+        "no baton.lock.lost naming the new primary's answer: {lost_events:?}"
+    );
+    // The new primary never had the grant: the key is free there.
+    let key = Namespace::new("baton")
+        .unwrap()
+        .qualify(KeyKind::Lock, &Key::new("unreplicated").unwrap());
+    let (info, _) = until_ok(|| store.inspect(&key)).await;
+    assert!(info.is_none(), "{info:?}");
+    guard.release().await;
+}
