@@ -38,8 +38,8 @@ const TTL: &str = "1s";
 pub const DEATH_DEADLINE: Duration = Duration::from_secs(1);
 /// How long a long COMMAND runs: well past the TTL.
 const LONG_HOLD_MS: u64 = 2_500;
-/// How long the nemesis waits for the chosen supervisor to be running a COMMAND.
-const RUNNING_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the nemesis waits for a supervisor to be running a COMMAND.
+const RUNNING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One line of the supervised journal (`supervised.jsonl` in the run directory).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -166,23 +166,30 @@ impl Supervisors {
         })
     }
 
-    /// Kills slot `slot`'s `baton run` with SIGKILL once its COMMAND runs, and journals when
-    /// that COMMAND was gone; answers a note on what happened.
+    /// Kills the `baton run` of slot `slot`, or of the first other slot whose COMMAND runs
+    /// (under store faults one slot may keep the lock for a while), with SIGKILL once its
+    /// COMMAND runs, and journals when that COMMAND was gone; answers a note on what
+    /// happened.
     ///
     /// # Errors
-    /// When no COMMAND of the slot ran within a timeout, or the kill failed.
+    /// When no supervisor ran a COMMAND within a timeout, or the kill failed.
     pub fn kill(&self, slot: u32) -> io::Result<String> {
         let waited = MonoTime::now();
-        let (baton, command) = loop {
-            let baton = self.current.lock().unwrap_or_else(|p| p.into_inner())[slot as usize];
-            if let Some(baton) = baton
-                && let Some(command) = running_command(baton)
-            {
-                break (baton, command);
+        let (baton, command) = 'found: loop {
+            let current = self
+                .current
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let slots = current.len();
+            for baton in (0..slots).filter_map(|i| current[(slot as usize + i) % slots]) {
+                if let Some(command) = running_command(baton) {
+                    break 'found (baton, command);
+                }
             }
             if MonoTime::now().saturating_since(waited) > RUNNING_TIMEOUT {
                 return Err(io::Error::other(format!(
-                    "supervisor s{slot} ran no COMMAND within {RUNNING_TIMEOUT:?}"
+                    "no supervisor ran a COMMAND within {RUNNING_TIMEOUT:?}"
                 )));
             }
             std::thread::sleep(Duration::from_millis(5));
