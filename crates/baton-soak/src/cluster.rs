@@ -6,6 +6,10 @@
 //! final audit go to the server directly. Store timeouts are short (Redis 500 ms,
 //! PostgreSQL 1 s, SQLite's busy timeout 1 s), well below the workload's TTLs, so faults
 //! show up as failed calls rather than as stalls.
+//!
+//! The Sentinel topology has no proxy: the workers follow the primary the sentinels name
+//! (`redis+sentinel://`), and its faults act on the servers themselves (a primary killed and
+//! a replica promoted, `SCRIPT FLUSH` and `CLIENT KILL` on whichever server is the primary).
 
 use std::io;
 use std::path::PathBuf;
@@ -14,6 +18,7 @@ use std::time::Duration;
 use baton_testkit::postgres::{PostgresServer, Stop};
 use baton_testkit::proxy::FaultProxy;
 use baton_testkit::redis::RedisServer;
+use baton_testkit::sentinel::SentinelTopology;
 
 use crate::plan::StoreKind;
 
@@ -29,6 +34,22 @@ enum Server {
     Redis(RedisServer),
     Postgres(PostgresServer),
     Sqlite(PathBuf),
+    Sentinel(SentinelTopology),
+}
+
+/// How long the sentinels may take to promote the replica, and the old primary to
+/// synchronize as a replica of the new one, on a loaded machine.
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// What a promotion did, for the nemesis's log.
+#[derive(Debug, Clone, Copy)]
+pub struct Promotion {
+    /// The old primary's port.
+    pub old: u16,
+    /// The promoted replica's port.
+    pub new: u16,
+    /// When the sentinels named the promoted replica.
+    pub promoted: baton_testkit::MonoTime,
 }
 
 /// The store under test and what stands in front of it.
@@ -49,11 +70,12 @@ impl Cluster {
             StoreKind::Redis => Server::Redis(RedisServer::start()?),
             StoreKind::Postgres => Server::Postgres(PostgresServer::start()?),
             StoreKind::Sqlite => Server::Sqlite(dir.join("baton.db")),
+            StoreKind::RedisSentinel => Server::Sentinel(SentinelTopology::start()?),
         };
         let proxy = match &server {
             Server::Redis(s) => Some(FaultProxy::start(s.addr())?),
             Server::Postgres(s) => Some(FaultProxy::start(s.addr())?),
-            Server::Sqlite(_) => None,
+            Server::Sqlite(_) | Server::Sentinel(_) => None,
         };
         Ok(Cluster { server, proxy })
     }
@@ -73,6 +95,14 @@ impl Cluster {
             ),
             Server::Postgres(s) => format!("postgres on {}{}", s.addr(), via(&self.proxy)),
             Server::Sqlite(path) => format!("sqlite file {}", path.display()),
+            Server::Sentinel(t) => format!(
+                "redis primary and replica (no persistence) on ports {:?}, sentinels on {:?}",
+                t.servers()
+                    .iter()
+                    .map(RedisServer::port)
+                    .collect::<Vec<_>>(),
+                t.sentinel_ports()
+            ),
         }
     }
 
@@ -87,6 +117,9 @@ impl Cluster {
                 "postgres://postgres@{addr}/postgres?application_name={PG_APPLICATION}&connect_timeout=1s&response_timeout=1s"
             ),
             (Server::Sqlite(path), _) => format!("sqlite://{}?busy_timeout=1s", path.display()),
+            (Server::Sentinel(t), _) => {
+                format!("{}?connect_timeout=500ms&response_timeout=500ms", t.url())
+            }
             _ => unreachable!("network stores always have a proxy"),
         }
     }
@@ -97,6 +130,7 @@ impl Cluster {
             Server::Redis(s) => s.url(),
             Server::Postgres(s) => s.url(),
             Server::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Server::Sentinel(t) => t.url(),
         }
     }
 
@@ -119,6 +153,9 @@ impl Cluster {
             }
             Server::Postgres(s) => s.stop(if crash { Stop::Immediate } else { Stop::Fast }),
             Server::Sqlite(_) => Err(io::Error::other("sqlite has no server")),
+            Server::Sentinel(_) => Err(io::Error::other(
+                "the sentinel topology's primary is killed by promote-replica",
+            )),
         }
     }
 
@@ -131,12 +168,69 @@ impl Cluster {
             Server::Redis(s) => s.restart(),
             Server::Postgres(s) => s.start_again(),
             Server::Sqlite(_) => Err(io::Error::other("sqlite has no server")),
+            Server::Sentinel(_) => Err(io::Error::other(
+                "the sentinel topology's primary is restarted by promote-replica",
+            )),
         }
     }
 
     /// Whether a server restart loses the store's data (Redis without persistence).
     pub fn restart_loses_data(&self) -> bool {
         matches!(self.server, Server::Redis(_))
+    }
+
+    /// Kills the primary (SIGKILL) and waits until the sentinels promoted the replica.
+    ///
+    /// # Errors
+    /// On another store, or when the sentinels name no new primary in time.
+    pub fn kill_primary(&self) -> io::Result<Promotion> {
+        let Server::Sentinel(t) = &self.server else {
+            return Err(io::Error::other("only the sentinel topology has a replica"));
+        };
+        let old = t.primary_port()?;
+        t.kill(old)?;
+        let new = t.wait_for_failover(old, FAILOVER_PATIENCE)?;
+        Ok(Promotion {
+            old,
+            new,
+            promoted: baton_testkit::MonoTime::now(),
+        })
+    }
+
+    /// Starts the old primary of `promotion` again (empty: no persistence), makes it a
+    /// replica of the new primary and waits until it is synchronized, so that the next
+    /// promotion has a replica to promote.
+    ///
+    /// The sentinels would convert it by themselves, but only once they next ask it for
+    /// `INFO` (every ten seconds): `REPLICAOF` does what they would, at once, as an
+    /// operator bringing a server back does.
+    ///
+    /// # Errors
+    /// On another store, or when it does not start or synchronize in time.
+    pub fn rejoin(&self, promotion: &Promotion) -> io::Result<()> {
+        let Server::Sentinel(t) = &self.server else {
+            return Err(io::Error::other("only the sentinel topology has a replica"));
+        };
+        t.restart(promotion.old)?;
+        let server = t
+            .server(promotion.old)
+            .ok_or_else(|| io::Error::other("the old primary is gone"))?;
+        server.command_ok(&["REPLICAOF", "127.0.0.1", &promotion.new.to_string()])?;
+        server.wait_replicating(FAILOVER_PATIENCE)
+    }
+
+    /// The server the Redis commands of the nemesis go to: the only one, or the primary
+    /// the sentinels name now.
+    fn redis_primary(&self) -> io::Result<&RedisServer> {
+        match &self.server {
+            Server::Redis(s) => Ok(s),
+            Server::Sentinel(t) => {
+                let port = t.primary_port()?;
+                t.server(port)
+                    .ok_or_else(|| io::Error::other(format!("no server on port {port}")))
+            }
+            _ => Err(io::Error::other("not a Redis store")),
+        }
     }
 
     /// Delays every chunk of bytes through the proxy by `delay` each way.
@@ -197,10 +291,9 @@ impl Cluster {
     /// # Errors
     /// On another store, or when the server answers an error.
     pub fn script_flush(&self) -> io::Result<()> {
-        match &self.server {
-            Server::Redis(s) => s.command_ok(&["SCRIPT", "FLUSH"]).map(drop),
-            _ => Err(io::Error::other("SCRIPT FLUSH is a Redis command")),
-        }
+        self.redis_primary()?
+            .command_ok(&["SCRIPT", "FLUSH"])
+            .map(drop)
     }
 
     /// `CLIENT KILL TYPE normal` and `CLIENT KILL TYPE pubsub` (Redis); answers how many
@@ -209,17 +302,13 @@ impl Cluster {
     /// # Errors
     /// On another store, or when the server answers an error.
     pub fn client_kill(&self) -> io::Result<u64> {
-        match &self.server {
-            Server::Redis(s) => {
-                let mut killed = 0;
-                for kind in ["normal", "pubsub"] {
-                    let reply = s.command_ok(&["CLIENT", "KILL", "TYPE", kind])?;
-                    killed += reply.as_integer().unwrap_or_default().max(0) as u64;
-                }
-                Ok(killed)
-            }
-            _ => Err(io::Error::other("CLIENT KILL is a Redis command")),
+        let s = self.redis_primary()?;
+        let mut killed = 0;
+        for kind in ["normal", "pubsub"] {
+            let reply = s.command_ok(&["CLIENT", "KILL", "TYPE", kind])?;
+            killed += reply.as_integer().unwrap_or_default().max(0) as u64;
         }
+        Ok(killed)
     }
 
     /// `pg_terminate_backend` of every worker connection (PostgreSQL); answers how many.

@@ -124,7 +124,9 @@ fn main() {
         std::process::exit(recheck(&dir, &mut std::io::stdout()));
     }
     let Some(store) = cli.store else {
-        eprintln!("soak: --store redis|postgres|sqlite (or --recheck DIR) is required");
+        eprintln!(
+            "soak: --store redis|postgres|sqlite|redis-sentinel (or --recheck DIR) is required"
+        );
         std::process::exit(2);
     };
     let options = RunOptions {

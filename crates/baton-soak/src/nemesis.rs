@@ -3,9 +3,9 @@
 //!
 //! Every fault ends by itself (a pause is resumed, a killed worker replaced, a stopped
 //! server started again, the proxy healed) before the next one begins, so faults never
-//! pile up, and the run ends with every fault healed. A Redis restart is recorded as a
-//! [`DataLoss`]: the window the checkers report findings in as documented, not as
-//! violations.
+//! pile up, and the run ends with every fault healed. A Redis restart, and a replica
+//! promoted without `min_replicas`, is recorded as a [`DataLoss`]: the window the checkers
+//! report findings in as documented, not as violations.
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use baton_testkit::MonoTime;
 use serde::{Deserialize, Serialize};
 
-use crate::check::DataLoss;
+use crate::check::{DataLoss, LossCause};
 use crate::cluster::Cluster;
 use crate::plan::{Fault, FaultKind, Plan};
 use crate::supervisors::Supervisors;
@@ -37,7 +37,7 @@ pub struct Applied {
 pub struct NemesisLog {
     /// The faults applied, in order.
     pub applied: Vec<Applied>,
-    /// The data losses (Redis restarts).
+    /// The data losses (Redis restarts and promotions).
     pub losses: Vec<DataLoss>,
     /// Faults that could not be applied or healed, in words.
     pub errors: Vec<String>,
@@ -118,11 +118,37 @@ fn apply(
             cluster.start_server()?;
             let back = MonoTime::now();
             if cluster.restart_loses_data() {
-                log.losses.push(DataLoss { from, to, back });
+                log.losses.push(DataLoss {
+                    from,
+                    to,
+                    back,
+                    cause: LossCause::Restart,
+                });
                 "data lost".to_owned()
             } else {
                 String::new()
             }
+        }
+        Fault::PromoteReplica { down } => {
+            let from = MonoTime::now();
+            let promotion = cluster.kill_primary()?;
+            // The workers' store gives a grant to nobody between the kill and the
+            // promotion: what the replica lacks was granted before `from`, and may be
+            // granted again once the promoted replica answers.
+            log.losses.push(DataLoss {
+                from,
+                to: promotion.promoted,
+                back: promotion.promoted,
+                cause: LossCause::Promotion,
+            });
+            hold(down);
+            cluster.rejoin(&promotion)?;
+            format!(
+                "{} promoted in {:.2}s; {} rejoined as its replica",
+                promotion.new,
+                promotion.promoted.saturating_since(from).as_secs_f64(),
+                promotion.old
+            )
         }
         Fault::PauseWorker { worker, pause } => {
             let pid = workers.pid(worker).unwrap_or_default();

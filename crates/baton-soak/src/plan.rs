@@ -36,6 +36,10 @@ pub enum StoreKind {
     Postgres,
     /// An SQLite file shared by the worker processes.
     Sqlite,
+    /// A private Redis primary, a replica and three sentinels (no persistence), reached
+    /// through a `redis+sentinel://` URL; the primary is killed and the replica promoted.
+    #[serde(rename = "redis-sentinel")]
+    RedisSentinel,
 }
 
 impl StoreKind {
@@ -45,6 +49,7 @@ impl StoreKind {
             StoreKind::Redis => "redis",
             StoreKind::Postgres => "postgres",
             StoreKind::Sqlite => "sqlite",
+            StoreKind::RedisSentinel => "redis-sentinel",
         }
     }
 
@@ -78,6 +83,16 @@ impl StoreKind {
                 TerminateBackends,
             ],
             StoreKind::Sqlite => &[PauseWorker, KillWorker, KillSupervisor],
+            // No fault proxy: the workers follow the primary the sentinels name, so they
+            // connect to the servers directly.
+            StoreKind::RedisSentinel => &[
+                PromoteReplica,
+                PauseWorker,
+                KillWorker,
+                KillSupervisor,
+                ScriptFlush,
+                ClientKill,
+            ],
         }
     }
 }
@@ -125,6 +140,11 @@ pub enum FaultKind {
     /// `pg_terminate_backend` of every store connection, including the listeners
     /// (PostgreSQL).
     TerminateBackends,
+    /// The primary is killed (SIGKILL), the sentinels promote the replica, and the old
+    /// primary is started again (empty: no persistence) and rejoins as the new primary's
+    /// replica (Redis Sentinel). Grants the replica had not received when the primary died
+    /// are lost without `min_replicas`: a documented unsafe window.
+    PromoteReplica,
 }
 
 impl FaultKind {
@@ -143,6 +163,7 @@ impl FaultKind {
             FaultKind::ScriptFlush => "script-flush",
             FaultKind::ClientKill => "client-kill",
             FaultKind::TerminateBackends => "terminate-backends",
+            FaultKind::PromoteReplica => "promote-replica",
         }
     }
 }
@@ -213,6 +234,11 @@ pub enum Fault {
     ClientKill,
     /// See [`FaultKind::TerminateBackends`].
     TerminateBackends,
+    /// See [`FaultKind::PromoteReplica`].
+    PromoteReplica {
+        /// How long the old primary stays down once the replica was promoted.
+        down: Duration,
+    },
 }
 
 impl Fault {
@@ -231,6 +257,7 @@ impl Fault {
             Fault::ScriptFlush => FaultKind::ScriptFlush,
             Fault::ClientKill => FaultKind::ClientKill,
             Fault::TerminateBackends => FaultKind::TerminateBackends,
+            Fault::PromoteReplica { .. } => FaultKind::PromoteReplica,
         }
     }
 
@@ -244,6 +271,9 @@ impl Fault {
                     _ => Duration::from_millis(200),
                 }
             }
+            // The sentinels' down-after time and their vote, the old primary's restart and
+            // its full synchronization as a replica.
+            Fault::PromoteReplica { down } => down + Duration::from_secs(4),
             Fault::PauseWorker { pause, .. } => pause,
             Fault::KillWorker { down, .. } => down,
             // Waiting for the supervisor's COMMAND to run, the kill, COMMAND's end.
@@ -303,6 +333,9 @@ impl Fault {
             FaultKind::ScriptFlush => Fault::ScriptFlush,
             FaultKind::ClientKill => Fault::ClientKill,
             FaultKind::TerminateBackends => Fault::TerminateBackends,
+            FaultKind::PromoteReplica => Fault::PromoteReplica {
+                down: ms(rng, 200, 1_500),
+            },
         }
     }
 }
@@ -335,6 +368,11 @@ impl fmt::Display for Fault {
             Fault::Blackhole { lasts } => write!(f, "blackhole for {}", s(lasts)),
             Fault::Reset { lasts } => write!(f, "reset for {}", s(lasts)),
             Fault::DropReplies { lasts } => write!(f, "drop-replies for {}", s(lasts)),
+            Fault::PromoteReplica { down } => write!(
+                f,
+                "promote-replica (primary killed, old primary back after {})",
+                s(down)
+            ),
             other => f.write_str(other.kind().name()),
         }
     }
@@ -428,7 +466,12 @@ mod tests {
     #[test]
     fn the_same_seed_gives_the_same_plan_and_another_seed_another() {
         let run = Duration::from_secs(60);
-        for store in [StoreKind::Redis, StoreKind::Postgres, StoreKind::Sqlite] {
+        for store in [
+            StoreKind::Redis,
+            StoreKind::Postgres,
+            StoreKind::Sqlite,
+            StoreKind::RedisSentinel,
+        ] {
             let a = Plan::new(store, 7, run, 4);
             assert_eq!(a, Plan::new(store, 7, run, 4));
             assert_eq!(a.render(), Plan::new(store, 7, run, 4).render());

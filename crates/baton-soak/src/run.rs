@@ -426,8 +426,7 @@ fn summarize(
         .losses
         .iter()
         .map(|l| Window {
-            what: "redis restart without persistence: every grant, record and budget lost"
-                .to_owned(),
+            what: l.cause.describe().to_owned(),
             from: check::secs(l.from, start),
             back: check::secs(l.back, start),
         })

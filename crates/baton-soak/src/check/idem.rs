@@ -582,6 +582,7 @@ mod tests {
                 from: t(50),
                 to: t(55),
                 back: t(60),
+                cause: Default::default(),
             }],
             start: t(0),
         };

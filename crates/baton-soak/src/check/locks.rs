@@ -550,6 +550,7 @@ mod tests {
             from: t(100),
             to: t(110),
             back: t(150),
+            cause: super::super::LossCause::Promotion,
         };
         let losses = Losses {
             losses: vec![loss],
@@ -563,7 +564,18 @@ mod tests {
                 .documented
                 .as_ref()
                 .unwrap()
-                .contains("killed at +0.100s")
+                .contains("(replica promoted): killed at +0.100s")
+        );
+        // Fences are never excused: a lower fence after a promotion is a violation.
+        let mut s = Script::new();
+        s.held(1, 0, 10, 0, 50, 1_000, 1);
+        s.held(2, 0, 9, 200, 300, 1_000, 2);
+        let report = s.check(&losses);
+        assert_eq!(
+            row(&report, "fences-increase").violations,
+            1,
+            "{:?}",
+            report.findings
         );
         // The same overlap with the loss after both grants began is a violation.
         let mut s = Script::new();
@@ -574,6 +586,7 @@ mod tests {
                 from: t(250),
                 to: t(260),
                 back: t(270),
+                cause: Default::default(),
             }],
             start: t(0),
         };

@@ -19,7 +19,8 @@
 //! above), so a reported violation really happened.
 //!
 //! **Documented unsafe windows.** A Redis server restarted without persistence forgets every
-//! grant, record and budget (see `docs/redis.md`). A finding that needs that loss to be
+//! grant, record and budget, and a replica promoted without `min_replicas` misses what the
+//! primary had not yet sent it (see `docs/redis.md`). A finding that needs that loss to be
 //! explained — its earlier operation could have reached the store before the kill, its later
 //! one after it — is reported as *documented*, with the window, and does not fail the run.
 //! Nothing else is ever excused.
@@ -46,15 +47,46 @@ use crate::journal::Events;
 /// check (NTP slews a wall clock by at most 0.05 %): subtracted in favour of the store.
 pub const CLOCK_TOLERANCE: Duration = Duration::from_millis(5);
 
-/// A span in which the store lost its data (a Redis restart without persistence).
+/// A span in which the store lost its data (a Redis restart without persistence), or some
+/// of it (a replica promoted without `min_replicas`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DataLoss {
     /// When the kill was sent.
     pub from: MonoTime,
-    /// When the killed server had exited.
+    /// When the killed server had exited (a promotion: when the sentinels named the
+    /// promoted replica).
     pub to: MonoTime,
-    /// When the new server answered.
+    /// When the new server answered (a promotion: the promoted replica).
     pub back: MonoTime,
+    /// What lost the data.
+    #[serde(default)]
+    pub cause: LossCause,
+}
+
+/// What lost a store's data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossCause {
+    /// A Redis server killed and started again without persistence: everything is gone.
+    #[default]
+    Restart,
+    /// A Redis primary killed and its replica promoted without `min_replicas`: what the
+    /// replica had not received when the primary died is gone.
+    Promotion,
+}
+
+impl LossCause {
+    /// The window in words, for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            LossCause::Restart => {
+                "redis restart without persistence: every grant, record and budget lost"
+            }
+            LossCause::Promotion => {
+                "redis replica promoted without min_replicas: what the replica had not received is lost"
+            }
+        }
+    }
 }
 
 /// The data losses of a run.
@@ -81,7 +113,11 @@ impl Losses {
     pub fn explain(&self, earlier: MonoTime, later: MonoTime) -> Option<String> {
         self.between(earlier, later).map(|l| {
             format!(
-                "redis data loss: killed at +{:.3}s, back at +{:.3}s",
+                "redis data loss ({}): killed at +{:.3}s, back at +{:.3}s",
+                match l.cause {
+                    LossCause::Restart => "restart",
+                    LossCause::Promotion => "replica promoted",
+                },
                 secs(l.from, self.start),
                 secs(l.back, self.start)
             )
