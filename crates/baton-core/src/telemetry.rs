@@ -69,6 +69,16 @@ pub mod events {
             within: minutes(5),
         },
     };
+    /// A waiting acquire met a store fault after the store had answered it, and claims again.
+    pub const LOCK_WAIT_FAULTED: Event = Event {
+        key: "baton.lock.wait_faulted",
+        level: Level::WARN,
+        help: "a waiting acquire met a store fault (a failover, a restart, a dropped connection) after the store had answered it, and keeps claiming with a backoff until its wait ends; it answers Unavailable (baton.lock.unavailable) only if the store is still failing then",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
     /// A lock was released after its grant had expired: the section was not exclusive
     /// throughout.
     pub const LOCK_RELEASE_AFTER_EXPIRY: Event = Event {
@@ -603,6 +613,7 @@ pub mod events {
 /// Every registered event.
 pub const REGISTRY: &[Event] = &[
     events::LOCK_UNAVAILABLE,
+    events::LOCK_WAIT_FAULTED,
     events::LOCK_RELEASE_AFTER_EXPIRY,
     events::LOCK_RELEASE_FAULTED,
     events::LOCK_LOST,

@@ -122,6 +122,68 @@ async fn killed_server_fails_fast_and_the_store_recovers_after_restart() {
     );
 }
 
+/// A waiter that has seen the key held rides out a restart of the server within its wait:
+/// its claims fail while the server is down (`baton.lock.wait_faulted` says so once), and
+/// the first claim after the restart grants, with a fence above the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_server_restart_within_its_wait() {
+    capture_events();
+    let server = start_server();
+    let store = connect(&server.url()).await;
+    let ns = namespace();
+    let locks = Locks::with_namespace(store.clone(), ns.clone());
+    let held = within(
+        "acquire",
+        locks.acquire("waited", &LockOptions::new(secs(600))),
+    )
+    .await
+    .expect("an uncontended acquire");
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .acquire("waited", &LockOptions::new(secs(30)).wait(secs(60)))
+                .await
+        }
+    });
+    // The waiter has claimed at least once and seen the key held.
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter ended while the key was held"
+    );
+
+    let killed = Arc::clone(&server);
+    blocking(move || killed.kill()).await;
+    // Down for longer than a few of the waiter's retries.
+    tokio::time::sleep(secs(2)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter gave up while the server was down"
+    );
+    let restarted = Arc::clone(&server);
+    blocking(move || restarted.restart())
+        .await
+        .expect("the server restarts on its port");
+
+    // No persistence: the 10-minute grant is gone with the old process, so the waiter is
+    // granted at its next claim.
+    let guard = within("the waiter", waiter)
+        .await
+        .expect("the waiter's task")
+        .expect("the waiter rode out the restart");
+    assert!(guard.fence() > held.fence(), "fences keep increasing");
+    wait_for_event(&events::LOCK_WAIT_FAULTED, |e| {
+        e.key == lock_key(&ns, "waited").as_str()
+    })
+    .await;
+    assert_eq!(
+        within("release", guard.release()).await,
+        ReleaseOutcome::Released
+    );
+    drop(held);
+}
+
 /// A holder paused (SIGSTOP) past its TTL, in a process of its own: another process takes
 /// the lock; once resumed, the holder's `lost()` has fired, its late write to a fenced
 /// resource is rejected, and its release answers `Expired` and spares the new holder.

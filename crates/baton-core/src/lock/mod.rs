@@ -210,6 +210,12 @@ impl Locks {
     /// one process queue in FIFO order and only the first of them queries the store, so a
     /// release wakes one waiter rather than a herd, and nobody starves.
     ///
+    /// A waiter that has had an answer from the store rides out the faults that follow (a
+    /// Redis failover, a server restart, a replaced connection): it claims again with a
+    /// backoff of 50 ms doubling to 1 s, and answers `Unavailable` only when the store is
+    /// still failing as its wait ends (`baton.lock.wait_faulted` says it met a fault). A
+    /// first claim that faults answers `Unavailable` at once.
+    ///
     /// A lock is not reentrant: asking again for a key this task holds waits for itself and
     /// ends with [`AcquireError::Contended`].
     ///
@@ -291,9 +297,10 @@ impl Locks {
         started: Instant,
     ) -> Result<LockGuard, AcquireError> {
         if options.wait.is_zero() {
-            return match self.attempt(&key, &holder, options).await? {
-                Ok(granted) => Ok(self.guard(key, holder, granted, options)),
-                Err(seen) => Err(contended(Some(seen))),
+            return match self.attempt(&key, &holder, options).await {
+                Ok(Ok(granted)) => Ok(self.guard(key, holder, granted, options)),
+                Ok(Err(seen)) => Err(contended(Some(seen))),
+                Err(error) => Err(unavailable(&key, error)),
             };
         }
         let deadline = started + options.wait.get();
@@ -302,9 +309,10 @@ impl Locks {
         let Ok(_turn) = tokio::time::timeout_at(deadline, self.inner.turns.take(&key)).await else {
             // Other waiters of this process kept the key's queue busy for the whole wait.
             // One last attempt tells whether it is still held, and by whom.
-            return match self.attempt(&key, &holder, options).await? {
-                Ok(granted) => Ok(self.guard(key, holder, granted, options)),
-                Err(seen) => Err(contended(Some(seen))),
+            return match self.attempt(&key, &holder, options).await {
+                Ok(Ok(granted)) => Ok(self.guard(key, holder, granted, options)),
+                Ok(Err(seen)) => Err(contended(Some(seen))),
+                Err(error) => Err(unavailable(&key, error)),
             };
         };
         let wakeups = self.inner.store.wakeups();
@@ -313,20 +321,54 @@ impl Locks {
         // in flight is kept for the next sleep), so this process counts as waiting for the key
         // from the first attempt to the last.
         let mut released = wakeups.hub.subscribe(&key);
+        // Whether the store has answered this acquire: a waiter rides out the store faults
+        // that come after an answer (a failover, a restart, a replaced connection) until its
+        // wait ends, while a first claim that faults fails at once.
+        let mut answered = false;
+        let mut retry_in = FAULT_RETRY_FIRST;
         loop {
-            let seen = match self.attempt(&key, &holder, options).await? {
-                Ok(granted) => return Ok(self.guard(key, holder, granted, options)),
-                Err(seen) => seen,
+            let seen = match self.attempt(&key, &holder, options).await {
+                Ok(Ok(granted)) => return Ok(self.guard(key, holder, granted, options)),
+                Ok(Err(seen)) => {
+                    answered = true;
+                    retry_in = FAULT_RETRY_FIRST;
+                    Some(seen)
+                }
+                Err(error) if answered && error.is_retryable() && now() + retry_in < deadline => {
+                    if retry_in == FAULT_RETRY_FIRST {
+                        telemetry::emit(
+                            &events::LOCK_WAIT_FAULTED,
+                            Some(key.as_str()),
+                            format_args!(
+                                "a waiting acquire met a store fault and keeps claiming until its wait ends: {error}"
+                            ),
+                        );
+                    }
+                    None
+                }
+                Err(error) => return Err(unavailable(&key, error)),
             };
             let now = now();
-            if now >= deadline {
-                return Err(contended(Some(seen)));
-            }
-            // Expiry publishes nothing: re-check when the holder's TTL runs out.
-            let mut wake_at = (now + seen.remaining + Duration::from_millis(1)).min(deadline);
-            if let Some(poll) = wakeups.poll {
-                wake_at = wake_at.min(now + jittered(poll));
-            }
+            let wake_at = match seen {
+                Some(seen) => {
+                    if now >= deadline {
+                        return Err(contended(Some(seen)));
+                    }
+                    // Expiry publishes nothing: re-check when the holder's TTL runs out.
+                    let mut wake_at =
+                        (now + seen.remaining + Duration::from_millis(1)).min(deadline);
+                    if let Some(poll) = wakeups.poll {
+                        wake_at = wake_at.min(now + jittered(poll));
+                    }
+                    wake_at
+                }
+                // A fault: claim again after a backoff (a release signal still wakes sooner).
+                None => {
+                    let wake_at = now + jittered(retry_in);
+                    retry_in = (retry_in * 2).min(FAULT_RETRY_MAX);
+                    wake_at
+                }
+            };
             tokio::select! {
                 _ = released.released() => {}
                 _ = sleep_until(wake_at) => {}
@@ -335,13 +377,14 @@ impl Locks {
     }
 
     /// One claim. `Ok(Err(seen))` is contention; `Ok(Ok(granted))` a grant, which
-    /// [`Locks::guard`] turns into a guard.
+    /// [`Locks::guard`] turns into a guard; `Err` the store's fault, which the caller either
+    /// rides out or reports with [`unavailable`].
     async fn attempt(
         &self,
         key: &StoreKey,
         holder: &Holder,
         options: ValidOptions,
-    ) -> Result<Result<Granted, Seen>, AcquireError> {
+    ) -> Result<Result<Granted, Seen>> {
         let store = &self.inner.store;
         let sent = now();
         let pending = PendingClaim {
@@ -356,14 +399,7 @@ impl Locks {
                 Ok(Ok(Granted { fence, sent }))
             }
             Ok(Claim::Held { holder, remaining }) => Ok(Err(Seen { holder, remaining })),
-            Err(error) => {
-                telemetry::emit(
-                    &events::LOCK_UNAVAILABLE,
-                    Some(key.as_str()),
-                    format_args!("acquire failed: {error}"),
-                );
-                Err(AcquireError::from_error(error))
-            }
+            Err(error) => Err(error),
         }
     }
 
@@ -401,6 +437,21 @@ impl Locks {
         };
         LockGuard::new(grant)
     }
+}
+
+/// How long a waiter that met a store fault waits before it claims again: at first, and at
+/// most (the backoff doubles in between, with jitter).
+const FAULT_RETRY_FIRST: Duration = Duration::from_millis(50);
+const FAULT_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The store's fault as the answer of an acquire, reported as `baton.lock.unavailable`.
+fn unavailable(key: &StoreKey, error: Error) -> AcquireError {
+    telemetry::emit(
+        &events::LOCK_UNAVAILABLE,
+        Some(key.as_str()),
+        format_args!("acquire failed: {error}"),
+    );
+    AcquireError::from_error(error)
 }
 
 fn contended(seen: Option<Seen>) -> AcquireError {
