@@ -453,6 +453,9 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
         ("BATON_MAX_ATTEMPTS", job.max_attempts().to_string()),
     ];
     let stdout = context.stdout();
+    // Counted from before the spawn: COMMAND may already run while the spawn still waits to
+    // hear that its exec succeeded, and a SIGTERM then must find it counted.
+    let _running = RunningGuard::new(&context.running);
     let spawned = Child::spawn_with(&context.command, context.grace, |command| {
         command
             .envs(env.iter().map(|(k, v)| (k, v)))
@@ -472,7 +475,6 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
         }
         Err(failure) => return Err(context.cannot_run(&job, failure)),
     };
-    let _running = RunningGuard::new(&context.running);
     tracing::debug!(queue = %context.queue, item = %id, attempt = job.attempt(), command = child.name(), "running");
     let _writer = AbortOnDrop(tokio::spawn(write_payload(
         child.take_stdin(),
