@@ -562,11 +562,14 @@ pub async fn lost_fires_at_valid_until_without_keep_alive(h: &dyn Harness) {
 pub async fn keep_alive_holds_across_ttls(h: &dyn Harness) {
     let ns = fresh_namespace();
     let locks = locks(h.open().await, &ns);
-    let options = LockOptions::new(ms(300)).keep_alive(ms(60));
+    // Renewals every 200 ms against a 1 s TTL: a renewal may take most of a TTL on a
+    // loaded machine (an SQLite write behind other tests' transactions) before the lock
+    // would lapse; the loop spans three TTLs.
+    let options = LockOptions::new(ms(1000)).keep_alive(ms(200));
     let guard = locks.acquire("k", &options).await.unwrap();
     let first_deadline = guard.valid_until();
     let started = Instant::now();
-    while started.elapsed() < ms(1500) {
+    while started.elapsed() < ms(3000) {
         let other = locks
             .try_acquire("k", ms(300), Duration::ZERO)
             .await
