@@ -938,14 +938,16 @@ pub async fn lease_keep_alive_signals_loss(h: &dyn Harness) {
     let leases = Leases::with_namespace(h.open().await, ns.clone());
     let key = stream_key("order-7", "Orders").unwrap();
     leases
-        .claim(&key, "instance-1", ms(300), "rewind")
+        .claim(&key, "instance-1", ms(1000), "rewind")
         .await
         .unwrap();
+    // Renewals every 200 ms against a 1 s TTL, so that a renewal delayed on a loaded machine
+    // does not lapse the lease; the sleep spans two TTLs.
     let keep = leases
-        .keep_alive(&key, "instance-1", ms(300), ms(60))
+        .keep_alive(&key, "instance-1", ms(1000), ms(200))
         .await
         .unwrap();
-    sleep(ms(800)).await;
+    sleep(ms(2000)).await;
     assert!(!keep.is_lost());
     assert_eq!(
         leases.inspect(&key).await.unwrap().unwrap().holder,
