@@ -29,6 +29,7 @@ mod lease;
 pub mod limit;
 mod lock;
 mod memory;
+pub mod options;
 mod redact;
 pub mod signals;
 pub mod store;
