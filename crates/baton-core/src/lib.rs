@@ -19,6 +19,7 @@ pub mod broadcast;
 pub mod cache;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod doctor;
 mod error;
 mod fence;
 mod grant;
