@@ -24,7 +24,7 @@
 //! ```
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::{Error, ErrorKind, Result, redact_url};
 
@@ -244,6 +244,18 @@ pub fn clock_offset(offset_micros: i64, uncertainty: Duration) -> (String, bool)
     )
 }
 
+/// A server clock's offset from this host's, in microseconds: `server_micros` (since the
+/// Unix epoch) read by a request sent at `sent` (this host's wall clock) that took
+/// `round_trip`, against the request's midpoint. Half the round trip is how far off it may
+/// be.
+pub fn clock_offset_micros(server_micros: i64, sent: SystemTime, round_trip: Duration) -> i64 {
+    let local = match (sent + round_trip / 2).duration_since(UNIX_EPOCH) {
+        Ok(since) => i64::try_from(since.as_micros()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(0),
+    };
+    server_micros.saturating_sub(local)
+}
+
 /// The report of a `memory://` store: one finding, since it is process-local.
 pub fn memory(store: &str) -> Report {
     Report::new(
@@ -313,6 +325,15 @@ mod tests {
         assert!(far);
         let (_, far) = clock_offset(1_050_000, Duration::from_millis(100));
         assert!(!far, "within the tolerance plus the uncertainty");
+    }
+
+    #[test]
+    fn offsets_are_taken_against_the_midpoint() {
+        let sent = UNIX_EPOCH + Duration::from_secs(100);
+        let rtt = Duration::from_millis(10);
+        assert_eq!(clock_offset_micros(100_005_000, sent, rtt), 0);
+        assert_eq!(clock_offset_micros(100_000_000, sent, rtt), -5_000);
+        assert_eq!(clock_offset_micros(101_005_000, sent, rtt), 1_000_000);
     }
 
     #[test]

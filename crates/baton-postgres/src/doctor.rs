@@ -21,7 +21,7 @@
 //! alternately; either sign is proof. A proxy that happened to hand each connection the same
 //! backend every time is not detected (it behaves like session pooling for that moment).
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use baton_core::Result;
 use baton_core::doctor::{self, Check, Report, clock_offset, millis, round_trip};
@@ -142,7 +142,6 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
     )
     .await?;
     let round_trip = started.elapsed();
-    let local_micros = micros_since_epoch(before + round_trip / 2);
 
     #[allow(clippy::type_complexity)]
     let (version, in_recovery, read_only, synchronous_commit, fsync, max_conn, reserved): (
@@ -207,7 +206,7 @@ pub async fn inspect(url: &str) -> Result<ServerFacts> {
         reserved_connections: u32::try_from(reserved).unwrap_or(0),
         durable_grants: options.get_durable_grants(),
         round_trips,
-        clock_offset_micros: server_micros.saturating_sub(local_micros),
+        clock_offset_micros: doctor::clock_offset_micros(server_micros, before, round_trip),
         clock_uncertainty: round_trip / 2,
         version,
         in_recovery,
@@ -259,13 +258,6 @@ fn pooling_evidence(first: &[i32], second: &[i32]) -> Option<String> {
     first.iter().find(|pid| second.contains(pid)).map(|pid| {
         format!("two connections were served by the same server backend (pg_backend_pid {pid})")
     })
-}
-
-fn micros_since_epoch(at: SystemTime) -> i64 {
-    match at.duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_micros()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(0),
-    }
 }
 
 /// Awaits one step within the deadline.
@@ -574,7 +566,141 @@ fn connections(facts: &ServerFacts) -> Check {
 
 #[cfg(test)]
 mod tests {
+    use baton_core::doctor::Verdict;
+
     use super::*;
+
+    fn healthy() -> ServerFacts {
+        ServerFacts {
+            server: "postgres://app:***@db/coord".into(),
+            response_timeout: Duration::from_secs(2),
+            listen: true,
+            pooler: Pooler::None,
+            listen_url: false,
+            pool_size: 10,
+            server_max_connections: 100,
+            reserved_connections: 3,
+            durable_grants: true,
+            round_trips: vec![Duration::from_micros(300); PINGS],
+            clock_offset_micros: -80,
+            clock_uncertainty: Duration::from_micros(100),
+            version: "16.4".into(),
+            in_recovery: false,
+            read_only: false,
+            synchronous_commit: "on".into(),
+            fsync: true,
+            schema: SchemaState::Version(sql::SCHEMA_VERSION),
+            work_schema: SchemaState::Version(work_sql::SCHEMA_VERSION),
+            transaction_pooling: None,
+        }
+    }
+
+    /// The one check named `name`.
+    fn verdict(facts: &ServerFacts, name: &str) -> Check {
+        let found: Vec<_> = checks(facts, Duration::from_millis(3))
+            .into_iter()
+            .filter(|c| c.name == name)
+            .collect();
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        found.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn a_healthy_server_has_no_findings() {
+        let checks = checks(&healthy(), Duration::from_millis(3));
+        let names: Vec<_> = checks.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            [
+                "connect",
+                "server",
+                "clock",
+                "schema",
+                "work-schema",
+                "durable-grants",
+                "pooling",
+                "connections"
+            ]
+        );
+        assert!(
+            checks.iter().all(|c| c.verdict == Verdict::Ok),
+            "{checks:#?}"
+        );
+    }
+
+    #[test]
+    fn schema_versions_missing_older_newer_and_stray() {
+        let at = |schema| {
+            verdict(
+                &ServerFacts {
+                    schema,
+                    ..healthy()
+                },
+                "schema",
+            )
+        };
+        assert_eq!(at(SchemaState::Missing).verdict, Verdict::Note);
+        assert_eq!(at(SchemaState::Unrecorded).verdict, Verdict::Finding);
+        assert_eq!(at(SchemaState::Version(0)).verdict, Verdict::Finding);
+        let newer = at(SchemaState::Version(sql::SCHEMA_VERSION + 1));
+        assert_eq!(newer.verdict, Verdict::Finding);
+        assert!(newer.fix.unwrap().starts_with("upgrade baton"));
+        if sql::SCHEMA_VERSION > 1 {
+            let older = at(SchemaState::Version(sql::SCHEMA_VERSION - 1));
+            assert_eq!(older.verdict, Verdict::Note);
+            assert!(older.detail.contains("migrates it"), "{older:?}");
+        }
+    }
+
+    #[test]
+    fn poolers_durability_and_connection_slots() {
+        let pooled = ServerFacts {
+            transaction_pooling: Some(
+                "two connections were served by the same server backend (pg_backend_pid 7)".into(),
+            ),
+            ..healthy()
+        };
+        let check = verdict(&pooled, "pooling");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(check.fix.unwrap().starts_with("add pooler=transaction"));
+        let told = ServerFacts {
+            pooler: Pooler::Transaction,
+            ..pooled.clone()
+        };
+        assert_eq!(verdict(&told, "pooling").verdict, Verdict::Note);
+        assert_eq!(verdict(&told, "connections").verdict, Verdict::Ok);
+
+        let relaxed = ServerFacts {
+            durable_grants: false,
+            fsync: false,
+            ..healthy()
+        };
+        let check = verdict(&relaxed, "durable-grants");
+        assert_eq!(check.verdict, Verdict::Note);
+        assert!(
+            check.detail.starts_with(
+                "durable_grants=off in the store URL, and the server runs with fsync=off"
+            ),
+            "{check:?}"
+        );
+
+        let crowded = ServerFacts {
+            pool_size: 100,
+            ..healthy()
+        };
+        let check = verdict(&crowded, "connections");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(
+            check.detail.contains("up to 101 connection(s)"),
+            "{check:?}"
+        );
+
+        let standby = ServerFacts {
+            in_recovery: true,
+            ..healthy()
+        };
+        assert_eq!(verdict(&standby, "server").verdict, Verdict::Finding);
+    }
 
     #[test]
     fn direct_connections_show_no_pooling() {

@@ -11,7 +11,7 @@
 //! facts `None`; only a server that cannot be reached is an error.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use baton_core::Result;
 use baton_core::doctor::{self, Check, Report, clock_offset, millis, round_trip};
@@ -264,14 +264,13 @@ async fn read_clock(
     let Ok((seconds, micros)) = reply else {
         return Ok((None, round_trip / 2));
     };
-    let local_mid = before + round_trip / 2;
-    let local_micros = match local_mid.duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_micros()).unwrap_or(i64::MAX),
-        Err(before_epoch) => -i64::try_from(before_epoch.duration().as_micros()).unwrap_or(0),
-    };
     let server_micros = seconds.saturating_mul(1_000_000).saturating_add(micros);
     Ok((
-        Some(server_micros.saturating_sub(local_micros)),
+        Some(doctor::clock_offset_micros(
+            server_micros,
+            before,
+            round_trip,
+        )),
         round_trip / 2,
     ))
 }
@@ -563,7 +562,145 @@ fn persistence(facts: &ServerFacts) -> Vec<Check> {
 
 #[cfg(test)]
 mod tests {
+    use baton_core::doctor::Verdict;
+
     use super::*;
+
+    fn healthy() -> ServerFacts {
+        ServerFacts {
+            server: "redis://:***@cache:6379".into(),
+            response_timeout: Duration::from_secs(2),
+            round_trips: vec![Duration::from_micros(200); PINGS],
+            clock_offset_micros: Some(150),
+            clock_uncertainty: Duration::from_micros(100),
+            version: Some("7.2.4".into()),
+            address: "cache:6379".into(),
+            sentinel_master: None,
+            min_replicas: 0,
+            role: Some("master".into()),
+            connected_replicas: Some(0),
+            replicas: Vec::new(),
+            master_link_status: None,
+            cluster_enabled: Some(false),
+            aof_enabled: Some(true),
+            persistence_error: None,
+            maxmemory_policy: Some("noeviction".into()),
+            maxmemory: Some(0),
+            appendonly: Some("yes".into()),
+            appendfsync: Some("always".into()),
+            save: Some(String::new()),
+            config_refused: None,
+        }
+    }
+
+    /// The verdict of the one check named `name`.
+    fn verdict(facts: &ServerFacts, name: &str) -> Check {
+        let found: Vec<_> = checks(facts, Duration::from_millis(3))
+            .into_iter()
+            .filter(|c| c.name == name)
+            .collect();
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        found.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn a_healthy_server_has_no_findings() {
+        let checks = checks(&healthy(), Duration::from_millis(3));
+        let names: Vec<_> = checks.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            [
+                "connect",
+                "server",
+                "clock",
+                "replication",
+                "maxmemory-policy",
+                "persistence"
+            ]
+        );
+        assert!(
+            checks.iter().all(|c| c.verdict == Verdict::Ok),
+            "{checks:#?}"
+        );
+    }
+
+    #[test]
+    fn unsafe_settings_are_findings_with_fixes() {
+        let evicting = ServerFacts {
+            maxmemory_policy: Some("allkeys-lru".into()),
+            ..healthy()
+        };
+        let check = verdict(&evicting, "maxmemory-policy");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(check.fix.unwrap().contains("noeviction"));
+
+        let cluster = ServerFacts {
+            cluster_enabled: Some(true),
+            ..healthy()
+        };
+        assert_eq!(verdict(&cluster, "server").verdict, Verdict::Finding);
+        let replica = ServerFacts {
+            role: Some("slave".into()),
+            ..healthy()
+        };
+        assert!(verdict(&replica, "server").detail.contains("READONLY"));
+
+        let drifting = ServerFacts {
+            clock_offset_micros: Some(-5_000_000),
+            ..healthy()
+        };
+        let check = verdict(&drifting, "clock");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(
+            check.detail.starts_with("the server clock is 5.00s behind"),
+            "{check:?}"
+        );
+        let no_time = ServerFacts {
+            clock_offset_micros: None,
+            ..healthy()
+        };
+        assert!(verdict(&no_time, "clock").fix.unwrap().contains("+time"));
+
+        let waiting = ServerFacts {
+            min_replicas: 1,
+            ..healthy()
+        };
+        let check = verdict(&waiting, "replication");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(
+            check.detail.contains("0 of 0 replicas are online"),
+            "{check:?}"
+        );
+    }
+
+    #[test]
+    fn persistence_is_a_note_unless_every_write_is_synced() {
+        let everysec = ServerFacts {
+            appendfsync: Some("everysec".into()),
+            ..healthy()
+        };
+        assert_eq!(verdict(&everysec, "persistence").verdict, Verdict::Note);
+        let none = ServerFacts {
+            appendonly: Some("no".into()),
+            ..healthy()
+        };
+        let check = verdict(&none, "persistence");
+        assert_eq!(check.verdict, Verdict::Note);
+        assert!(check.detail.starts_with("no persistence"), "{check:?}");
+        let refused = ServerFacts {
+            appendonly: None,
+            aof_enabled: None,
+            appendfsync: None,
+            save: None,
+            maxmemory_policy: None,
+            config_refused: Some("NOPERM".into()),
+            ..healthy()
+        };
+        assert_eq!(verdict(&refused, "persistence").verdict, Verdict::Note);
+        let check = verdict(&refused, "maxmemory-policy");
+        assert_eq!(check.verdict, Verdict::Note);
+        assert!(check.detail.contains("NOPERM"), "{check:?}");
+    }
 
     #[test]
     fn info_lines() {
