@@ -71,7 +71,7 @@ pub fn unique<N: AsRef<str>, V>(pairs: Vec<(N, V)>, noun: &str) -> Result<Vec<(N
 }
 
 /// A duration option: a number and a unit (`500ms`, `30s`, `5m`; see
-/// [`parse_duration`](crate::parse_duration)).
+/// [`crate::parse_duration`]).
 ///
 /// # Errors
 /// `InvalidInput` naming the option and the text: `name: duration "5" is not a number
