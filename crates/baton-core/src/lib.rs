@@ -19,6 +19,7 @@ pub mod broadcast;
 pub mod cache;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod doctor;
 mod error;
 mod fence;
 mod grant;
@@ -29,6 +30,7 @@ mod lease;
 pub mod limit;
 mod lock;
 mod memory;
+pub mod options;
 mod redact;
 pub mod signals;
 pub mod store;

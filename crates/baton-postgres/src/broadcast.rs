@@ -5,7 +5,7 @@
 //! qualified channel name (`<namespace>:broadcast:<channel>`) and a newline before the
 //! message: PostgreSQL channel names are identifiers of at most 63 bytes, where baton's
 //! channels may be 588, and one fixed channel needs no `LISTEN`/`UNLISTEN` per subscription
-//! (the same design as the release wake-ups, [`crate::listen`], whose connection loop it
+//! (the same design as the release wake-ups, [`crate::wakeups`], whose connection loop it
 //! shares). The task that reads the connection hands each message to the local
 //! subscriptions of its channel through a [`Fanout`] as it arrives; messages of channels
 //! nobody here subscribes to are dropped on arrival.
@@ -40,10 +40,10 @@ use tokio::sync::{OnceCell, watch};
 use tokio::time::timeout;
 
 use crate::error::timed_out;
-pub use crate::listen::HEARTBEAT_EVERY;
 use crate::listener::{ListenTask, Sink, Spec};
+use crate::locks::PostgresStore;
 use crate::sql;
-use crate::store::PostgresStore;
+pub use crate::wakeups::HEARTBEAT_EVERY;
 
 /// The channel every broadcast of a database is notified on.
 pub const CHANNEL: &str = "baton_broadcast";

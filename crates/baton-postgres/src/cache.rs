@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use baton_core::{CacheStore, Result, StoreKey, Ttl};
 
-use crate::store::PostgresStore;
+use crate::locks::PostgresStore;
 
 /// Reads a live value. Parameters: `$1` key.
 pub const GET: &str =

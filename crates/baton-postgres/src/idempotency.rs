@@ -28,7 +28,7 @@ use baton_core::{Error, Holder, Result, StoreKey, Ttl};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use crate::store::PostgresStore;
+use crate::locks::PostgresStore;
 
 /// The table and its expiry index. `updated_at` is the server time of the last write;
 /// `previous` the status the current attempt took over (`NULL` for a new record).

@@ -14,7 +14,7 @@
 //! - [`TableLeases`]: leases in columns of a table of yours (the stream-lock storage model),
 //!   each atom one conditional `UPDATE`; [`TableLeaseColumns`] names them.
 //! - [`sql`]: every statement the store runs, for operators, tests and benchmarks.
-//! - [`listen`]: how release notifications become wake-ups, and what happens when the
+//! - [`wakeups`]: how release notifications become wake-ups, and what happens when the
 //!   LISTEN connection drops.
 //! - [`limit`], [`cache`], [`broadcast`]: rate limits (one statement), the cache (an
 //!   `UNLOGGED` table) and broadcast over `LISTEN`/`NOTIFY`.
@@ -28,26 +28,26 @@
 
 pub mod broadcast;
 pub mod cache;
-mod db;
+mod connection;
 pub mod doctor;
 mod error;
 pub mod idempotency;
 pub mod limit;
-pub mod listen;
 mod listener;
+mod locks;
 mod options;
 mod schema;
 pub mod sql;
-mod store;
 pub mod table;
 mod url;
+pub mod wakeups;
 pub mod work;
 
+pub use locks::PostgresStore;
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_POLL_INTERVAL,
     DEFAULT_RESPONSE_TIMEOUT, Pooler, PostgresOptions,
 };
-pub use store::PostgresStore;
 pub use table::{TableLeaseColumns, TableLeases, TableStatements};
 
 #[cfg(test)]

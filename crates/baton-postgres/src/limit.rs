@@ -32,7 +32,7 @@ use baton_core::{Decision, Quota, RateStore, Result, StoreKey};
 use sqlx::Row;
 
 use crate::error::{sql_error, unexpected};
-use crate::store::PostgresStore;
+use crate::locks::PostgresStore;
 
 /// The rate-limit and cache objects, created in one transaction under
 /// [`MIGRATION_LOCK`](crate::sql::MIGRATION_LOCK) when any is missing.

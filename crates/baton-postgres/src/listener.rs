@@ -1,5 +1,5 @@
 //! A dedicated `LISTEN` connection that stays up for as long as its owner lives: the loop
-//! that both push paths of the store share, the release wake-ups ([`crate::listen`]) and
+//! that both push paths of the store share, the release wake-ups ([`crate::wakeups`]) and
 //! broadcast ([`crate::broadcast`]).
 //!
 //! Use it for anything that must hear every `NOTIFY` on one channel of a database: it opens
@@ -27,11 +27,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
-use crate::db::Exec;
+use crate::connection::Exec;
 use crate::error::{sql_error, timed_out};
-use crate::listen::HEARTBEAT_EVERY;
 use crate::options::PostgresOptions;
 use crate::sql;
+use crate::wakeups::HEARTBEAT_EVERY;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -60,7 +60,7 @@ pub(crate) struct Spec<S> {
     /// The store's pool, which sends the heartbeats.
     pub(crate) pool: PgPool,
     /// Whether the pool's statements must run unnamed, in a transaction of their own
-    /// ([`Db::unnamed`](crate::db::Db::unnamed)).
+    /// ([`Db::unnamed`](crate::connection::Db::unnamed)).
     pub(crate) unnamed: bool,
     /// The store's options: the connect timeout and the deadline of each call.
     pub(crate) options: PostgresOptions,

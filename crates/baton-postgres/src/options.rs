@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use baton_core::time::format_duration;
-use baton_core::{Error, Result, parse_duration};
+use baton_core::options::{self, check_count, check_range, switch};
+use baton_core::{Error, Result};
 
 /// Default of [`PostgresOptions::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,7 +27,16 @@ const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
 const MAX_CONNECTIONS_LIMIT: u32 = 1000;
 
 /// The option names a URL query may hold besides PostgreSQL's own, for error messages.
-pub(crate) const KNOWN_OPTIONS: &str = "connect_timeout, response_timeout, max_connections, listen, poll_interval, durable_grants, pooler and listen_url";
+pub(crate) const KNOWN_OPTIONS: &[&str] = &[
+    "connect_timeout",
+    "response_timeout",
+    "max_connections",
+    "listen",
+    "poll_interval",
+    "durable_grants",
+    "pooler",
+    "listen_url",
+];
 
 /// What stands between the store and the database server, as far as the store must know.
 ///
@@ -291,29 +300,22 @@ impl PostgresOptions {
     pub(crate) fn set(self, name: &str, value: &str) -> Option<Result<Self>> {
         Some(match name {
             "connect_timeout" => parse_libpq_timeout(name, value).map(|t| self.connect_timeout(t)),
-            "response_timeout" => parse_timeout(name, value).map(|t| self.response_timeout(t)),
-            "max_connections" => match value.parse::<u32>() {
-                Ok(max) => Ok(self.max_connections(max)),
-                Err(_) => Err(Error::invalid_input(format!(
-                    "max_connections={value:?} is not a whole number"
-                ))),
-            },
+            "response_timeout" => options::duration(name, value).map(|t| self.response_timeout(t)),
+            "max_connections" => options::number(name, value).map(|max| self.max_connections(max)),
             "listen" if value.eq_ignore_ascii_case("on-demand") => {
                 Ok(self.listen(true).listen_on_demand(true))
             }
-            "listen" => parse_switch(name, value)
+            "listen" => switch(name, value)
                 .map_err(|_| {
                     Error::invalid_input(format!(
                         "listen={value:?} is not one of on, off, on-demand"
                     ))
                 })
                 .map(|on| self.listen(on).listen_on_demand(false)),
-            "durable_grants" => parse_switch(name, value).map(|on| self.durable_grants(on)),
+            "durable_grants" => switch(name, value).map(|on| self.durable_grants(on)),
             "pooler" => Pooler::parse(value).map(|p| self.pooler(p)),
             "listen_url" => Ok(self.listen_url(value)),
-            "poll_interval" => parse_duration(value)
-                .map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))
-                .map(|t| self.poll_interval(t)),
+            "poll_interval" => options::duration(name, value).map(|t| self.poll_interval(t)),
             _ => return None,
         })
     }
@@ -341,24 +343,12 @@ impl PostgresOptions {
             MIN_POLL_INTERVAL,
             MAX_POLL_INTERVAL,
         )?;
-        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS_LIMIT {
-            return Err(Error::invalid_input(format!(
-                "max_connections {} is out of range; it must be between 1 and {MAX_CONNECTIONS_LIMIT}",
-                self.max_connections
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// `on`/`off` (also `true`/`false`, `1`/`0`, `yes`/`no`, in any case).
-fn parse_switch(name: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" | "yes" => Ok(true),
-        "off" | "false" | "0" | "no" => Ok(false),
-        _ => Err(Error::invalid_input(format!(
-            "{name}={value:?} is neither on nor off"
-        ))),
+        check_count(
+            "max_connections",
+            self.max_connections,
+            1,
+            MAX_CONNECTIONS_LIMIT,
+        )
     }
 }
 
@@ -366,24 +356,8 @@ fn parse_switch(name: &str, value: &str) -> Result<bool> {
 fn parse_libpq_timeout(name: &str, value: &str) -> Result<Duration> {
     match value.parse::<u64>() {
         Ok(seconds) => Ok(Duration::from_secs(seconds)),
-        Err(_) => parse_timeout(name, value),
+        Err(_) => options::duration(name, value),
     }
-}
-
-fn parse_timeout(name: &str, value: &str) -> Result<Duration> {
-    parse_duration(value).map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))
-}
-
-fn check_range(name: &str, value: Duration, min: Duration, max: Duration) -> Result<()> {
-    if value < min || value > max {
-        return Err(Error::invalid_input(format!(
-            "{name} {} is out of range; it must be between {} and {}",
-            format_duration(value),
-            format_duration(min),
-            format_duration(max),
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -31,9 +31,9 @@ use sqlx::Row;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 
-use crate::db::Db;
+use crate::connection::Db;
 use crate::error::{sql_error, unexpected};
-use crate::store::PostgresStore;
+use crate::locks::PostgresStore;
 
 /// Longest identifier PostgreSQL keeps, in bytes.
 const MAX_IDENTIFIER_BYTES: usize = 63;

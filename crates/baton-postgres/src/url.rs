@@ -22,6 +22,7 @@
 
 use std::fmt;
 
+use baton_core::options::{in_url, list};
 use baton_core::{Error, Result};
 use sqlx::ConnectOptions;
 use sqlx::postgres::PgConnectOptions;
@@ -87,7 +88,7 @@ pub(crate) fn parse(text: &str) -> Result<(Target, PostgresOptions)> {
             baton_core::redact_url(text)
         )));
     };
-    let redacted = redact(&url);
+    let redacted = baton_core::redact_url(url.as_str());
     let bad = |what: String| Error::invalid_input(format!("store URL {redacted:?}: {what}"));
     if url.fragment().is_some() {
         return Err(bad(
@@ -95,28 +96,24 @@ pub(crate) fn parse(text: &str) -> Result<(Target, PostgresOptions)> {
         ));
     }
     let mut options = PostgresOptions::new();
-    let mut seen: Vec<String> = Vec::new();
     let mut driver = url.clone();
     driver.set_query(None);
     {
         let mut passed = driver.query_pairs_mut();
-        for (name, value) in url.query_pairs() {
-            if seen.iter().any(|s| *s == *name) {
-                return Err(bad(format!("parameter {name:?} is given twice")));
-            }
-            seen.push(name.to_string());
+        let pairs = baton_core::options::unique(url.query_pairs().collect(), "parameter")
+            .map_err(|e| bad(e.message().to_owned()))?;
+        for (name, value) in pairs {
             if let Some(set) = options.clone().set(&name, &value) {
                 options = set.map_err(|e| bad(e.message().to_owned()))?;
             } else if PG_PARAMETERS.contains(&&*name) {
                 if name == "sslmode" {
-                    check_ssl_mode(&value).map_err(|e| {
-                        Error::new(e.kind(), format!("store URL {redacted:?}: {}", e.message()))
-                    })?;
+                    check_ssl_mode(&value).map_err(|e| in_url(&redacted, e))?;
                 }
                 passed.append_pair(&name, &value);
             } else {
                 return Err(bad(format!(
-                    "unknown parameter {name:?}; baton's options are {KNOWN_OPTIONS}, and PostgreSQL's are {}",
+                    "unknown parameter {name:?}; baton's options are {}, and PostgreSQL's are {}",
+                    list(KNOWN_OPTIONS),
                     PG_PARAMETERS.join(", ")
                 )));
             }
@@ -208,11 +205,6 @@ fn check_ssl_mode(mode: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The URL with its passwords replaced by `***` ([`baton_core::redact_url`]).
-fn redact(url: &Url) -> String {
-    baton_core::redact_url(url.as_str())
 }
 
 #[cfg(test)]

@@ -175,7 +175,7 @@ async fn waiters_wake_after_the_listen_connection_is_terminated() {
     // 1. Terminate, let it come back, then hand over.
     let terminated = {
         let server = Arc::clone(&server);
-        blocking(move || server.terminate_backends(baton_postgres::listen::LISTENER_APPLICATION))
+        blocking(move || server.terminate_backends(baton_postgres::wakeups::LISTENER_APPLICATION))
             .await
             .unwrap()
     };
@@ -211,7 +211,7 @@ async fn waiters_wake_after_the_listen_connection_is_terminated() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     {
         let server = Arc::clone(&server);
-        blocking(move || server.terminate_backends(baton_postgres::listen::LISTENER_APPLICATION))
+        blocking(move || server.terminate_backends(baton_postgres::wakeups::LISTENER_APPLICATION))
             .await
             .unwrap();
     }

@@ -5,7 +5,7 @@
 //! task reads messages and hands them to the local subscriptions through a
 //! [`Fanout`], subscribes a channel when its first local subscription
 //! arrives and unsubscribes when its last one is dropped. It is separate from the store's
-//! release-wake-up connection ([`crate::pubsub`]), so a slow broadcast consumer never delays
+//! release-wake-up connection ([`crate::wakeups`]), so a slow broadcast consumer never delays
 //! a lock handoff.
 //!
 //! ## Channels
@@ -44,9 +44,9 @@ use tokio::time::{sleep, timeout};
 
 use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out};
+use crate::locks::RedisStore;
 use crate::options::RedisOptions;
-pub use crate::pubsub::PING_EVERY;
-use crate::store::RedisStore;
+pub use crate::wakeups::PING_EVERY;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);

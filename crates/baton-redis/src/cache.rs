@@ -13,7 +13,7 @@
 use async_trait::async_trait;
 use baton_core::{CacheStore, Result, StoreKey, Ttl};
 
-use crate::store::RedisStore;
+use crate::locks::RedisStore;
 
 #[async_trait]
 impl CacheStore for RedisStore {

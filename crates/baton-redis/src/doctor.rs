@@ -1,8 +1,9 @@
-//! What `baton doctor` reads about a Redis server: [`inspect`] returns [`ServerFacts`].
+//! What `baton doctor` checks about a Redis server: [`inspect`] reads the facts
+//! ([`ServerFacts`]) and [`diagnose`] judges them into a [`Report`] of checks with fixes.
 //!
-//! These are facts, not verdicts: round-trip times, the server clock against this host's,
+//! The facts are round-trip times, the server clock against this host's,
 //! the eviction policy, the persistence settings, the replication role and whether cluster
-//! mode is on. The `baton` facade turns them into findings with fixes.
+//! mode is on.
 //!
 //! Inspecting opens one connection of its own (not the store's), sends only read commands
 //! (`PING`, `TIME`, `INFO`, `CONFIG GET`) and closes it. A server that refuses `INFO` or
@@ -10,9 +11,10 @@
 //! facts `None`; only a server that cannot be reached is an error.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use baton_core::Result;
+use baton_core::doctor::{self, Check, Report, clock_offset, millis, round_trip};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisResult, Value};
 use tokio::time::timeout;
@@ -262,14 +264,13 @@ async fn read_clock(
     let Ok((seconds, micros)) = reply else {
         return Ok((None, round_trip / 2));
     };
-    let local_mid = before + round_trip / 2;
-    let local_micros = match local_mid.duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_micros()).unwrap_or(i64::MAX),
-        Err(before_epoch) => -i64::try_from(before_epoch.duration().as_micros()).unwrap_or(0),
-    };
     let server_micros = seconds.saturating_mul(1_000_000).saturating_add(micros);
     Ok((
-        Some(server_micros.saturating_sub(local_micros)),
+        Some(doctor::clock_offset_micros(
+            server_micros,
+            before,
+            round_trip,
+        )),
         round_trip / 2,
     ))
 }
@@ -297,9 +298,409 @@ fn config_value(value: Value) -> Option<String> {
     }
 }
 
+/// Checks the Redis deployment named by a `redis://`, `rediss://` or `redis+sentinel://`
+/// URL: the store is opened as an application opens it (scripts loaded, subscribed to
+/// release messages), then [`inspect`] reads the facts and each is judged: round trip,
+/// server version, role and cluster mode, the clock, replication, `maxmemory-policy` and
+/// persistence.
+///
+/// # Errors
+/// `InvalidInput` for a malformed URL or option; `Unsupported` for `rediss://` without the
+/// `tls` feature. A server that cannot be reached is not an error: the report says so.
+pub async fn diagnose(url: &str) -> Result<Report> {
+    let started = Instant::now();
+    // Opening the store as an application does checks script loading and the
+    // subscription to release messages too.
+    let store = match crate::RedisStore::connect(url).await {
+        Ok(store) => store,
+        Err(e) => return doctor::unreachable(url, e),
+    };
+    let opened = started.elapsed();
+    drop(store);
+    let facts = match inspect(url).await {
+        Ok(facts) => facts,
+        Err(e) => return doctor::unreachable(url, e),
+    };
+    Ok(Report::new(&facts.server, checks(&facts, opened)))
+}
+
+fn checks(facts: &ServerFacts, opened: Duration) -> Vec<Check> {
+    let mut checks = vec![
+        round_trip(
+            format!(
+                "opened the store in {} (scripts loaded, subscribed to release messages); PING",
+                millis(opened)
+            ),
+            &facts.round_trips,
+            facts.response_timeout,
+        ),
+        server(facts),
+    ];
+    checks.push(clock(facts));
+    checks.push(replication(facts));
+    checks.push(eviction(facts));
+    checks.extend(persistence(facts));
+    checks
+}
+
+fn server(facts: &ServerFacts) -> Check {
+    let version = facts.version.as_deref().unwrap_or("unknown");
+    let role = facts.role.as_deref().unwrap_or("unknown");
+    let detail = format!(
+        "Redis {version}, role {role}, cluster mode {}",
+        match facts.cluster_enabled {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "unknown",
+        }
+    );
+    let major: Option<u32> = facts
+        .version
+        .as_deref()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok());
+    if facts.cluster_enabled == Some(true) {
+        Check::finding(
+            "server",
+            format!("{detail}: baton supports a single primary, not Redis Cluster"),
+            "use a standalone primary (with replicas and Sentinel if you need failover)",
+        )
+    } else if facts.role.as_deref().is_some_and(|r| r != "master") {
+        Check::finding(
+            "server",
+            format!("{detail}: a replica refuses writes (READONLY), so no lock can be taken"),
+            "point the store URL at the primary",
+        )
+    } else if major.is_some_and(|m| m < 5) {
+        Check::finding(
+            "server",
+            format!(
+                "{detail}: baton needs Redis 5 or newer (scripts that replicate their effects)"
+            ),
+            "upgrade Redis",
+        )
+    } else {
+        Check::ok("server", detail)
+    }
+}
+
+fn clock(facts: &ServerFacts) -> Check {
+    let Some(offset) = facts.clock_offset_micros else {
+        return Check::finding(
+            "clock",
+            "TIME was refused; the claim script reads TIME to seed fences, so claims will fail too",
+            "allow +time for baton's user in the server's ACL (see docs/redis.md, Permissions)",
+        );
+    };
+    let (offset, far) = clock_offset(offset, facts.clock_uncertainty);
+    let detail = format!(
+        "{offset}; expiry is decided by Redis alone, and fences are seeded from the server clock"
+    );
+    if far {
+        Check::finding(
+            "clock",
+            format!(
+                "{detail}: clocks this far apart mean one is not synchronized, and a server clock that steps back after the server loses its data (a restart without persistence, a failover) can hand out smaller fences than before, which fenced resources reject"
+            ),
+            "synchronize the clocks of the server and of this host with NTP (chrony, systemd-timesyncd)",
+        )
+    } else {
+        Check::ok("clock", detail)
+    }
+}
+
+/// The primary's replicas, their lag, and what a promotion would mean for grants and
+/// fences.
+fn replication(facts: &ServerFacts) -> Check {
+    let via = match &facts.sentinel_master {
+        Some(master) => format!(
+            "primary of {master:?} (through Sentinel) at {}",
+            facts.address
+        ),
+        None => format!("server at {}", facts.address),
+    };
+    let fences = "fences never fall below the server clock, so a promoted replica keeps them increasing as long as its clock is not behind this server's by more than the time since the last grant it received";
+    let online = facts
+        .replicas
+        .iter()
+        .filter(|r| r.state == "online")
+        .count();
+    let listed = facts
+        .replicas
+        .iter()
+        .map(|r| {
+            let lag = r.lag_seconds.map_or("unknown".into(), |l| format!("{l}s"));
+            let behind = r
+                .behind_bytes
+                .map_or("unknown".into(), |b| format!("{b} bytes"));
+            format!("{} {} (lag {lag}, behind {behind})", r.address, r.state)
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let Some(connected) = facts.connected_replicas else {
+        return Check::note(
+            "replication",
+            format!("{via}: the replication state could not be read (INFO was refused)"),
+            Some("check the replicas where the servers are configured".into()),
+        );
+    };
+    let min = facts.min_replicas;
+    if min > 0 && online < min as usize {
+        return Check::finding(
+            "replication",
+            format!(
+                "{via}: min_replicas={min}, but {online} of {connected} replicas are online ({}): every claim, renewal and release waits out the response timeout and is Unavailable",
+                if listed.is_empty() {
+                    "none".into()
+                } else {
+                    listed
+                }
+            ),
+            "bring the replicas back, or lower min_replicas in the store URL",
+        );
+    }
+    if connected == 0 {
+        return Check::ok(
+            "replication",
+            format!(
+                "{via}: role master, no replicas; grants live on this server alone (see persistence), and {fences}"
+            ),
+        );
+    }
+    let grants = if min > 0 {
+        format!(
+            "min_replicas={min}: every acknowledged grant is on {min} replica(s) too, so a promoted one has it"
+        )
+    } else {
+        "min_replicas=0: replication is asynchronous, so a replica promoted after this server is lost misses the grants it had not received, and their keys can be granted again beside the old holders".into()
+    };
+    Check::ok(
+        "replication",
+        format!("{via}: role master, {connected} replica(s): {listed}; {grants}; {fences}"),
+    )
+}
+
+fn eviction(facts: &ServerFacts) -> Check {
+    let limit = match facts.maxmemory {
+        Some(0) => " (maxmemory is 0: no limit is set, so eviction starts only once one is)",
+        _ => "",
+    };
+    match facts.maxmemory_policy.as_deref() {
+        Some("noeviction") => Check::ok(
+            "maxmemory-policy",
+            "maxmemory-policy is noeviction: lock keys are never evicted",
+        ),
+        Some(policy) => Check::finding(
+            "maxmemory-policy",
+            format!(
+                "maxmemory-policy is {policy}{limit}: under memory pressure Redis may evict lock keys and hand a held lock to a second holder"
+            ),
+            "set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf or the provider's parameter group so it survives a restart), or give baton a Redis of its own",
+        ),
+        None => Check::note(
+            "maxmemory-policy",
+            format!(
+                "maxmemory-policy could not be read (CONFIG GET was refused: {})",
+                facts.config_refused.as_deref().unwrap_or("no answer")
+            ),
+            Some("confirm in the provider's settings that maxmemory-policy is noeviction".into()),
+        ),
+    }
+}
+
+fn persistence(facts: &ServerFacts) -> Vec<Check> {
+    let mut checks = Vec::new();
+    if let Some(error) = &facts.persistence_error {
+        checks.push(Check::finding(
+            "persistence",
+            format!("the last persistence write failed ({error}); by default Redis then refuses writes, so no lock can be taken"),
+            "check the server's disk space and log, and its dir and permissions",
+        ));
+    }
+    let aof = match (facts.appendonly.as_deref(), facts.aof_enabled) {
+        (Some(v), _) => Some(v == "yes"),
+        (None, known) => known,
+    };
+    let save = facts.save.as_deref().map(str::trim);
+    let fences = "fences keep increasing across restarts either way (never below the server clock)";
+    let check = match (aof, facts.appendfsync.as_deref(), save) {
+        (Some(true), Some("always"), _) => Check::ok(
+            "persistence",
+            format!("appendonly yes, appendfsync always: grants survive a restart of this primary; {fences}"),
+        ),
+        (Some(true), fsync, _) => Check::note(
+            "persistence",
+            format!(
+                "appendonly yes, appendfsync {}: a crash loses up to the last second of grants, whose holders keep running beside the next holders until their own TTL; {fences}",
+                fsync.unwrap_or("unknown")
+            ),
+            Some("for exclusion across restarts set appendfsync always; either way pass fences to what you protect".into()),
+        ),
+        (Some(false), _, Some(schedule)) if !schedule.is_empty() => Check::note(
+            "persistence",
+            format!(
+                "appendonly no, RDB snapshots (save \"{schedule}\"): a restart loses every grant made since the last snapshot, and their holders keep running beside the next holders until their own TTL; {fences}"
+            ),
+            Some("enable appendonly with appendfsync always, or keep a restarted server out of service for longer than your longest lock TTL".into()),
+        ),
+        (Some(false), _, Some(_)) => Check::note(
+            "persistence",
+            format!(
+                "no persistence (appendonly no, save \"\"): a restart frees every lock at once while its holders keep running until their own TTL; {fences}"
+            ),
+            Some("keep a restarted server out of service for longer than your longest lock TTL, or enable appendonly with appendfsync always; pass fences to what you protect".into()),
+        ),
+        _ => Check::note(
+            "persistence",
+            "the persistence settings could not be read (CONFIG GET was refused)",
+            Some("check appendonly, appendfsync and save in the provider's settings; docs/redis.md says what each means for exclusion".into()),
+        ),
+    };
+    checks.push(check);
+    checks
+}
+
 #[cfg(test)]
 mod tests {
+    use baton_core::doctor::Verdict;
+
     use super::*;
+
+    fn healthy() -> ServerFacts {
+        ServerFacts {
+            server: "redis://:***@cache:6379".into(),
+            response_timeout: Duration::from_secs(2),
+            round_trips: vec![Duration::from_micros(200); PINGS],
+            clock_offset_micros: Some(150),
+            clock_uncertainty: Duration::from_micros(100),
+            version: Some("7.2.4".into()),
+            address: "cache:6379".into(),
+            sentinel_master: None,
+            min_replicas: 0,
+            role: Some("master".into()),
+            connected_replicas: Some(0),
+            replicas: Vec::new(),
+            master_link_status: None,
+            cluster_enabled: Some(false),
+            aof_enabled: Some(true),
+            persistence_error: None,
+            maxmemory_policy: Some("noeviction".into()),
+            maxmemory: Some(0),
+            appendonly: Some("yes".into()),
+            appendfsync: Some("always".into()),
+            save: Some(String::new()),
+            config_refused: None,
+        }
+    }
+
+    /// The verdict of the one check named `name`.
+    fn verdict(facts: &ServerFacts, name: &str) -> Check {
+        let found: Vec<_> = checks(facts, Duration::from_millis(3))
+            .into_iter()
+            .filter(|c| c.name == name)
+            .collect();
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        found.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn a_healthy_server_has_no_findings() {
+        let checks = checks(&healthy(), Duration::from_millis(3));
+        let names: Vec<_> = checks.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            [
+                "connect",
+                "server",
+                "clock",
+                "replication",
+                "maxmemory-policy",
+                "persistence"
+            ]
+        );
+        assert!(
+            checks.iter().all(|c| c.verdict == Verdict::Ok),
+            "{checks:#?}"
+        );
+    }
+
+    #[test]
+    fn unsafe_settings_are_findings_with_fixes() {
+        let evicting = ServerFacts {
+            maxmemory_policy: Some("allkeys-lru".into()),
+            ..healthy()
+        };
+        let check = verdict(&evicting, "maxmemory-policy");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(check.fix.unwrap().contains("noeviction"));
+
+        let cluster = ServerFacts {
+            cluster_enabled: Some(true),
+            ..healthy()
+        };
+        assert_eq!(verdict(&cluster, "server").verdict, Verdict::Finding);
+        let replica = ServerFacts {
+            role: Some("slave".into()),
+            ..healthy()
+        };
+        assert!(verdict(&replica, "server").detail.contains("READONLY"));
+
+        let drifting = ServerFacts {
+            clock_offset_micros: Some(-5_000_000),
+            ..healthy()
+        };
+        let check = verdict(&drifting, "clock");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(
+            check.detail.starts_with("the server clock is 5.00s behind"),
+            "{check:?}"
+        );
+        let no_time = ServerFacts {
+            clock_offset_micros: None,
+            ..healthy()
+        };
+        assert!(verdict(&no_time, "clock").fix.unwrap().contains("+time"));
+
+        let waiting = ServerFacts {
+            min_replicas: 1,
+            ..healthy()
+        };
+        let check = verdict(&waiting, "replication");
+        assert_eq!(check.verdict, Verdict::Finding);
+        assert!(
+            check.detail.contains("0 of 0 replicas are online"),
+            "{check:?}"
+        );
+    }
+
+    #[test]
+    fn persistence_is_a_note_unless_every_write_is_synced() {
+        let everysec = ServerFacts {
+            appendfsync: Some("everysec".into()),
+            ..healthy()
+        };
+        assert_eq!(verdict(&everysec, "persistence").verdict, Verdict::Note);
+        let none = ServerFacts {
+            appendonly: Some("no".into()),
+            ..healthy()
+        };
+        let check = verdict(&none, "persistence");
+        assert_eq!(check.verdict, Verdict::Note);
+        assert!(check.detail.starts_with("no persistence"), "{check:?}");
+        let refused = ServerFacts {
+            appendonly: None,
+            aof_enabled: None,
+            appendfsync: None,
+            save: None,
+            maxmemory_policy: None,
+            config_refused: Some("NOPERM".into()),
+            ..healthy()
+        };
+        assert_eq!(verdict(&refused, "persistence").verdict, Verdict::Note);
+        let check = verdict(&refused, "maxmemory-policy");
+        assert_eq!(check.verdict, Verdict::Note);
+        assert!(check.detail.contains("NOPERM"), "{check:?}");
+    }
 
     #[test]
     fn info_lines() {

@@ -32,8 +32,8 @@ use baton_core::{Holder, Result, StoreKey, Ttl};
 use redis::{Script, Value};
 
 use crate::keys;
+use crate::locks::RedisStore;
 use crate::scripts::Evalsha;
-use crate::store::RedisStore;
 
 /// Inserts a pending record, takes over a lapsed or failed one, or reports the record.
 pub const ACQUIRE: &str = include_str!("../scripts/idempotency_acquire.lua");

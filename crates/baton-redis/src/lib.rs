@@ -11,7 +11,7 @@
 //! - [`RedisStore`]: the store; [`RedisOptions`]: its timeouts.
 //! - [`scripts`]: the Lua scripts it runs, for operators and benchmarks.
 //! - [`idempotency`]: the idempotency log's record layout and scripts.
-//! - [`pubsub`]: who a release wakes (the queue of waiting processes, handoffs), and what
+//! - [`wakeups`]: who a release wakes (the queue of waiting processes, handoffs), and what
 //!   happens when pub/sub drops.
 //! - [`limit`], [`cache`], [`broadcast`]: rate limits (one script), the cache, and
 //!   broadcast over a dedicated pub/sub connection.
@@ -25,26 +25,26 @@
 
 pub mod broadcast;
 pub mod cache;
+mod connection;
 pub mod doctor;
 mod endpoint;
 mod error;
 pub mod idempotency;
 mod keys;
 pub mod limit;
-mod link;
+mod locks;
 mod options;
-pub mod pubsub;
 pub mod scripts;
 mod sentinel;
 mod server;
-mod store;
 mod url;
+pub mod wakeups;
 
+pub use locks::{FENCE_RETENTION, RedisStore};
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_MIN_REPLICAS, RedisOptions,
 };
 pub use server::ServerInfo;
-pub use store::{FENCE_RETENTION, RedisStore};
 
 #[cfg(test)]
 mod tests {

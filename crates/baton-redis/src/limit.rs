@@ -31,8 +31,8 @@ use baton_core::limit::window::resolution;
 use baton_core::{Decision, Quota, RateStore, Result, StoreKey};
 use redis::{Script, Value};
 
+use crate::locks::RedisStore;
 use crate::scripts::Evalsha;
-use crate::store::RedisStore;
 
 /// The rate-limit step (see the module docs).
 pub const LIMIT: &str = include_str!("../scripts/limit.lua");

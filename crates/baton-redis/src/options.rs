@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use baton_core::time::format_duration;
-use baton_core::{Error, Result, parse_duration};
+use baton_core::Result;
+use baton_core::options::{self, check_count, check_range};
 
 /// Default of [`RedisOptions::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -19,7 +19,7 @@ const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The option names a URL query may hold, for error messages.
-pub(crate) const KNOWN_OPTIONS: &str = "connect_timeout, response_timeout and min_replicas";
+const KNOWN_OPTIONS: &[&str] = &["connect_timeout", "response_timeout", "min_replicas"];
 
 /// The largest [`RedisOptions::min_replicas`].
 pub const MAX_MIN_REPLICAS: u32 = 32;
@@ -121,19 +121,20 @@ impl RedisOptions {
     /// Sets the option `name` from its URL text.
     pub(crate) fn set(self, name: &str, value: &str) -> Result<Self> {
         match name {
-            "connect_timeout" => Ok(self.connect_timeout(parse_timeout(name, value)?)),
-            "response_timeout" => Ok(self.response_timeout(parse_timeout(name, value)?)),
-            "min_replicas" => {
-                let replicas = value.parse::<u32>().map_err(|_| {
-                    Error::invalid_input(format!(
-                        "min_replicas {value:?} is not a number; write min_replicas=1"
-                    ))
-                })?;
-                Ok(self.min_replicas(replicas))
-            }
-            _ => Err(Error::invalid_input(format!(
-                "unknown redis:// option {name:?}; the options are {KNOWN_OPTIONS}"
-            ))),
+            "connect_timeout" => Ok(self.connect_timeout(options::duration_in(
+                name,
+                value,
+                MIN_TIMEOUT,
+                MAX_TIMEOUT,
+            )?)),
+            "response_timeout" => Ok(self.response_timeout(options::duration_in(
+                name,
+                value,
+                MIN_TIMEOUT,
+                MAX_TIMEOUT,
+            )?)),
+            "min_replicas" => Ok(self.min_replicas(options::number(name, value)?)),
+            _ => Err(options::unknown("redis://", name, KNOWN_OPTIONS)),
         }
     }
 
@@ -142,35 +143,20 @@ impl RedisOptions {
     /// # Errors
     /// `InvalidInput` naming the option and its range.
     pub(crate) fn validate(&self) -> Result<()> {
-        check_timeout("connect_timeout", self.connect_timeout)?;
-        check_timeout("response_timeout", self.response_timeout)?;
-        if self.min_replicas > MAX_MIN_REPLICAS {
-            return Err(Error::invalid_input(format!(
-                "min_replicas {} is out of range; it must be between 0 and {MAX_MIN_REPLICAS}",
-                self.min_replicas
-            )));
-        }
-        Ok(())
+        check_range(
+            "connect_timeout",
+            self.connect_timeout,
+            MIN_TIMEOUT,
+            MAX_TIMEOUT,
+        )?;
+        check_range(
+            "response_timeout",
+            self.response_timeout,
+            MIN_TIMEOUT,
+            MAX_TIMEOUT,
+        )?;
+        check_count("min_replicas", self.min_replicas, 0, MAX_MIN_REPLICAS)
     }
-}
-
-fn parse_timeout(name: &str, value: &str) -> Result<Duration> {
-    let timeout = parse_duration(value)
-        .map_err(|e| Error::invalid_input(format!("{name}: {}", e.message())))?;
-    check_timeout(name, timeout)?;
-    Ok(timeout)
-}
-
-fn check_timeout(name: &str, timeout: Duration) -> Result<()> {
-    if timeout < MIN_TIMEOUT || timeout > MAX_TIMEOUT {
-        return Err(Error::invalid_input(format!(
-            "{name} {} is out of range; it must be between {} and {}",
-            format_duration(timeout),
-            format_duration(MIN_TIMEOUT),
-            format_duration(MAX_TIMEOUT),
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -218,7 +204,8 @@ mod tests {
         assert!(e.message().contains("connect_timeout 0ms"), "{e}");
         let e = RedisOptions::new().set("min_replicas", "one").unwrap_err();
         assert!(
-            e.message().contains("min_replicas \"one\" is not a number"),
+            e.message()
+                .contains("min_replicas=\"one\" is not a whole number"),
             "{e}"
         );
         let e = RedisOptions::new().min_replicas(33).validate().unwrap_err();

@@ -181,8 +181,11 @@ mod tests {
         // the Rust side documents.
         for (name, duration) in [
             ("FENCE_RETENTION_MS", crate::FENCE_RETENTION),
-            ("QUEUE_GRACE_MS", crate::pubsub::QUEUE_GRACE),
-            ("HANDOFF_RESERVATION_MS", crate::pubsub::HANDOFF_RESERVATION),
+            ("QUEUE_GRACE_MS", crate::wakeups::QUEUE_GRACE),
+            (
+                "HANDOFF_RESERVATION_MS",
+                crate::wakeups::HANDOFF_RESERVATION,
+            ),
         ] {
             let line = format!("local {name} = {} ", duration.as_millis());
             assert!(LOCK_PRELUDE.contains(&line), "{line}");

@@ -248,17 +248,9 @@ fn database(path: &str, bad: &impl Fn(String) -> Error) -> Result<i64> {
 /// The options of a URL's query, validated.
 fn query_options(query: &str, bad: &impl Fn(String) -> Error) -> Result<RedisOptions> {
     let mut options = RedisOptions::new();
-    let mut seen: Vec<&str> = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let Some((name, value)) = pair.split_once('=') else {
-            return Err(bad(format!(
-                "option {pair:?} has no value; write name=value"
-            )));
-        };
-        if seen.contains(&name) {
-            return Err(bad(format!("option {name:?} is given twice")));
-        }
-        seen.push(name);
+    for (name, value) in
+        baton_core::options::query_pairs(query).map_err(|e| bad(e.message().to_owned()))?
+    {
         options = options
             .set(name, value)
             .map_err(|e| bad(e.message().to_owned()))?;

@@ -651,7 +651,7 @@ async fn a_store_whose_waiter_gave_up_passes_its_turn_on() {
     // Not a speed bound: a turn left to lapse takes the whole reservation (see the stalled
     // store below); a turn passed on takes a few round trips.
     assert!(
-        released.elapsed() < baton_redis::pubsub::HANDOFF_RESERVATION,
+        released.elapsed() < baton_redis::wakeups::HANDOFF_RESERVATION,
         "b passed its turn on instead of letting it lapse: {:?}",
         released.elapsed()
     );
@@ -720,7 +720,7 @@ async fn a_stalled_or_dead_store_in_the_queue_costs_at_most_the_reservation() {
         let took = released.elapsed();
         if case == "stalled" {
             assert!(
-                took >= baton_redis::pubsub::HANDOFF_RESERVATION,
+                took >= baton_redis::wakeups::HANDOFF_RESERVATION,
                 "the stalled store had its reservation: {took:?}"
             );
         }

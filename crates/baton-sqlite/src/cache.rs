@@ -18,10 +18,10 @@ use baton_core::{CacheStore, Result, StoreKey, Ttl};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
+use crate::connection::Role;
 use crate::error::OpError;
 use crate::limit::boot;
-use crate::pool::Role;
-use crate::store::SqliteStore;
+use crate::locks::SqliteStore;
 
 /// The cache table, created on open if missing. Idempotent.
 pub const SCHEMA: &str = "\

@@ -1,9 +1,10 @@
-//! What `baton doctor` reads about an SQLite store file: [`inspect`] returns [`StoreFile`].
+//! What `baton doctor` checks about an SQLite store file: [`inspect`] reads the facts
+//! ([`StoreFile`]) and [`diagnose`] judges them into a [`Report`] of checks with fixes.
 //!
-//! These are facts, not verdicts: the file's metadata, the file system it lives on, the
+//! The facts are the file's metadata, the file system it lives on, the
 //! header (`application_id`, `user_version`), which of the claimable-work tables
 //! ([`WORK_TABLES`]) it holds, the journal mode, and whether this user can take the write
-//! lock. The `baton` facade turns them into findings with fixes.
+//! lock.
 //!
 //! The claimable-work tables have no version of their own in SQLite: the store creates any
 //! that are missing (`CREATE TABLE IF NOT EXISTS`) every time it opens the file, and
@@ -21,11 +22,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use baton_core::doctor::{Check, Report, millis};
 use baton_core::{Error, Result};
 use rusqlite::{Connection, OpenFlags};
 
+use crate::Synchronous;
 use crate::options::SqliteOptions;
 use crate::sql;
+use crate::sql::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::url;
 
 /// The tables of claimable work (queues, schedules, migration records), as created by
@@ -355,9 +359,315 @@ fn effective_uid() -> Option<u32> {
     line.split_whitespace().nth(2)?.parse().ok()
 }
 
+/// File systems on which SQLite's locking and WAL shared memory are not reliable.
+const NETWORK_FILE_SYSTEMS: &[&str] = &[
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "9p",
+    "ceph",
+    "glusterfs",
+    "lustre",
+    "afs",
+    "davfs",
+    "fuse.sshfs",
+    "fuse.glusterfs",
+    "fuse.s3fs",
+    "fuse.gcsfuse",
+    "fuse.davfs2",
+];
+
+/// Checks the store file named by a `sqlite://` URL from the facts [`inspect`] reads,
+/// without creating or changing it: the file, its file system and permissions, header and
+/// schema version, the claimable-work tables, WAL mode, the write lock, `synchronous` and
+/// the clock. A local file is never unreachable: whatever is wrong with it is a finding.
+///
+/// # Errors
+/// `InvalidInput` for a malformed URL or option.
+pub async fn diagnose(url: &str) -> Result<Report> {
+    let facts = inspect(url).await?;
+    // A local file is never "unreachable": whatever is wrong with it is a finding.
+    Ok(Report::new(url, checks(&facts)))
+}
+
+fn user(facts: &StoreFile) -> String {
+    match facts.uid {
+        Some(uid) => format!("this user (uid {uid})"),
+        None => "this user".to_owned(),
+    }
+}
+
+fn checks(facts: &StoreFile) -> Vec<Check> {
+    let path = facts.path.display();
+    let on = facts
+        .filesystem
+        .as_deref()
+        .map(|fs| format!(" on {fs}"))
+        .unwrap_or_default();
+    let mut checks = Vec::new();
+    match &facts.state {
+        FileState::Missing {
+            existing_dir,
+            cannot_create: None,
+        } => checks.push(Check::note(
+            "file",
+            format!(
+                "{path} does not exist yet; baton creates it, and its directories, at first use, and {user} can create files in {}{on}",
+                existing_dir.display(),
+                user = user(facts)
+            ),
+            None,
+        )),
+        FileState::Missing {
+            existing_dir,
+            cannot_create: Some(error),
+        } => checks.push(Check::finding(
+            "file",
+            format!(
+                "{path} does not exist and {} cannot create it in {}: {error}",
+                user(facts),
+                existing_dir.display()
+            ),
+            "create the directory and make it writable by the user baton runs as, or point --store/BATON_STORE at a writable place",
+        )),
+        FileState::NotAFile => checks.push(Check::finding(
+            "file",
+            format!("{path} is not a regular file"),
+            format!("name a file, such as sqlite://{path}/baton.db"),
+        )),
+        FileState::Unreadable { error } => checks.push(Check::finding(
+            "file",
+            format!("{path} cannot be examined: {error}"),
+            "make every directory on the path searchable (x) by the user baton runs as",
+        )),
+        FileState::Present {
+            meta,
+            cannot_write,
+            cannot_create_beside,
+            database,
+        } => {
+            checks.push(Check::ok(
+                "file",
+                format!(
+                    "{path}: {} bytes, mode {:04o}, owner {}:{}{on}",
+                    meta.size, meta.mode, meta.uid, meta.gid
+                ),
+            ));
+            if meta.mode & 0o002 != 0 {
+                checks.push(Check::note(
+                    "permissions",
+                    format!("{path} is writable by every user of the host (mode {:04o}): anyone can take or break its locks", meta.mode),
+                    Some(format!("chmod o-w {path}, and share it through a group instead")),
+                ));
+            }
+            let owner = format!("mode {:04o}, owner {}:{}", meta.mode, meta.uid, meta.gid);
+            let writable = cannot_write.is_none() && cannot_create_beside.is_none();
+            if let Some(error) = cannot_write {
+                checks.push(Check::finding(
+                    "permissions",
+                    format!("{} cannot open {path} for writing ({owner}): {error}; every claim would fail", user(facts)),
+                    PERMISSIONS_FIX,
+                ));
+            }
+            if let Some(error) = cannot_create_beside {
+                let dir = facts.path.parent().map(|d| d.display().to_string()).unwrap_or_default();
+                checks.push(Check::finding(
+                    "permissions",
+                    format!("{} cannot create files in the directory {dir:?}, where SQLite keeps the -wal and -shm files: {error}", user(facts)),
+                    PERMISSIONS_FIX,
+                ));
+            }
+            checks.extend(database_checks(facts, database, &owner, writable));
+        }
+    }
+    if let Some(fs) = facts
+        .filesystem
+        .as_deref()
+        .filter(|fs| NETWORK_FILE_SYSTEMS.contains(fs))
+    {
+        checks.push(Check::finding(
+            "filesystem",
+            format!("{path} is on {fs}, a network file system: SQLite's locking and WAL shared memory are not reliable there, and the stored times mean nothing on another host"),
+            "put the file on a local disk; for processes on several hosts use redis://",
+        ));
+    }
+    checks.push(match facts.options.get_synchronous() {
+        Synchronous::Normal => Check::note(
+            "durability",
+            "synchronous=normal: commits reach the disk at checkpoints, so after a power loss or kernel crash the fences of the lost commits are handed out again",
+            Some("use synchronous=full (the default) when fenced resources live on other hosts".into()),
+        ),
+        _ => Check::ok(
+            "durability",
+            "synchronous=full: every answered grant, and its fence, survives power loss",
+        ),
+    });
+    checks.push(Check::ok(
+        "clock",
+        "expiry is decided by this host's monotonic clock (CLOCK_MONOTONIC), read inside each transaction: the store's clock is the host's, so there is no offset to measure, and wall-clock steps change nothing",
+    ));
+    checks
+}
+
+/// The claimable-work tables. SQLite keeps no version of their own (the store creates
+/// any that are missing every time it opens the file), so there is nothing newer to
+/// find: only which are there.
+fn work_schema(missing: &[&str]) -> Check {
+    if missing.is_empty() {
+        Check::ok(
+            "work-schema",
+            "the claimable-work tables are present (unversioned in SQLite: the store creates any that are missing each time it opens the file)",
+        )
+    } else if missing.len() == WORK_TABLES.len() {
+        Check::note(
+            "work-schema",
+            "no claimable-work tables yet: the store creates them (queues, schedules, migration records) the next time it opens the file",
+            None,
+        )
+    } else {
+        Check::note(
+            "work-schema",
+            format!(
+                "the claimable-work tables {} are missing: the store creates them the next time it opens the file",
+                missing.join(", ")
+            ),
+            None,
+        )
+    }
+}
+
+/// The fix of every permission finding.
+const PERMISSIONS_FIX: &str = "give every user that runs baton write access to the file, its -wal and -shm files and its directory (one group for all of them: chgrp -R, chmod g+w on the files, chmod g+ws on the directory)";
+
+/// The checks SQLite answers; a permission problem found already (`writable` false) is
+/// not reported again.
+fn database_checks(
+    facts: &StoreFile,
+    database: &DatabaseFacts,
+    owner: &str,
+    writable: bool,
+) -> Vec<Check> {
+    let path = facts.path.display();
+    let (
+        read_time,
+        application_id,
+        schema_version,
+        objects,
+        missing_work_tables,
+        journal_mode,
+        write_lock,
+    ) = match database {
+        DatabaseFacts::Read {
+            read_time,
+            application_id,
+            schema_version,
+            objects,
+            missing_work_tables,
+            journal_mode,
+            write_lock,
+        } => (
+            read_time,
+            *application_id,
+            *schema_version,
+            *objects,
+            missing_work_tables,
+            journal_mode,
+            write_lock,
+        ),
+        // The permission findings above already say why SQLite cannot open it.
+        DatabaseFacts::Unreadable { .. } if !writable => return Vec::new(),
+        DatabaseFacts::Unreadable { error } => {
+            return vec![Check::finding(
+                "connect",
+                format!("SQLite cannot open {path}: {error}"),
+                "check that the user baton runs as can read and write the file, its -wal and -shm files and its directory; replace a corrupt file (grants are short-lived: an empty file is a valid store)",
+            )];
+        }
+    };
+    let mut checks = vec![Check::ok(
+        "connect",
+        format!(
+            "opened the file and read its header in {}",
+            millis(*read_time)
+        ),
+    )];
+    let fresh = application_id == 0 && schema_version == 0 && objects == 0;
+    checks.push(if fresh {
+        Check::note(
+            "schema",
+            "the file is empty: baton creates its schema at first use",
+            None,
+        )
+    } else if application_id != APPLICATION_ID {
+        Check::finding(
+            "schema",
+            format!("{path} is not a baton store (application_id {application_id:#x}): baton refuses to open another application's database"),
+            "point the store URL at a new file",
+        )
+    } else if schema_version > SCHEMA_VERSION {
+        Check::finding(
+            "schema",
+            format!("{path} has schema version {schema_version}, newer than version {SCHEMA_VERSION} that this baton understands"),
+            "upgrade baton to the version that wrote the file",
+        )
+    } else {
+        Check::ok(
+            "schema",
+            format!("a baton store, schema version {schema_version}"),
+        )
+    });
+    if fresh || application_id == APPLICATION_ID {
+        checks.push(work_schema(missing_work_tables));
+    }
+    if journal_mode == "wal" {
+        checks.push(Check::ok("wal", "journal_mode is wal"));
+    } else if !fresh {
+        checks.push(Check::finding(
+            "wal",
+            format!("journal_mode is {journal_mode}, not wal: readers would block the writer, and baton refuses to open the file"),
+            "open it once with baton on a local file system, which switches it to WAL; if it stays, the file system lacks the shared memory WAL needs",
+        ));
+    }
+    if !writable {
+        // Already reported above, with the cause.
+        return checks;
+    }
+    checks.push(match write_lock {
+        WriteProbe::Taken(took) => Check::ok(
+            "permissions",
+            format!("{} can take the write lock (took {})", user(facts), millis(*took)),
+        ),
+        WriteProbe::ReadOnly => Check::finding(
+            "permissions",
+            format!(
+                "SQLite opened {path} read-only for {} ({owner}): its -wal or -shm file is not writable, so every claim would fail",
+                user(facts)
+            ),
+            PERMISSIONS_FIX,
+        ),
+        WriteProbe::Busy => Check::finding(
+            "permissions",
+            format!(
+                "another connection held the write lock for longer than busy_timeout ({})",
+                millis(facts.options.get_busy_timeout())
+            ),
+            "find the process holding a long write transaction (an open sqlite3 shell, a backup with cp), or raise busy_timeout in the store URL",
+        ),
+        WriteProbe::Failed(error) => Check::finding(
+            "permissions",
+            format!("taking the write lock failed: {error}"),
+            "check the file, its -wal and -shm files and the disk (space, read-only mount)",
+        ),
+    });
+    checks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use baton_core::doctor::Verdict;
 
     #[test]
     fn the_longest_mount_point_wins() {
@@ -434,5 +744,84 @@ mod tests {
     async fn bad_urls_are_invalid_input() {
         let err = inspect("sqlite://").await.unwrap_err();
         assert_eq!(err.kind(), baton_core::ErrorKind::InvalidInput);
+    }
+
+    #[tokio::test]
+    async fn a_fresh_store_is_healthy() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/baton.db", dir.path().display());
+        let report = diagnose(&url).await.unwrap();
+        assert!(report.is_healthy(), "{report:#?}");
+        drop(crate::SqliteStore::connect(&url).await.unwrap());
+        let report = diagnose(&url).await.unwrap();
+        assert!(report.is_healthy(), "{report:#?}");
+        let names: Vec<_> = report.checks.iter().map(|c| c.name).collect();
+        for name in ["file", "connect", "schema", "wal", "permissions", "clock"] {
+            assert!(names.contains(&name), "{name} missing from {names:?}");
+        }
+    }
+
+    /// The one check named `name`.
+    fn check<'a>(report: &'a Report, name: &str) -> &'a Check {
+        let found: Vec<_> = report.checks.iter().filter(|c| c.name == name).collect();
+        assert_eq!(found.len(), 1, "{name} in {report:#?}");
+        found[0]
+    }
+
+    #[tokio::test]
+    async fn work_tables_absent_partial_and_present() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("baton.db");
+        let url = format!("sqlite://{}", path.display());
+        let tables = |path: &std::path::Path| -> Vec<String> {
+            let conn = rusqlite::Connection::open(path).unwrap();
+            let mut statement = conn
+                .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'baton_work_%' ORDER BY name")
+                .unwrap();
+            statement
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+
+        // A store file from before the work tables: a note, and doctor creates none.
+        drop(crate::SqliteStore::connect(&url).await.unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for table in WORK_TABLES {
+            conn.execute_batch(&format!("DROP TABLE {table}")).unwrap();
+        }
+        drop(conn);
+        let report = diagnose(&url).await.unwrap();
+        let work = check(&report, "work-schema");
+        assert_eq!(work.verdict, Verdict::Note, "{work:?}");
+        assert!(
+            work.detail.starts_with("no claimable-work tables"),
+            "{work:?}"
+        );
+        assert!(report.is_healthy(), "{report:#?}");
+        assert_eq!(tables(&path), Vec::<String>::new());
+
+        // Opening the store again creates them: present.
+        drop(crate::SqliteStore::connect(&url).await.unwrap());
+        let report = diagnose(&url).await.unwrap();
+        let work = check(&report, "work-schema");
+        assert_eq!(work.verdict, Verdict::Ok, "{work:?}");
+        assert!(work.detail.contains("present"), "{work:?}");
+        assert_eq!(tables(&path).len(), WORK_TABLES.len());
+
+        // One missing: a note that names it.
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("DROP TABLE baton_work_schedule")
+            .unwrap();
+        let report = diagnose(&url).await.unwrap();
+        let work = check(&report, "work-schema");
+        assert_eq!(work.verdict, Verdict::Note, "{work:?}");
+        assert!(
+            work.detail
+                .starts_with("the claimable-work tables baton_work_schedule are missing"),
+            "{work:?}"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! would never learn that the next process, opening the path, found the key free. So every
 //! operation first compares the path's [`FileId`] with the one its connection was opened on
 //! (one `stat`), and a connection on a file that is no longer at the path is closed and
-//! replaced by one on the file that is (see [`crate::pool`]).
+//! replaced by one on the file that is (see [`crate::connection`]).
 //!
 //! While a connection holds the old file open its inode cannot be reused, so a new file at
 //! the path has another [`FileId`] as long as the old connections are closed only after the

@@ -37,10 +37,10 @@ use baton_core::{Holder, Result, StoreKey, Ttl};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::clock;
+use crate::connection::Role;
 use crate::error::OpError;
-use crate::pool::Role;
+use crate::locks::SqliteStore;
 use crate::schema::immediate;
-use crate::store::SqliteStore;
 
 /// The table and its expiry index, created on open when missing (`IF NOT EXISTS`, so any
 /// number of processes may open the file at once).

@@ -23,19 +23,19 @@
 mod busy;
 pub mod cache;
 pub mod clock;
+mod connection;
 pub mod doctor;
 mod error;
 mod file;
-mod hubs;
 pub mod idempotency;
 pub mod limit;
+mod locks;
 mod options;
-mod pool;
 mod schema;
 pub mod sql;
-mod store;
 mod url;
+mod wakeups;
 pub mod work;
 
+pub use locks::SqliteStore;
 pub use options::{DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, SqliteOptions, Synchronous};
-pub use store::SqliteStore;

@@ -33,10 +33,10 @@ use baton_core::{Decision, Quota, RateStore, Result, StoreKey};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
+use crate::connection::Role;
 use crate::error::OpError;
-use crate::pool::Role;
+use crate::locks::SqliteStore;
 use crate::schema::immediate;
-use crate::store::SqliteStore;
 
 /// The rate-limit and cache tables, created on open if missing. Idempotent.
 ///

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use baton_core::time::format_duration;
+use baton_core::options::{self, check_range};
 use baton_core::{Error, Result};
 
 /// Default of [`SqliteOptions::busy_timeout`].
@@ -19,6 +19,9 @@ const MIN_BUSY_TIMEOUT: Duration = Duration::from_millis(1);
 const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(3600);
 const MIN_POLL_INTERVAL: Duration = Duration::from_millis(1);
 const MAX_POLL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The option names a URL query may hold, for error messages.
+const KNOWN_OPTIONS: &[&str] = &["busy_timeout", "synchronous", "poll_interval"];
 
 /// When a commit is synced to disk (`PRAGMA synchronous`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -153,26 +156,12 @@ impl SqliteOptions {
     /// Applies one `name=value` option from a URL query.
     pub(crate) fn set(self, name: &str, value: &str) -> Result<Self> {
         match name {
-            "busy_timeout" => Ok(self.busy_timeout(baton_core::parse_duration(value)?)),
+            "busy_timeout" => Ok(self.busy_timeout(options::duration(name, value)?)),
             "synchronous" => Ok(self.synchronous(Synchronous::parse(value)?)),
-            "poll_interval" => Ok(self.poll_interval(baton_core::parse_duration(value)?)),
-            other => Err(Error::invalid_input(format!(
-                "unknown sqlite:// option {other:?}; the options are busy_timeout, synchronous and poll_interval"
-            ))),
+            "poll_interval" => Ok(self.poll_interval(options::duration(name, value)?)),
+            _ => Err(options::unknown("sqlite://", name, KNOWN_OPTIONS)),
         }
     }
-}
-
-fn check_range(name: &str, value: Duration, min: Duration, max: Duration) -> Result<()> {
-    if value < min || value > max {
-        return Err(Error::invalid_input(format!(
-            "{name} {} is out of range; it must be from {} to {}",
-            format_duration(value),
-            format_duration(min),
-            format_duration(max),
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -201,7 +190,7 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(long.message().contains("poll_interval 11s"), "{long}");
-        assert!(long.message().contains("1ms to 10s"), "{long}");
+        assert!(long.message().contains("between 1ms and 10s"), "{long}");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use baton_core::{Error, Result};
+use baton_core::{Error, Result, options};
 
 use crate::options::SqliteOptions;
 
@@ -45,27 +45,12 @@ pub(crate) fn parse(url: &str) -> Result<(PathBuf, SqliteOptions)> {
             "store URL {shown:?} names a directory; name the database file, e.g. sqlite://{path}baton.db"
         )));
     }
+    let in_url = |e| options::in_url(&shown, e);
     let mut options = SqliteOptions::new();
-    let mut seen: Vec<&str> = Vec::new();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let Some((name, value)) = pair.split_once('=') else {
-            return Err(Error::invalid_input(format!(
-                "store URL {shown:?}: option {pair:?} has no value; write name=value"
-            )));
-        };
-        if seen.contains(&name) {
-            return Err(Error::invalid_input(format!(
-                "store URL {shown:?}: option {name:?} is given twice"
-            )));
-        }
-        seen.push(name);
-        options = options
-            .set(name, value)
-            .map_err(|e| Error::invalid_input(format!("store URL {shown:?}: {}", e.message())))?;
+    for (name, value) in options::query_pairs(query.unwrap_or("")).map_err(in_url)? {
+        options = options.set(name, value).map_err(in_url)?;
     }
-    options
-        .validate()
-        .map_err(|e| Error::invalid_input(format!("store URL {shown:?}: {}", e.message())))?;
+    options.validate().map_err(in_url)?;
     Ok((PathBuf::from(path), options))
 }
 

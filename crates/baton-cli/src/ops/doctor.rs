@@ -8,7 +8,7 @@
 //! 1 finding
 //! ```
 //!
-//! The checks are `baton::doctor`'s. Exit status: 0 when there is no finding (notes are
+//! The checks are `baton::doctor`'s (each store crate's own, in one report type). Exit status: 0 when there is no finding (notes are
 //! fine), [`FINDINGS`] (78) when there is one, 69 when the store cannot be reached at all,
 //! 64 for a malformed store URL. With `--json`, one document:
 //! `{"store", "reachable", "healthy", "checks": [{"name", "verdict", "detail", "fix"}]}`.
@@ -107,11 +107,7 @@ fn render(report: &Report) -> String {
 
 /// `finding  maxmemory-policy  <detail>; fix: <fix>`.
 fn line(check: &Check, width: usize) -> String {
-    let verdict = match check.verdict {
-        Verdict::Ok => "ok",
-        Verdict::Note => "note",
-        _ => "finding",
-    };
+    let verdict = check.verdict.as_str();
     let mut line = format!("{verdict:<7}  {:<width$}  {}", check.name, check.detail);
     if let Some(fix) = &check.fix {
         line.push_str(if check.verdict == Verdict::Finding {

@@ -13,7 +13,7 @@ use sqlx::postgres::PgRow;
 
 use super::{corrupt, from_micros, sql, ttl_ms};
 use crate::error::sql_error;
-use crate::store::PostgresStore;
+use crate::locks::PostgresStore;
 
 /// How often a claim is run again when the record changed between its two statements (it
 /// was taken over, or finished, in between; each rerun needs that to happen again).

@@ -16,7 +16,7 @@ use sqlx::{Postgres, Row};
 
 use super::{corrupt, count, from_micros, micros, sql, ttl_ms};
 use crate::error::unexpected;
-use crate::store::PostgresStore;
+use crate::locks::PostgresStore;
 
 /// How many enqueues (per process) pass between sweeps of expired de-duplication rows.
 const SWEEP_EVERY: u64 = 128;

@@ -8,7 +8,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use super::{count, sql};
-use crate::store::PostgresStore;
+use crate::locks::PostgresStore;
 
 /// How often a register is run again when the row it conflicted with was committed after
 /// its statement's snapshot (each rerun needs another replica to insert the row during it).

@@ -12,10 +12,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{lease_ns, sql, stored_u32};
 use crate::clock;
+use crate::connection::Role;
 use crate::error::OpError;
-use crate::pool::Role;
+use crate::locks::SqliteStore;
 use crate::schema::immediate;
-use crate::store::SqliteStore;
 
 fn state(text: &str) -> Result<MigrationState, OpError> {
     MigrationState::parse(text)

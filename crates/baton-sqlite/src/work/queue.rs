@@ -14,10 +14,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ceil_ms, lease_ns, sql, stored_u32, stored_u64, upper_bound_value, wall_ms};
 use crate::clock;
+use crate::connection::Role;
 use crate::error::OpError;
-use crate::pool::Role;
+use crate::locks::SqliteStore;
 use crate::schema::immediate;
-use crate::store::SqliteStore;
 
 /// Expired de-duplication rows every enqueue deletes, besides one per id in its batch.
 const PURGE_PER_ENQUEUE: i64 = 64;

@@ -8,10 +8,10 @@ use baton_core::{Holder, Result, StoreKey};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{sql, stored_u64, upper_bound_value, wall_ms};
+use crate::connection::Role;
 use crate::error::OpError;
-use crate::pool::Role;
+use crate::locks::SqliteStore;
 use crate::schema::immediate;
-use crate::store::SqliteStore;
 
 /// A row's columns as [`sql::SCHEDULE`] and [`sql::SCHEDULES`] read them.
 struct Stored {

@@ -14,15 +14,15 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, ScriptInvocation, Value};
 use tokio::time::{Instant, timeout, timeout_at};
 
+use crate::connection::Link;
 use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out, unexpected};
 use crate::keys;
-use crate::link::Link;
 use crate::options::RedisOptions;
-use crate::pubsub::{DEGRADED_POLL, Identity, PushChannel};
 use crate::scripts::{Evalsha, SCRIPTS, Sent, is_noscript};
 use crate::server::{self, ServerInfo};
 use crate::url::{self, Target};
+use crate::wakeups::{DEGRADED_POLL, Identity, PushChannel};
 
 /// How long a key's fence counter lives after its last grant, beyond that grant's TTL.
 ///
@@ -52,7 +52,7 @@ const SCAN_BATCH: usize = 500;
 /// ## Behavior
 /// - One multiplexed connection carries every request of the store, pipelined; it
 ///   reconnects by itself after the server restarts or the connection drops. One more
-///   connection is subscribed to the store's own wake-up channel (see [`crate::pubsub`]).
+///   connection is subscribed to the store's own wake-up channel (see [`crate::wakeups`]).
 /// - Waiting processes queue per key in Redis: a release hands the key to the process
 ///   that waited longest and wakes only that one; with nobody waiting it publishes nothing.
 /// - Every call answers within `connect_timeout + response_timeout` or fails with

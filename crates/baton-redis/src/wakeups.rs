@@ -55,10 +55,10 @@ use redis::{RedisError, Value};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
+use crate::connection::Link;
 use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out};
 use crate::keys;
-use crate::link::Link;
 use crate::options::RedisOptions;
 use crate::scripts::SCRIPTS;
 

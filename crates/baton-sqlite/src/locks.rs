@@ -12,13 +12,13 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::busy;
 use crate::clock;
+use crate::connection::{Database, Role};
 use crate::error::OpError;
-use crate::hubs;
 use crate::options::SqliteOptions;
-use crate::pool::{Database, Role};
 use crate::schema::{self, immediate};
 use crate::sql;
 use crate::url;
+use crate::wakeups;
 
 /// The embedded store: leases and locks in one SQLite file, safe across the processes of
 /// one host.
@@ -211,7 +211,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
         ))
         .with_source(e)
     })?;
-    let hub = hubs::hub_for(&canonical);
+    let hub = wakeups::hub_for(&canonical);
     Ok(SqliteStore {
         db: Arc::new(Database::new(path, options, hub, writer)),
     })

@@ -15,13 +15,13 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use tokio::time::timeout;
 
-use crate::db::Db;
+use crate::connection::Db;
 use crate::error::{sql_error, timed_out, unexpected};
-use crate::listen::{Listener, ListenerSpec};
 use crate::options::{Pooler, PostgresOptions};
 use crate::schema::{self, SchemaError};
 use crate::sql;
 use crate::url::{self, Target};
+use crate::wakeups::{Listener, ListenerSpec};
 
 /// How often a claim or release is run again when the key changed between its statement's
 /// snapshot and its write (a race with another claimer that the next run settles; each run
@@ -44,7 +44,7 @@ const MAX_RERUNS: usize = 64;
 /// ## Behavior
 /// - Connecting creates or migrates the schema (versioned, safe when replicas start at the
 ///   same moment; a schema from a newer baton is refused with `Internal`), then starts the
-///   LISTEN connection (see [`crate::listen`]).
+///   LISTEN connection (see [`crate::wakeups`]).
 /// - Each claim, renew and release is one statement ([`crate::sql`]); nothing is held
 ///   between calls, no session state is used, and no advisory lock is taken, so the pool may
 ///   sit behind a transaction-pooling proxy (turn `listen` off there).
