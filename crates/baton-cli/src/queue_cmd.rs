@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::Baton;
+use baton::MemoryStore;
 use baton::work::{
-    EnqueueOptions, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MemoryWorkStore, Queue, QueueStats,
-    QueueStore, WorkStore,
+    EnqueueOptions, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, Queue, QueueStats, QueueStore, WorkStore,
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -326,7 +326,7 @@ fn check_work_url(url: &str) -> Result<(), Failure> {
 
 /// Checks a queue name by the library's own rules (no I/O).
 pub(crate) fn parse_queue(text: &str) -> Result<String, String> {
-    Queue::new(Arc::new(MemoryWorkStore::new()), text)
+    Queue::new(Arc::new(MemoryStore::new()), text)
         .map(|_| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }

@@ -42,9 +42,7 @@ impl Baton {
     /// ```
     pub fn idempotency(&self) -> Result<IdempotencyLog> {
         let store: Arc<dyn IdempotencyStore> = match self.backend() {
-            Backend::Memory(store) => {
-                crate::companion::memory_companion::<MemoryIdempotencyStore>(store)
-            }
+            Backend::Memory(store) => store.clone(),
             #[cfg(feature = "sqlite")]
             Backend::Sqlite(store) => store.clone(),
             #[cfg(feature = "redis")]

@@ -62,7 +62,6 @@ pub use baton_sqlite::SqliteStore;
 mod backend;
 pub mod broadcast;
 pub mod cache;
-mod companion;
 pub mod doctor;
 pub mod idempotency;
 pub mod limit;

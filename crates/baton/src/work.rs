@@ -23,7 +23,7 @@ impl Baton {
     /// store given to [`Baton::from_store`]).
     pub fn work_store(&self) -> Result<Arc<dyn WorkStore>> {
         Ok(match self.backend() {
-            Backend::Memory(store) => crate::companion::memory_companion::<MemoryWorkStore>(store),
+            Backend::Memory(store) => store.clone(),
             #[cfg(feature = "sqlite")]
             Backend::Sqlite(store) => store.clone(),
             #[cfg(feature = "postgres")]
