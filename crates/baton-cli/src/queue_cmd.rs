@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::Baton;
-use baton::MemoryStore;
+use baton::store::MemoryStore;
 use baton::work::{
     EnqueueOptions, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, Queue, QueueStats, QueueStore, WorkStore,
 };
@@ -373,7 +373,7 @@ fn parse_dedup_id(text: &str) -> Result<String, String> {
 }
 
 fn parse_dedup_window(text: &str) -> Result<Duration, String> {
-    let window = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let window = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     EnqueueOptions::dedup("x")
         .dedup_window(window)
         .validate()
@@ -382,7 +382,7 @@ fn parse_dedup_window(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_delay(text: &str) -> Result<Duration, String> {
-    let delay = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let delay = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     EnqueueOptions::new()
         .delay(delay)
         .validate()

@@ -17,6 +17,7 @@
 
 pub mod broadcast;
 pub mod cache;
+mod capability;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;

@@ -29,14 +29,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::broadcast::BroadcastStore;
+use crate::cache::CacheStore;
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::holder::Holder;
+use crate::idempotency::IdempotencyStore;
 use crate::key::StoreKey;
+use crate::limit::RateStore;
 use crate::signals::ReleaseHub;
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Store, Wakeups};
 use crate::telemetry::{self, events};
 use crate::time::{Clock, SystemClock, Ttl};
+use crate::work::WorkStore;
 
 /// What the first grant says about the memory store's reach.
 const PROCESS_LOCAL: &str = "the in-memory store excludes only within this process; use sqlite://, redis:// or postgres:// to exclude across processes";
@@ -294,5 +299,31 @@ impl LeaseStore for MemoryStore {
             hub: Arc::clone(&self.hub),
             poll: None,
         }
+    }
+}
+
+impl Store for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
+        Ok(self)
+    }
+
+    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
+        Ok(self)
+    }
+
+    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
+        Ok(self)
+    }
+
+    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
+        Ok(self)
+    }
+
+    fn work_store(self: Arc<Self>) -> Result<Arc<dyn WorkStore>> {
+        Ok(self)
     }
 }

@@ -147,7 +147,7 @@ pub async fn diagnose(url: &str) -> Result<Report> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
     match scheme {
         "memory" => {
-            crate::open_backend(url).await?;
+            crate::connect(url).await?;
             Ok(Report {
                 store: url.to_owned(),
                 reachable: true,
@@ -165,7 +165,7 @@ pub async fn diagnose(url: &str) -> Result<Report> {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => postgres::diagnose(url).await,
         // A store without checks of its own (or a scheme this build lacks, which
-        // `open_backend` names) gets the generic ones. A new store adds an arm above and a
+        // `connect` names) gets the generic ones. A new store adds an arm above and a
         // module below, reading facts from its crate's `doctor` module.
         _ => generic(url).await,
     }
@@ -174,13 +174,12 @@ pub async fn diagnose(url: &str) -> Result<Report> {
 /// Connect and round trip, for a store without checks of its own.
 async fn generic(url: &str) -> Result<Report> {
     let started = std::time::Instant::now();
-    let backend = match crate::open_backend(url).await {
-        Ok(backend) => backend,
+    let baton = match crate::connect(url).await {
+        Ok(baton) => baton,
         Err(e) if is_usage(&e) => return Err(e),
         Err(e) => return Ok(unreachable(url.to_owned(), &e)),
     };
     let opened = started.elapsed();
-    let baton = crate::Baton::from_backend(backend, crate::Namespace::default());
     let started = std::time::Instant::now();
     let mut checks = Vec::new();
     match baton.locks().inspect("baton-doctor-probe").await {
@@ -202,7 +201,7 @@ async fn generic(url: &str) -> Result<Report> {
         "store",
         format!(
             "{} stores have no checks of their own in this version of baton",
-            baton.backend().scheme()
+            baton.store().name()
         ),
         None,
     ));
