@@ -327,3 +327,47 @@ impl Store for MemoryStore {
         Ok(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{Key, KeyKind, Namespace};
+    use crate::limit::Quota;
+
+    fn key(kind: KeyKind, name: &str) -> StoreKey {
+        Namespace::default().qualify(kind, &Key::new(name).unwrap())
+    }
+
+    fn warned_about(key: &StoreKey) -> Vec<String> {
+        telemetry::recent_events()
+            .into_iter()
+            .filter(|e| e.event.key == events::STORE_PROCESS_LOCAL.key && e.key == key.as_str())
+            .map(|e| e.detail)
+            .collect()
+    }
+
+    /// One store warns once, at its first write, whichever capability makes it.
+    #[tokio::test]
+    async fn the_process_local_warning_is_once_per_store() {
+        let tag = Holder::random();
+        let rate = key(KeyKind::Limit, &format!("warn-rate-{tag}"));
+        let lock = key(KeyKind::Lock, &format!("warn-lock-{tag}"));
+        let store = MemoryStore::new();
+        let quota = Quota::new(1, Duration::from_secs(1)).unwrap();
+        store.admit(&rate, 1, quota).await.unwrap();
+        let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
+        store.claim(&lock, &tag, ttl, "").await.unwrap();
+        let said = warned_about(&rate);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("limits rates only within this process"),
+            "{said:?}"
+        );
+        assert!(warned_about(&lock).is_empty(), "the same store warns once");
+
+        let other = MemoryStore::new();
+        let again = key(KeyKind::Lock, &format!("warn-other-{tag}"));
+        other.claim(&again, &tag, ttl, "").await.unwrap();
+        assert_eq!(warned_about(&again).len(), 1, "another store warns again");
+    }
+}
