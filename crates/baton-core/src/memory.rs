@@ -354,7 +354,7 @@ mod tests {
         let lock = key(KeyKind::Lock, &format!("warn-lock-{tag}"));
         let store = MemoryStore::new();
         let quota = Quota::new(1, Duration::from_secs(1)).unwrap();
-        store.admit(&rate, 1, quota).await.unwrap();
+        assert!(store.admit(&rate, 1, quota).await.unwrap().allowed);
         let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
         store.claim(&lock, &tag, ttl, "").await.unwrap();
         let said = warned_about(&rate);
