@@ -174,7 +174,7 @@ fn compact(text: &str) -> String {
 }
 
 fn parse_ttl(text: &str) -> Result<Duration, String> {
-    let ttl = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let ttl = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     Ttl::new(ttl).map_err(|e| e.message().to_owned())?;
     Ok(ttl)
 }

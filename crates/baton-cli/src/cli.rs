@@ -2,7 +2,7 @@
 //!
 //! Every argument is validated here, while parsing and before any store is opened, with the
 //! library's own rules (key, holder, namespace, TTL, wait), so a typo exits with status 64
-//! and changes nothing. Durations are read by [`baton::parse_duration`]: `500ms`, `30s`,
+//! and changes nothing. Durations are read by [`baton::time::parse_duration`]: `500ms`, `30s`,
 //! `5m`, `1h`, `2d`.
 
 use std::ffi::OsString;
@@ -62,7 +62,7 @@ pub(crate) struct GlobalArgs {
         env = "BATON_NAMESPACE",
         global = true,
         value_name = "NS",
-        default_value = baton::DEFAULT_NAMESPACE,
+        default_value = baton::store::DEFAULT_NAMESPACE,
         value_parser = parse_namespace,
     )]
     pub(crate) namespace: Namespace,
@@ -260,7 +260,7 @@ fn parse_key(text: &str) -> Result<String, String> {
 }
 
 fn parse_reason(text: &str) -> Result<String, String> {
-    baton::check_reason(text)
+    baton::lease::check_reason(text)
         .map(|()| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }
@@ -268,13 +268,13 @@ fn parse_reason(text: &str) -> Result<String, String> {
 /// A key prefix for listing: empty, or what a key could start with.
 fn parse_prefix(text: &str) -> Result<String, String> {
     baton::Namespace::default()
-        .qualify_prefix(baton::KeyKind::Lock, text)
+        .qualify_prefix(baton::store::KeyKind::Lock, text)
         .map(|_| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }
 
 fn parse_holder(text: &str) -> Result<String, String> {
-    baton::Holder::new(text)
+    baton::lease::Holder::new(text)
         .map(|_| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }
@@ -284,7 +284,7 @@ fn parse_namespace(text: &str) -> Result<Namespace, String> {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    baton::parse_duration(text).map_err(|e| e.message().to_owned())
+    baton::time::parse_duration(text).map_err(|e| e.message().to_owned())
 }
 
 fn parse_ttl(text: &str) -> Result<Duration, String> {

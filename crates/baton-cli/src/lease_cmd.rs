@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use baton::{ClaimResult, LeaseInfo, RemoveResult, RenewResult};
+use baton::lease::{ClaimResult, LeaseInfo, RemoveResult, RenewResult};
 use serde::Serialize;
 use tokio::time::Instant;
 

@@ -152,7 +152,7 @@ fn parse_key(text: &str) -> Result<String, String> {
 }
 
 fn parse_window(text: &str) -> Result<Duration, String> {
-    let window = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let window = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     Quota::new(1, window).map_err(|_| {
         format!(
             "window {} is out of range; use {} to {}",
@@ -165,7 +165,7 @@ fn parse_window(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_wait(text: &str) -> Result<Duration, String> {
-    let wait = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let wait = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     if wait > MAX_WAIT {
         return Err(format!(
             "wait {} is above the maximum of {}",

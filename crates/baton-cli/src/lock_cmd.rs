@@ -83,7 +83,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
     Ok(SUCCESS)
 }
 
-fn row(info: baton::HolderInfo) -> LockRow {
+fn row(info: baton::store::HolderInfo) -> LockRow {
     LockRow {
         key: info.key.user_key().to_owned(),
         holder: info.holder.as_str().to_owned(),

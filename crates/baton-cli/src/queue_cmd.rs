@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::Baton;
+use baton::store::MemoryStore;
 use baton::work::{
-    EnqueueOptions, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, MemoryWorkStore, Queue, QueueStats,
-    QueueStore, WorkStore,
+    EnqueueOptions, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, Queue, QueueStats, QueueStore, WorkStore,
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -326,7 +326,7 @@ fn check_work_url(url: &str) -> Result<(), Failure> {
 
 /// Checks a queue name by the library's own rules (no I/O).
 pub(crate) fn parse_queue(text: &str) -> Result<String, String> {
-    Queue::new(Arc::new(MemoryWorkStore::new()), text)
+    Queue::new(Arc::new(MemoryStore::new()), text)
         .map(|_| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }
@@ -373,7 +373,7 @@ fn parse_dedup_id(text: &str) -> Result<String, String> {
 }
 
 fn parse_dedup_window(text: &str) -> Result<Duration, String> {
-    let window = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let window = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     EnqueueOptions::dedup("x")
         .dedup_window(window)
         .validate()
@@ -382,7 +382,7 @@ fn parse_dedup_window(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_delay(text: &str) -> Result<Duration, String> {
-    let delay = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let delay = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     EnqueueOptions::new()
         .delay(delay)
         .validate()

@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use baton::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
+use baton::lock::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
 
 use crate::child::{Child, shell_status};
 use crate::cli::{GlobalArgs, OnLost, RunArgs};
@@ -45,8 +45,8 @@ pub(crate) fn holder_label() -> String {
         .filter(|h| !h.is_empty() && !h.chars().any(char::is_control))
         .unwrap_or_else(|| "unknown-host".to_owned());
     let mut label = format!("{host}:{}", std::process::id());
-    if label.len() > baton::MAX_LABEL_BYTES {
-        let mut cut = baton::MAX_LABEL_BYTES;
+    if label.len() > baton::lock::MAX_LABEL_BYTES {
+        let mut cut = baton::lock::MAX_LABEL_BYTES;
         while !label.is_char_boundary(cut) {
             cut -= 1;
         }

@@ -579,7 +579,7 @@ fn parse_batch(text: &str) -> Result<u32, String> {
 }
 
 fn parse_lease(text: &str) -> Result<Duration, String> {
-    let lease = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let lease = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     QueueOptions::new()
         .lease(lease)
         .validate()
@@ -588,7 +588,7 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_backoff(text: &str) -> Result<Duration, String> {
-    let delay = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let delay = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     Backoff::fixed(delay)
         .validate()
         .map(|()| delay)
@@ -596,7 +596,7 @@ fn parse_backoff(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_limited(text: &str, max: Duration) -> Result<Duration, String> {
-    let d = baton::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let d = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
     if d > max {
         return Err(format!(
             "{text:?} is above the maximum of {}",

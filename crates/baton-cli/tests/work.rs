@@ -627,7 +627,7 @@ fn schedule_list_shows_schedules_registered_through_the_library() {
         let scheduler = baton
             .scheduler()
             .unwrap()
-            .with_holder(baton::Holder::new("test-host:42").unwrap());
+            .with_holder(baton::lease::Holder::new("test-host:42").unwrap());
         let nightly = scheduler
             .register(
                 "nightly-report",

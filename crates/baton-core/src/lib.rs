@@ -1,7 +1,8 @@
 //! Contracts, validated inputs, the policy layer and the in-memory store of baton.
 //!
 //! Not for direct use: depend on the `baton` crate, which re-exports this API and adds
-//! `baton::connect(url)`. Store crates implement [`store::LeaseStore`] and run the
+//! `baton::connect(url)`. Store crates implement [`store::LeaseStore`], the atom traits of
+//! the capabilities they offer, and [`store::Store`] to say which those are, and run the
 //! [`conformance`] suite (feature `conformance`).
 //!
 //! The layers:
@@ -17,6 +18,7 @@
 
 pub mod broadcast;
 pub mod cache;
+mod capability;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod doctor;

@@ -21,6 +21,8 @@ use crate::key::StoreKey;
 use crate::signals::ReleaseHub;
 use crate::time::Ttl;
 
+pub use crate::capability::{Capability, Store};
+
 /// The answer of [`LeaseStore::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -93,8 +95,8 @@ pub struct Wakeups {
     pub poll: Option<Duration>,
 }
 
-/// The atomic lease operations of one store. Object safe: `baton::connect` hands back an
-/// `Arc<dyn LeaseStore>`.
+/// The atomic lease operations of one store. Object safe: a `baton::Baton` holds its store
+/// as an `Arc<dyn Store>`, whose lease atoms are these.
 ///
 /// # Contract
 /// - Every operation is atomic on the store and decides expiry on the store's clock.

@@ -202,7 +202,7 @@ pub mod events {
     pub const STORE_PROCESS_LOCAL: Event = Event {
         key: "baton.store.process_local",
         level: Level::WARN,
-        help: "a lock was taken through the in-memory store, which excludes only within this process; configure a shared store (sqlite://, redis://, postgres://) for cross-process exclusion",
+        help: "the in-memory store was first written (a lock, a rate decision, an idempotency record, a queued item; once per store), and it coordinates only within this process; configure a shared store (sqlite://, redis://, postgres://) for cross-process coordination",
         alarm: Alarm::Unmonitored {
             why: "warned once per store at first use; expected in tests and single-process tools",
         },

@@ -3,16 +3,17 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use baton_core::MemoryStore;
+use baton_core::idempotency::IdempotencyStore;
 use baton_core::idempotency::conformance::IdempotencyHarness;
-use baton_core::idempotency::{IdempotencyStore, MemoryIdempotencyStore};
 
 struct MemoryHarness {
-    store: Arc<MemoryIdempotencyStore>,
+    store: Arc<MemoryStore>,
 }
 
 async fn memory() -> MemoryHarness {
     MemoryHarness {
-        store: Arc::new(MemoryIdempotencyStore::new()),
+        store: Arc::new(MemoryStore::new()),
     }
 }
 

@@ -8,9 +8,9 @@ use baton_core::conformance::fresh_namespace;
 use baton_core::telemetry::events;
 use baton_core::work::conformance::FaultyWorkStore;
 use baton_core::work::{
-    Backoff, EnqueueOptions, Failure, MemoryWorkStore, MigrationContext, MigrationError,
-    MigrationFn, MigrationOutcome, Migrations, Missed, Queue, QueueOptions, ReturnContended,
-    ScheduleStore, Scheduler, Settle, Tick, WorkStore,
+    Backoff, EnqueueOptions, Failure, MigrationContext, MigrationError, MigrationFn,
+    MigrationOutcome, Migrations, Missed, Queue, QueueOptions, ReturnContended, ScheduleStore,
+    Scheduler, Settle, Tick, WorkStore,
 };
 use baton_core::{Key, KeyKind, Locks, MemoryStore};
 use baton_testkit::capture::{capture_events, events as captured, wait_for_event};
@@ -27,7 +27,7 @@ fn queue(store: Arc<dyn WorkStore>, options: QueueOptions) -> Queue {
 async fn queue_events_name_the_queue() {
     capture_events();
     let q = queue(
-        Arc::new(MemoryWorkStore::new()),
+        Arc::new(MemoryStore::new()),
         QueueOptions::new()
             .max_attempts(2)
             .backoff(Backoff::fixed(Duration::ZERO))
@@ -68,7 +68,7 @@ async fn queue_events_name_the_queue() {
 #[tokio::test]
 async fn store_faults_are_reported() {
     capture_events();
-    let faulty = Arc::new(FaultyWorkStore::new(Arc::new(MemoryWorkStore::new())));
+    let faulty = Arc::new(FaultyWorkStore::new(Arc::new(MemoryStore::new())));
     let q = queue(faulty.clone(), QueueOptions::new());
     let key = q.key().as_str().to_owned();
     faulty.set_failing(true);
@@ -124,7 +124,7 @@ async fn store_faults_are_reported() {
 #[tokio::test]
 async fn schedule_and_migration_events() {
     capture_events();
-    let store = Arc::new(MemoryWorkStore::new());
+    let store = Arc::new(MemoryStore::new());
     let ns = fresh_namespace();
     let key = ns.qualify(KeyKind::Schedule, &Key::new("minutely").unwrap());
     let now = store.now_ms().await.unwrap();

@@ -3,16 +3,17 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use baton_core::MemoryStore;
+use baton_core::work::WorkStore;
 use baton_core::work::conformance::WorkHarness;
-use baton_core::work::{MemoryWorkStore, WorkStore};
 
 struct MemoryHarness {
-    store: Arc<MemoryWorkStore>,
+    store: Arc<MemoryStore>,
 }
 
 async fn memory() -> MemoryHarness {
     MemoryHarness {
-        store: Arc::new(MemoryWorkStore::new()),
+        store: Arc::new(MemoryStore::new()),
     }
 }
 

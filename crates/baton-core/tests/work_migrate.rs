@@ -11,8 +11,8 @@ use baton_core::conformance::fresh_namespace;
 use baton_core::store::Renew;
 use baton_core::work::store::{MigrationClaim, MigrationRecord, MigrationState, Settle};
 use baton_core::work::{
-    LoserPolicy, MemoryWorkStore, MigrationContext, MigrationFn, MigrationOutcome, MigrationStore,
-    Migrations, ReturnContended, WaitForConvergence,
+    LoserPolicy, MigrationContext, MigrationFn, MigrationOutcome, MigrationStore, Migrations,
+    ReturnContended, WaitForConvergence,
 };
 use baton_core::{Error, Holder, Locks, MemoryStore, Result, StoreKey, Ttl};
 
@@ -21,7 +21,7 @@ use baton_core::{Error, Holder, Locks, MemoryStore, Result, StoreKey, Ttl};
 /// lease, and runs nothing.
 #[tokio::test]
 async fn return_contended_answers_at_once_when_a_record_is_still_claimed() {
-    let store = Arc::new(MemoryWorkStore::new());
+    let store = Arc::new(MemoryStore::new());
     let ups = Arc::new(AtomicUsize::new(0));
     let counted = ups.clone();
     let set = format!("app-{}", fresh_namespace().as_str());
@@ -68,7 +68,7 @@ async fn return_contended_answers_at_once_when_a_record_is_still_claimed() {
 /// refused; it logs the writer of every claim that reached the store.
 #[derive(Debug, Default)]
 struct Outage {
-    inner: MemoryWorkStore,
+    inner: MemoryStore,
     down: AtomicBool,
     claims: Mutex<Vec<Holder>>,
 }

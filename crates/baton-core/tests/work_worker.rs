@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use baton_core::MemoryStore;
 use baton_core::conformance::fresh_namespace;
-use baton_core::work::{EnqueueOptions, Job, MemoryWorkStore, Queue, QueueOptions, Worker};
+use baton_core::work::{EnqueueOptions, Job, Queue, QueueOptions, Worker};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout};
 use tokio_util::sync::CancellationToken;
@@ -17,7 +18,7 @@ const GRACE: Duration = Duration::from_secs(600);
 const PATIENCE: Duration = Duration::from_secs(20);
 
 fn queue() -> Queue {
-    Queue::with_namespace(Arc::new(MemoryWorkStore::new()), fresh_namespace(), "jobs").unwrap()
+    Queue::with_namespace(Arc::new(MemoryStore::new()), fresh_namespace(), "jobs").unwrap()
 }
 
 /// Three handlers run when the worker shuts down. Two stop their work (here: 100 ms of

@@ -13,7 +13,7 @@
 //! - `GET /cards/{card}` answers `{"charged": TOTAL}`: what this replica charged the card.
 //!
 //! The store is `BATON_STORE` (`memory://`, `sqlite:///path.db`, `redis://host`), by
-//! default the embedded SQLite file of `baton::default_store_url()`. Run two replicas on
+//! default the embedded SQLite file of `baton::store::default_url()`. Run two replicas on
 //! one SQLite file or one Redis and send retries to both: each charge happens once.
 //! `PAYMENTS_CHARGE_DELAY_MS` makes each charge take that long (to see retries wait).
 
@@ -92,7 +92,7 @@ pub async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     };
     let url = match std::env::var("BATON_STORE") {
         Ok(url) if !url.is_empty() => url,
-        _ => baton::default_store_url()?,
+        _ => baton::store::default_url()?,
     };
     let delay = match std::env::var("PAYMENTS_CHARGE_DELAY_MS") {
         Ok(ms) => Duration::from_millis(ms.parse()?),
@@ -117,7 +117,7 @@ pub async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "payments: listening on http://{} (store {})",
         listener.local_addr()?,
-        baton.backend().scheme()
+        baton.store().name()
     );
     axum::serve(listener, app).await?;
     Ok(())

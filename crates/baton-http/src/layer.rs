@@ -430,10 +430,10 @@ impl IdempotencyLayerBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton_core::idempotency::MemoryIdempotencyStore;
+    use baton_core::MemoryStore;
 
     fn log() -> IdempotencyLog {
-        IdempotencyLog::new(Arc::new(MemoryIdempotencyStore::new()))
+        IdempotencyLog::new(Arc::new(MemoryStore::new()))
     }
 
     #[test]

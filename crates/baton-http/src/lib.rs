@@ -11,7 +11,7 @@
 //! use axum::{Router, routing::post};
 //! use baton_http::IdempotencyLayer;
 //!
-//! let baton = baton::connect(&baton::default_store_url()?).await?;
+//! let baton = baton::connect(&baton::store::default_url()?).await?;
 //! let app: Router = Router::new()
 //!     .route("/charges", post(charge))
 //!     .layer(IdempotencyLayer::builder(baton.idempotency()?).require_key(true).build()?);

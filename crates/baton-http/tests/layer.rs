@@ -13,10 +13,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::routing::post;
 use axum::{Extension, Router};
+use baton_core::MemoryStore;
 use baton_core::idempotency::conformance::FaultyIdempotencyStore;
-use baton_core::idempotency::{
-    Acquire, AcquireOptions, IdempotencyLog, MemoryIdempotencyStore, Scope, Status,
-};
+use baton_core::idempotency::{Acquire, AcquireOptions, IdempotencyLog, Scope, Status};
 use baton_http::{IdempotencyLayer, IdempotencyLayerBuilder, IdempotentRequest, StoreFaultPolicy};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -83,7 +82,7 @@ async fn panic(State(h): State<Arc<Handlers>>) -> String {
 }
 
 fn memory_log() -> IdempotencyLog {
-    IdempotencyLog::new(Arc::new(MemoryIdempotencyStore::new()))
+    IdempotencyLog::new(Arc::new(MemoryStore::new()))
 }
 
 #[derive(Debug)]
@@ -453,9 +452,7 @@ async fn oversized_requests_are_refused() {
 #[tokio::test]
 async fn store_faults_run_unguarded_or_fail_closed() {
     let events = Events::capture();
-    let faulty = Arc::new(FaultyIdempotencyStore::new(Arc::new(
-        MemoryIdempotencyStore::new(),
-    )));
+    let faulty = Arc::new(FaultyIdempotencyStore::new(Arc::new(MemoryStore::new())));
     faulty.set_failing(true);
     let log = IdempotencyLog::new(faulty.clone());
     let handlers = Arc::new(Handlers::default());

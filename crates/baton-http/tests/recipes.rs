@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::{AcquireError, Baton, LockOptions, Locks};
+use baton::Baton;
+use baton::lock::{AcquireError, LockOptions, Locks};
 
 /// The application's token table: token -> (user, burned).
 #[derive(Default)]

@@ -10,7 +10,7 @@
 //!
 //! Uncontended: C tasks (C = 1, 16) share one store, each taking and giving back a key of
 //! its own, as fast as it can. Subjects:
-//! - `baton::Locks` acquire + `LockGuard::release` (options check, guard, watchdog task,
+//! - `baton::lock::Locks` acquire + `LockGuard::release` (options check, guard, watchdog task,
 //!   telemetry, the store's claim and release statements);
 //! - the store's atoms, `LeaseStore::claim` + `release` with a fresh holder per pair (the
 //!   statements, their parsing and the per-call deadline, without the policy layer);
@@ -27,7 +27,7 @@
 //! holding 1 ms and staying away 1 ms between attempts. Handoff latency is the time from
 //! one holder sending its release to the next grant returning to a *different* contender.
 //! Rows:
-//! - `baton::Locks` over 8 stores, woken by `NOTIFY`, with the store's default commits (a
+//! - `baton::lock::Locks` over 8 stores, woken by `NOTIFY`, with the store's default commits (a
 //!   grant waits for its WAL flush, a release does not: one flush per handoff);
 //! - the baseline, the same round trips by hand: `sql::CLAIM`, a wait for the key's
 //!   notification on a LISTEN connection of its own (or the holder's remaining TTL), and
@@ -35,9 +35,9 @@
 //! - the same by hand with the release committed synchronously (`sql::RELEASE` without
 //!   `sql::ASYNC_COMMIT`, as the store released before): two flushes per handoff, so the
 //!   change is measured in the same run;
-//! - `baton::Locks` with `durable_grants=off` (nothing in a handoff waits for the disk; the
+//! - `baton::lock::Locks` with `durable_grants=off` (nothing in a handoff waits for the disk; the
 //!   relaxed setting whose risk `docs/postgres.md` states);
-//! - `baton::Locks` with `listen=off` (waiters poll every `poll_interval`, 200 ms by default,
+//! - `baton::lock::Locks` with `listen=off` (waiters poll every `poll_interval`, 200 ms by default,
 //!   jittered to 50–100 %), with default and with relaxed commits.
 //!
 //! The rows take turns in slices (3 rounds of 2.5 s each, 1 of 2 s with `--quick`), and
@@ -129,7 +129,7 @@ enum Subject {
 impl Subject {
     fn name(self) -> &'static str {
         match self {
-            Subject::Locks => "`baton::Locks`",
+            Subject::Locks => "`baton::lock::Locks`",
             Subject::Atoms => "store atoms",
             Subject::Raw => "raw SQL, same statements",
         }
@@ -265,7 +265,7 @@ async fn run(url: String, pooler_url: String, settings: Settings) {
 /// Who contends in a handoff run.
 #[derive(Clone, Copy, Debug)]
 enum Contenders {
-    /// `baton::Locks`, each over a `PostgresStore` of its own.
+    /// `baton::lock::Locks`, each over a `PostgresStore` of its own.
     Locks,
     /// The baseline: the store's round trips by hand, each contender with a pool and a
     /// LISTEN connection of its own (`sql::CLAIM`, wait for the key's notification or the
@@ -278,7 +278,7 @@ enum Contenders {
 impl Contenders {
     fn name(self) -> &'static str {
         match self {
-            Contenders::Locks => "`baton::Locks`",
+            Contenders::Locks => "`baton::lock::Locks`",
             Contenders::ByHand {
                 synchronous_release: false,
             } => "by hand, the store's statements",

@@ -50,6 +50,51 @@ pub use options::{
 };
 pub use table::{TableLeaseColumns, TableLeases, TableStatements};
 
+use std::sync::Arc;
+
+use baton_core::Result;
+use baton_core::broadcast::BroadcastStore;
+use baton_core::cache::CacheStore;
+use baton_core::idempotency::IdempotencyStore;
+use baton_core::limit::RateStore;
+use baton_core::store::{Capability, Store};
+use baton_core::work::WorkStore;
+
+/// Every capability; broadcast only when the store may `LISTEN` (not with `listen=off`).
+impl Store for PostgresStore {
+    fn name(&self) -> &'static str {
+        "PostgreSQL"
+    }
+
+    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
+        Ok(self)
+    }
+
+    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
+        Ok(self)
+    }
+
+    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
+        if !self.options().get_listen() {
+            return Err(Capability::Broadcast.unsupported(
+                self.name(),
+                Some(
+                    "it was opened with listen=off (for a transaction-pooling proxy), so it cannot receive notifications; open it with a direct connection",
+                ),
+            ));
+        }
+        Ok(self)
+    }
+
+    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
+        Ok(self)
+    }
+
+    fn work_store(self: Arc<Self>) -> Result<Arc<dyn WorkStore>> {
+        Ok(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Public handles can move across tasks and threads.

@@ -188,7 +188,7 @@ async fn listen_off_cannot_subscribe() {
     let store = PostgresStore::connect(&format!("{url}&listen=off"))
         .await
         .unwrap();
-    let err = baton::Baton::from_backend(baton::Backend::Postgres(Arc::new(store)), namespace())
+    let err = baton::Baton::from_store(Arc::new(store), namespace())
         .broadcast()
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");

@@ -143,7 +143,7 @@ async fn the_facade_opens_postgres_urls() {
     let url = shared().await.url();
     for url in [url.clone(), url.replacen("postgres://", "postgresql://", 1)] {
         let baton = baton::connect(&with_timeouts(&url)).await.unwrap();
-        assert_eq!(baton.backend().scheme(), "postgres");
+        assert_eq!(baton.store().name(), "PostgreSQL");
         let guard = baton
             .locks()
             .acquire(

@@ -388,3 +388,50 @@ async fn the_table_is_checked_when_built() {
         assert!(e.message().contains(needle), "{needle}: {e}");
     }
 }
+
+/// `Baton::table_leases` reaches the leases of the user's table from a `baton::connect`ed
+/// store, without naming this crate: the same rows, the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facade_hands_out_table_leases() {
+    let (url, _store) = setup("facade").await;
+    let baton = baton::connect(&url).await.unwrap();
+    let locks = baton
+        .table_leases(
+            baton::lease::TableLeaseColumns::new("public.wh_perspective_cursors")
+                .key_columns(["stream_id", "perspective_name"])
+                .holder_column("stream_lock_instance_id")
+                .expiry_column("stream_lock_expiry")
+                .reason_column("stream_lock_reason")
+                .fence_column("stream_lock_fence"),
+        )
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(30);
+    let fence = claimed(locks.claim(&KEY, INSTANCE_A, ttl, "rewind").await.unwrap());
+    let (holder, reason, stored_fence, live) = row(&url).await;
+    assert_eq!(holder.as_deref(), Some(INSTANCE_A));
+    assert_eq!(reason.as_deref(), Some("rewind"));
+    assert_eq!(stored_fence, Some(fence.get() as i64));
+    assert_eq!(live, Some(true));
+    assert!(matches!(
+        locks
+            .claim(&KEY, INSTANCE_B, ttl, "bootstrap")
+            .await
+            .unwrap(),
+        ClaimResult::HeldBy { .. }
+    ));
+    assert!(matches!(
+        locks.release(&KEY, INSTANCE_A).await.unwrap(),
+        RemoveResult::Removed { .. }
+    ));
+    // The columns are checked through the facade too.
+    let e = baton
+        .table_leases(
+            columns()
+                .fence_column("last_event_id")
+                .holder_column("nope"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+}

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! Subjects, each at concurrency C (tasks sharing one client) on one key pattern:
-//! - `baton::RateLimiter::try_acquire` (input validation, key qualification, the store's
+//! - `baton::limit::RateLimiter::try_acquire` (input validation, key qualification, the store's
 //!   per-call deadline and retry, reply parsing);
 //! - the store's atom, `RateStore::admit`, with a pre-qualified key and a validated quota;
 //! - the baseline: `EVALSHA` of the very same script (`baton_redis::limit::script()`) with

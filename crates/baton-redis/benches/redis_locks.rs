@@ -17,7 +17,7 @@
 //!
 //! Uncontended: C tasks (C = 1, 16, 64) share one store instance, each taking and giving
 //! back a key of its own, as fast as it can. Subjects:
-//! - `baton::Locks` acquire + `LockGuard::release` (options check, guard, watchdog task,
+//! - `baton::lock::Locks` acquire + `LockGuard::release` (options check, guard, watchdog task,
 //!   release task, telemetry, the store's claim and release scripts);
 //! - the store's atoms, `LeaseStore::claim` + `release` with a fresh holder per pair (the
 //!   scripts and the store's per-call deadline, without the policy layer);
@@ -448,7 +448,7 @@ const SUBJECT_KEYS: [&str; 4] = ["locks", "atoms", "scripts", "raw"];
 
 /// The uncontended subjects, as the table names them; the last is the baseline.
 const SUBJECTS: [&str; 4] = [
-    "baton::Locks acquire+release",
+    "baton::lock::Locks acquire+release",
     "store atoms claim+release",
     "store scripts by hand (claim.lua + release.lua)",
     "baseline: SET NX PX + EVALSHA compare-and-delete",
@@ -713,7 +713,7 @@ fn print_uncontended(rows: &[Uncontended]) {
         "baseline: raw SET key token NX PX + EVALSHA compare-and-delete over the same redis \
          ConnectionManager (one multiplexed connection) at the same concurrency; \
          ratio: of the median slices; by round: the median of each round's ratio to the \
-         baseline's slice of the same round; target for baton::Locks: ratio >= 0.80"
+         baseline's slice of the same round; target for baton::lock::Locks: ratio >= 0.80"
     );
 }
 

@@ -750,13 +750,13 @@ async fn the_facade_opens_redis_urls() {
         "rediss://127.0.0.1:{}/0?connect_timeout=500ms&response_timeout=500ms",
         server.port()
     );
-    let err = timeout(Duration::from_secs(5), baton::open_store(&tls))
+    let err = timeout(Duration::from_secs(5), baton::connect(&tls))
         .await
         .expect("no hang")
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
 
-    let err = baton::open_store("redis://127.0.0.1:1/zero")
+    let err = baton::connect("redis://127.0.0.1:1/zero")
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");

@@ -30,8 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::idempotency::{Acquire, AcquireOptions, Finalize, Outcome, Scope};
-use baton::{AcquireError, Baton, ClaimResult, LockOptions, ReleaseOutcome, RemoveResult};
-use baton::{Fence, RenewResult};
+use baton::lease::{ClaimResult, RemoveResult, RenewResult};
+use baton::lock::{AcquireError, LockOptions, ReleaseOutcome};
+use baton::{Baton, Fence};
 use baton_testkit::{FencedRegister, MonoTime};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -39,3 +39,44 @@ pub mod work;
 
 pub use locks::SqliteStore;
 pub use options::{DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, SqliteOptions, Synchronous};
+use std::sync::Arc;
+
+use baton_core::Result;
+use baton_core::cache::CacheStore;
+use baton_core::idempotency::IdempotencyStore;
+use baton_core::limit::RateStore;
+use baton_core::store::{Capability, Store};
+use baton_core::work::WorkStore;
+
+/// Every capability but broadcast: processes on one file have no channel to push messages
+/// to each other.
+impl Store for SqliteStore {
+    fn name(&self) -> &'static str {
+        "SQLite"
+    }
+
+    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
+        Ok(self)
+    }
+
+    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
+        Ok(self)
+    }
+
+    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::BroadcastStore>> {
+        Err(Capability::Broadcast.unsupported(
+            self.name(),
+            Some(
+                "it has no way to push a message to other processes on the file (polling a table would turn at-most-once delivery into a delayed, unbounded log)",
+            ),
+        ))
+    }
+
+    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
+        Ok(self)
+    }
+
+    fn work_store(self: Arc<Self>) -> Result<Arc<dyn WorkStore>> {
+        Ok(self)
+    }
+}

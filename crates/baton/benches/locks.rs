@@ -37,8 +37,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use baton::lock::{LockOptions, Locks};
+use baton::store::MemoryStore;
 use baton::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
-use baton::{Baton, LockOptions, Locks, MemoryStore, Namespace};
+use baton::{Baton, Namespace};
 use baton_core::time::Ttl;
 use baton_core::{Holder, Key, KeyKind, StoreKey};
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous};
@@ -125,7 +127,7 @@ async fn run(settings: Settings) {
     let mut handoffs = Vec::new();
 
     if settings.runs("memory") {
-        let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+        let store = Arc::new(MemoryStore::new());
         add_group(&mut throughput, uncontended_memory(&settings, &store).await);
         handoffs.push(handoff("memory", &settings, store).await);
     }
@@ -265,7 +267,7 @@ fn lock_key(key: &str) -> StoreKey {
     Namespace::default().qualify(KeyKind::Lock, &Key::new(key).expect("valid key"))
 }
 
-async fn uncontended_memory(settings: &Settings, store: &Arc<dyn LeaseStore>) -> Vec<Row> {
+async fn uncontended_memory(settings: &Settings, store: &Arc<MemoryStore>) -> Vec<Row> {
     let baton = Baton::from_store(Arc::clone(store), Namespace::default());
     let key = lock_key("bench-atoms");
     let figures = alternate(
@@ -276,7 +278,7 @@ async fn uncontended_memory(settings: &Settings, store: &Arc<dyn LeaseStore>) ->
     vec![
         Row {
             store: "memory",
-            subject: "baton::Locks acquire+release",
+            subject: "baton::lock::Locks acquire+release",
             figure: figures[0].clone(),
             baseline: Some(1),
         },
@@ -295,7 +297,7 @@ async fn uncontended_sqlite(settings: &Settings, dir: &Path, options: &SqliteOpt
         _ => "sqlite, synchronous=FULL (default)",
     };
     let tag = options.get_synchronous().as_sql().to_lowercase();
-    let store: Arc<dyn LeaseStore> = Arc::new(
+    let store = Arc::new(
         SqliteStore::open(dir.join(format!("store-{tag}.db")), options.clone())
             .await
             .expect("open the SQLite store"),
@@ -322,7 +324,7 @@ async fn uncontended_sqlite(settings: &Settings, dir: &Path, options: &SqliteOpt
     vec![
         Row {
             store: store_name,
-            subject: "baton::Locks acquire+release",
+            subject: "baton::lock::Locks acquire+release",
             figure: figures[0].clone(),
             baseline: Some(2),
         },

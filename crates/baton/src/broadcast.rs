@@ -9,30 +9,26 @@
 
 use std::sync::Arc;
 
+use crate::{Baton, Result};
 pub use baton_core::broadcast::{
     Broadcast, BroadcastStore, DEFAULT_CAPACITY, Event, MAX_CAPACITY, MAX_MESSAGE_BYTES, Message,
     PublisherId, SubscribeOptions, Subscription,
 };
-use baton_core::{Error, Result};
-
-use crate::{Backend, Baton};
-
-/// The stores that can broadcast, for error messages.
-const BROADCAST_STORES: &str =
-    "redis:// (every process on the server) or memory:// (this process only)";
 
 impl Baton {
     /// A broadcast client of this store, in this connection's namespace: publish to every
     /// subscriber of a channel, at most once.
     ///
-    /// Each call hands out a new publisher (its own id and sequence numbers); keep one per
-    /// process and clone it. Subscriptions of every handle on one store share one
+    /// Cheap: every call (on this `Baton` or a clone of it) hands out the same publisher, made
+    /// at the first call: one publisher id and one sequence of numbers, so subscribers see
+    /// one publisher per connection. Subscriptions of every handle on one store share one
     /// connection.
     ///
     /// # Errors
     /// `Unsupported` for a store that cannot push messages to other processes: the SQLite
-    /// store (processes on one file have no channel to wake each other), or a custom lease
-    /// store given to [`Baton::from_store`]. The message names the stores that can.
+    /// store (processes on one file have no channel to wake each other), a PostgreSQL store
+    /// opened with `listen=off`, or a store of your own given to [`Baton::from_store`] that
+    /// cannot. The message names the stores that can.
     ///
     /// # Examples
     /// ```
@@ -49,34 +45,14 @@ impl Baton {
     /// # Ok(()) }
     /// ```
     pub fn broadcast(&self) -> Result<Broadcast> {
-        let store: Arc<dyn BroadcastStore> = match self.backend() {
-            Backend::Memory(store) => store.clone(),
-            #[cfg(feature = "redis")]
-            Backend::Redis(store) => store.clone(),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(store) => {
-                if !store.options().get_listen() {
-                    return Err(Error::unsupported(format!(
-                        "this PostgreSQL store was opened with listen=off (for a transaction-pooling proxy), so it cannot receive broadcasts; open it with a direct connection, or use {BROADCAST_STORES}"
-                    )));
-                }
-                store.clone()
-            }
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(_) => {
-                return Err(Error::unsupported(format!(
-                    "the SQLite store cannot broadcast: it has no way to push a message to other processes on the file (polling a table would turn at-most-once delivery into a delayed, unbounded log); use {BROADCAST_STORES}"
-                )));
-            }
-            #[allow(unreachable_patterns)]
-            other => {
-                return Err(Error::unsupported(format!(
-                    "the {} store cannot broadcast; use {BROADCAST_STORES}",
-                    other.scheme()
-                )));
-            }
-        };
-        Ok(Broadcast::with_namespace(store, self.namespace().clone()))
+        if let Some(broadcast) = self.broadcast.get() {
+            return Ok(broadcast.clone());
+        }
+        let store = Arc::clone(self.store()).broadcast_store()?;
+        Ok(self
+            .broadcast
+            .get_or_init(|| Broadcast::with_namespace(store, self.namespace().clone()))
+            .clone())
     }
 }
 
@@ -89,17 +65,16 @@ mod tests {
         let baton = crate::connect(&url).await.unwrap();
         let err = baton.broadcast().unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Unsupported);
-        assert!(err.message().contains("redis://"), "{err}");
+        for part in ["SQLite", "push", "redis://", "postgres://", "memory://"] {
+            assert!(err.message().contains(part), "{part}: {err}");
+        }
         assert!(baton.rate_limiter().is_ok());
         assert!(baton.cache().is_ok());
     }
 
     #[tokio::test]
     async fn a_custom_store_offers_locks_only() {
-        let baton = crate::Baton::from_store(
-            std::sync::Arc::new(crate::MemoryStore::new()),
-            crate::Namespace::default(),
-        );
+        let baton = crate::testing::locks_only();
         for err in [
             baton.broadcast().unwrap_err(),
             baton.rate_limiter().unwrap_err(),
@@ -108,6 +83,48 @@ mod tests {
             assert_eq!(err.kind(), crate::ErrorKind::Unsupported, "{err}");
             assert!(err.message().contains("custom"), "{err}");
         }
+    }
+
+    #[tokio::test]
+    async fn one_baton_has_one_publisher() {
+        let baton = crate::connect("memory://").await.unwrap();
+        let first = baton.broadcast().unwrap();
+        let again = baton.broadcast().unwrap();
+        let clone = baton.clone().broadcast().unwrap();
+        assert_eq!(first.publisher(), again.publisher());
+        assert_eq!(first.publisher(), clone.publisher());
+        let mut sub = first.subscribe::<u8>("c").await.unwrap();
+        for (n, handle) in [&first, &again, &clone].into_iter().enumerate() {
+            handle.publish("c", &(n as u8)).await.unwrap();
+        }
+        let mut seqs = Vec::new();
+        for n in 0..3u8 {
+            match sub.next().await {
+                Some(crate::broadcast::Event::Message(m)) => {
+                    assert_eq!((m.publisher, m.payload), (first.publisher(), n));
+                    seqs.push(m.seq);
+                }
+                other => panic!("expected message {n}, got {other:?}"),
+            }
+        }
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "one sequence: {seqs:?}"
+        );
+        let other = crate::Baton::from_store(
+            std::sync::Arc::clone(
+                baton
+                    .store_as::<crate::store::MemoryStore>()
+                    .as_ref()
+                    .unwrap(),
+            ),
+            baton.namespace().clone(),
+        );
+        assert_ne!(
+            other.broadcast().unwrap().publisher(),
+            first.publisher(),
+            "another Baton, another publisher"
+        );
     }
 
     #[tokio::test]

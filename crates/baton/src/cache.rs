@@ -6,10 +6,8 @@
 
 use std::sync::Arc;
 
+use crate::{Baton, Result};
 pub use baton_core::cache::{Cache, CacheStore, FetchError, MAX_VALUE_BYTES};
-use baton_core::{Error, Result};
-
-use crate::{Backend, Baton};
 
 impl Baton {
     /// The cache of this store, in this connection's namespace: typed JSON values with a
@@ -19,8 +17,8 @@ impl Baton {
     /// `get_or_fetch` calls for one key collapse across all of them.
     ///
     /// # Errors
-    /// `Unsupported` when the store keeps no cache (a custom lease store given to
-    /// [`Baton::from_store`]).
+    /// `Unsupported` when the store keeps no cache (a store of your own given to
+    /// [`Baton::from_store`] that offers none).
     ///
     /// # Examples
     /// ```
@@ -34,22 +32,7 @@ impl Baton {
     /// # Ok(()) }
     /// ```
     pub fn cache(&self) -> Result<Cache> {
-        let store: Arc<dyn CacheStore> = match self.backend() {
-            Backend::Memory(store) => store.clone(),
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(store) => store.clone(),
-            #[cfg(feature = "redis")]
-            Backend::Redis(store) => store.clone(),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(store) => store.clone(),
-            #[allow(unreachable_patterns)]
-            other => {
-                return Err(Error::unsupported(format!(
-                    "the {} store keeps no cache; connect with memory://, sqlite://, redis:// or postgres://",
-                    other.scheme()
-                )));
-            }
-        };
+        let store = Arc::clone(self.store()).cache_store()?;
         Ok(Cache::with_namespace(store, self.namespace().clone()))
     }
 }

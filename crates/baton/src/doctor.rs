@@ -49,7 +49,7 @@ pub async fn diagnose(url: &str) -> Result<Report> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
     match scheme {
         "memory" => {
-            crate::open_backend(url).await?;
+            crate::connect(url).await?;
             Ok(baton_core::doctor::memory(url))
         }
         #[cfg(feature = "sqlite")]
@@ -61,7 +61,7 @@ pub async fn diagnose(url: &str) -> Result<Report> {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => baton_postgres::doctor::diagnose(url).await,
         // A store without checks of its own (or a scheme this build lacks, which
-        // `open_backend` names) gets the generic ones. A new store adds an arm above for
+        // `connect` names) gets the generic ones. A new store adds an arm above for
         // its crate's `doctor::diagnose`, which judges the facts it reads.
         _ => generic(url).await,
     }
@@ -70,12 +70,11 @@ pub async fn diagnose(url: &str) -> Result<Report> {
 /// Connect and round trip, for a store without checks of its own.
 async fn generic(url: &str) -> Result<Report> {
     let started = Instant::now();
-    let backend = match crate::open_backend(url).await {
-        Ok(backend) => backend,
+    let baton = match crate::connect(url).await {
+        Ok(baton) => baton,
         Err(e) => return doctor::unreachable(url, e),
     };
     let opened = started.elapsed();
-    let baton = crate::Baton::from_backend(backend, crate::Namespace::default());
     let started = Instant::now();
     let mut checks = Vec::new();
     match baton.locks().inspect("baton-doctor-probe").await {
@@ -97,7 +96,7 @@ async fn generic(url: &str) -> Result<Report> {
         "store",
         format!(
             "{} stores have no checks of their own in this version of baton",
-            baton.backend().scheme()
+            baton.store().name()
         ),
         None,
     ));

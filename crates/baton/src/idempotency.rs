@@ -3,15 +3,13 @@
 //!
 //! Every store baton opens by URL keeps idempotency records: `memory://` in the process,
 //! `sqlite://` in the same file as its locks and `postgres://` in the same database (table
-//! `baton_idempotency` in both), `redis://` as one hash per record. A custom lease store
-//! ([`Baton::from_store`]) has none, and says so when the log is asked for.
+//! `baton_idempotency` in both), `redis://` as one hash per record. A store of your own
+//! ([`Baton::from_store`]) that keeps none says so when the log is asked for.
 
 use std::sync::Arc;
 
+use crate::{Baton, Result};
 pub use baton_core::idempotency::*;
-use baton_core::{Error, Result};
-
-use crate::{Backend, Baton};
 
 impl Baton {
     /// The idempotency log of this store, in this connection's namespace: "don't run this
@@ -22,8 +20,8 @@ impl Baton {
     /// records live as long as the memory store does).
     ///
     /// # Errors
-    /// `Unsupported` when the store keeps no idempotency records (a custom lease store given
-    /// to [`Baton::from_store`]).
+    /// `Unsupported` when the store keeps no idempotency records (a store of your own given
+    /// to [`Baton::from_store`] that offers none).
     ///
     /// # Examples
     /// ```
@@ -41,24 +39,7 @@ impl Baton {
     /// # Ok(()) }
     /// ```
     pub fn idempotency(&self) -> Result<IdempotencyLog> {
-        let store: Arc<dyn IdempotencyStore> = match self.backend() {
-            Backend::Memory(store) => {
-                crate::companion::memory_companion::<MemoryIdempotencyStore>(store)
-            }
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(store) => store.clone(),
-            #[cfg(feature = "redis")]
-            Backend::Redis(store) => store.clone(),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(store) => store.clone(),
-            #[allow(unreachable_patterns)]
-            other => {
-                return Err(Error::unsupported(format!(
-                    "the {} store keeps no idempotency records; connect with memory://, sqlite://, redis:// or postgres://",
-                    other.scheme()
-                )));
-            }
-        };
+        let store = Arc::clone(self.store()).idempotency_store()?;
         Ok(IdempotencyLog::with_namespace(
             store,
             self.namespace().clone(),
@@ -71,8 +52,6 @@ mod tests {
     use std::time::Duration;
 
     use baton_core::idempotency::{Acquire, Scope};
-
-    use super::*;
 
     #[tokio::test]
     async fn memory_logs_of_one_store_share_records_and_other_stores_do_not() {
@@ -111,7 +90,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_custom_store_has_no_idempotency_log() {
-        let baton = Baton::from_store(Arc::new(crate::MemoryStore::new()), Default::default());
+        let baton = crate::testing::locks_only();
         let e = baton.idempotency().unwrap_err();
         assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported);
         assert!(e.message().contains("custom"), "{e}");

@@ -19,11 +19,22 @@
 //! [`Baton::idempotency`], and claimable work on the SQL stores — [`Baton::queue`],
 //! [`Baton::scheduler`], [`Baton::migrations`] (module [`work`]).
 //!
+//! # Where things are
+//! - At the root: [`Baton`] and the two ways to open one from a URL ([`connect`],
+//!   [`connect_with`]); [`Error`], [`ErrorKind`], [`Result`]; [`Fence`]; the inputs every call
+//!   takes ([`Key`], [`Namespace`], [`Ttl`]).
+//! - One module per primitive with its types and limits: [`lock`], [`lease`], [`limit`],
+//!   [`cache`], [`broadcast`], [`idempotency`], [`work`].
+//! - [`store`]: the store interface (what a store implements, the [`store::Store`] trait of
+//!   capabilities, [`store::MemoryStore`] and the concrete stores), for tests, wrappers and
+//!   new stores. [`Baton::from_store`] opens a `Baton` over a store value.
+//! - [`doctor`], [`telemetry`], [`time`]: health checks, the event registry, durations.
+//!
 //! # Examples
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use baton::LockOptions;
+//! use baton::lock::LockOptions;
 //!
 //! let baton = baton::connect("memory://").await?;
 //! let options = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(5));
@@ -41,67 +52,69 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 
-pub use baton_core::store::{self, LeaseStore};
-pub use baton_core::{
-    AcquireError, ClaimResult, DEFAULT_NAMESPACE, Error, ErrorKind, Fence, Holder, HolderInfo, Key,
-    KeyKind, LeaseInfo, LeaseKeepAlive, Leases, LockGuard, LockHandle, LockOptions, Locks,
-    MAX_HOLD_LIMIT, MAX_HOLDER_BYTES, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_BYTES,
-    MAX_REASON_BYTES, MemoryStore, Namespace, ReleaseOutcome, RemoveResult, RenewResult, Result,
-    StoreKey, Ttl, WaitTime, check_reason, parse_duration, redact_url, stream_key, telemetry, time,
-};
-#[cfg(feature = "postgres")]
-pub use baton_postgres::PostgresStore;
-#[cfg(feature = "redis")]
-pub use baton_redis::RedisStore;
-#[cfg(feature = "sqlite")]
-pub use baton_sqlite::SqliteStore;
+pub use baton_core::{Error, ErrorKind, Fence, Key, Namespace, Result, Ttl, telemetry, time};
 
-mod backend;
 pub mod broadcast;
 pub mod cache;
-mod companion;
 pub mod doctor;
 pub mod idempotency;
+pub mod lease;
 pub mod limit;
+pub mod lock;
+pub mod store;
 pub mod work;
 
-pub use backend::Backend;
-pub use broadcast::Broadcast;
-pub use cache::Cache;
-pub use idempotency::IdempotencyLog;
-pub use limit::RateLimiter;
+use broadcast::Broadcast;
+use lease::Leases;
+use lock::Locks;
+use store::Store;
 
 /// A connection to one store, with the clients of every primitive in one namespace.
 ///
-/// Primitives beyond locks and leases are handed out by methods that check, when the client
-/// is built, that the store offers the capability (`Unsupported` otherwise, never at call
-/// time).
+/// Cheap to clone: clones share the store, the clients and the broadcast publisher.
+/// Primitives beyond locks and leases are handed out by methods that ask the store's
+/// [`Store`] capabilities when the client is built (`Unsupported` then, never at call time).
 #[derive(Debug, Clone)]
 pub struct Baton {
-    backend: Backend,
+    store: Arc<dyn Store>,
     namespace: Namespace,
     locks: Locks,
     leases: Leases,
+    /// This connection's one broadcast publisher, made at the first [`Baton::broadcast`].
+    broadcast: Arc<OnceLock<Broadcast>>,
 }
 
 impl Baton {
-    /// Wraps an already-opened store.
-    pub fn from_backend(backend: Backend, namespace: Namespace) -> Self {
-        let store = backend.lease_store();
-        Baton {
-            locks: Locks::with_namespace(Arc::clone(&store), namespace.clone()),
-            leases: Leases::with_namespace(store, namespace.clone()),
-            backend,
-            namespace,
-        }
+    /// A `Baton` over a store value: one baton made ([`store::MemoryStore`],
+    /// [`store::SqliteStore`]...) or one of your own (for example a wrapper that injects
+    /// faults), qualifying every key with `namespace`. Its capabilities are the store's.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use baton::store::MemoryStore;
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let baton = baton::Baton::from_store(store, baton::Namespace::default());
+    /// assert!(baton.cache().is_ok());
+    /// assert!(baton.store_as::<MemoryStore>().is_some());
+    /// ```
+    pub fn from_store<S: Store>(store: Arc<S>, namespace: Namespace) -> Self {
+        Baton::from_dyn_store(store, namespace)
     }
 
-    /// Wraps a lease store of your own (for example a wrapper that injects faults).
-    pub fn from_store(store: Arc<dyn LeaseStore>, namespace: Namespace) -> Self {
-        Baton::from_backend(Backend::Custom(store), namespace)
+    fn from_dyn_store(store: Arc<dyn Store>, namespace: Namespace) -> Self {
+        let leases: Arc<dyn store::LeaseStore> = store.clone();
+        Baton {
+            locks: Locks::with_namespace(Arc::clone(&leases), namespace.clone()),
+            leases: Leases::with_namespace(leases, namespace.clone()),
+            store,
+            namespace,
+            broadcast: Arc::new(OnceLock::new()),
+        }
     }
 
     /// The lock client.
@@ -114,14 +127,27 @@ impl Baton {
         &self.leases
     }
 
-    /// The lease store.
-    pub fn store(&self) -> Arc<dyn LeaseStore> {
-        self.backend.lease_store()
+    /// The store behind this connection.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
-    /// The concrete store behind this connection.
-    pub fn backend(&self) -> &Backend {
-        &self.backend
+    /// The store behind this connection as the concrete type `S`, for what only one store
+    /// has (`SqliteStore::prune`, `RedisStore::server_info`...); `None` when it is another.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> baton::Result<()> {
+    /// use baton::store::{MemoryStore, SqliteStore};
+    ///
+    /// let baton = baton::connect("memory://").await?;
+    /// assert!(baton.store_as::<MemoryStore>().is_some());
+    /// assert!(baton.store_as::<SqliteStore>().is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn store_as<S: Store>(&self) -> Option<Arc<S>> {
+        let any: Arc<dyn Any + Send + Sync> = self.store.clone();
+        any.downcast::<S>().ok()
     }
 
     /// The namespace every key is qualified with.
@@ -145,95 +171,58 @@ pub async fn connect(url: &str) -> Result<Baton> {
 /// # Errors
 /// As [`connect`].
 pub async fn connect_with(url: &str, namespace: Namespace) -> Result<Baton> {
-    Ok(Baton::from_backend(open_backend(url).await?, namespace))
+    Ok(Baton::from_dyn_store(store::open(url).await?, namespace))
 }
 
-/// Opens the lease store named by `url`.
-///
-/// # Errors
-/// As [`connect`].
-pub async fn open_store(url: &str) -> Result<Arc<dyn LeaseStore>> {
-    Ok(open_backend(url).await?.lease_store())
-}
+/// What the unit tests of this crate share.
+#[cfg(test)]
+mod testing {
+    use std::sync::Arc;
 
-/// Opens the store named by `url`.
-///
-/// # Errors
-/// As [`connect`].
-pub async fn open_backend(url: &str) -> Result<Backend> {
-    let Some((scheme, _rest)) = url.split_once("://") else {
-        return Err(Error::invalid_input(format!(
-            "store URL {:?} has no scheme; expected one of {KNOWN_SCHEMES}",
-            redact_url(url)
-        )));
+    use async_trait::async_trait;
+    use baton_core::{Holder, StoreKey};
+
+    use crate::store::{
+        Claim, HolderInfo, LeaseStore, MemoryStore, Release, Renew, Store, Wakeups,
     };
-    match scheme {
-        "memory" => {
-            if url != "memory://" {
-                return Err(Error::invalid_input(format!(
-                    "store URL {:?}: the memory store takes no path or options; use memory://",
-                    redact_url(url)
-                )));
-            }
-            Ok(Backend::Memory(Arc::new(MemoryStore::new())))
+    use crate::{Baton, Namespace, Result, Ttl};
+
+    /// A store of your own that offers locks and leases only (over a memory store).
+    #[derive(Debug, Default)]
+    struct LocksOnly(MemoryStore);
+
+    #[async_trait]
+    impl LeaseStore for LocksOnly {
+        async fn claim(&self, k: &StoreKey, h: &Holder, ttl: Ttl, r: &str) -> Result<Claim> {
+            self.0.claim(k, h, ttl, r).await
         }
-        #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Backend::Sqlite(Arc::new(SqliteStore::connect(url).await?))),
-        #[cfg(not(feature = "sqlite"))]
-        "sqlite" => Err(Error::unsupported(
-            "this build of baton has no SQLite store; enable the `sqlite` feature",
-        )),
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
-            Ok(Backend::Redis(Arc::new(RedisStore::connect(url).await?)))
+        async fn renew(&self, k: &StoreKey, h: &Holder, ttl: Ttl) -> Result<Renew> {
+            self.0.renew(k, h, ttl).await
         }
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Err(Error::unsupported(
-            "this build of baton has no Redis store; enable the `redis` feature",
-        )),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Backend::Postgres(Arc::new(
-            PostgresStore::connect(url).await?,
-        ))),
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => Err(Error::unsupported(
-            "this build of baton has no PostgreSQL store; enable the `postgres` feature",
-        )),
-        other => Err(Error::invalid_input(format!(
-            "unknown store URL scheme {:?}; expected one of {KNOWN_SCHEMES}",
-            redact_url(other)
-        ))),
+        async fn release(&self, k: &StoreKey, h: &Holder) -> Result<Release> {
+            self.0.release(k, h).await
+        }
+        async fn inspect(&self, k: &StoreKey) -> Result<Option<HolderInfo>> {
+            self.0.inspect(k).await
+        }
+        async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>> {
+            self.0.list(prefix, limit).await
+        }
+        fn wakeups(&self) -> Wakeups {
+            self.0.wakeups()
+        }
     }
-}
 
-const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, postgres://, postgresql://";
+    impl Store for LocksOnly {
+        fn name(&self) -> &'static str {
+            "custom"
+        }
+    }
 
-/// The default store: an SQLite file under the user's state directory,
-/// `$XDG_STATE_HOME/baton/baton.db`, else `~/.local/state/baton/baton.db`.
-///
-/// # Errors
-/// `InvalidInput` when neither `XDG_STATE_HOME` nor `HOME` is set.
-pub fn default_store_path() -> Result<PathBuf> {
-    let state = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-            Some(home) => PathBuf::from(home).join(".local").join("state"),
-            None => {
-                return Err(Error::invalid_input(
-                    "neither XDG_STATE_HOME nor HOME is set, so there is no default store; pass --store or set BATON_STORE",
-                ));
-            }
-        },
-    };
-    Ok(state.join("baton").join("baton.db"))
-}
-
-/// [`default_store_path`] as a `sqlite://` URL.
-///
-/// # Errors
-/// As [`default_store_path`].
-pub fn default_store_url() -> Result<String> {
-    Ok(format!("sqlite://{}", default_store_path()?.display()))
+    /// A `Baton` over [`LocksOnly`].
+    pub(crate) fn locks_only() -> Baton {
+        Baton::from_store(Arc::new(LocksOnly::default()), Namespace::default())
+    }
 }
 
 #[cfg(test)]
@@ -243,10 +232,10 @@ mod tests {
     #[tokio::test]
     async fn unknown_and_malformed_urls_are_invalid_input() {
         for url in ["mysql://x", "nonsense", "", "memory://extra"] {
-            let err = open_store(url).await.unwrap_err();
+            let err = connect(url).await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err}");
         }
-        let err = open_store("mysql://x").await.unwrap_err();
+        let err = connect("mysql://x").await.unwrap_err();
         assert!(err.message().contains("\"mysql\""), "{err}");
         assert!(err.message().contains("sqlite://"), "{err}");
     }
@@ -255,5 +244,25 @@ mod tests {
     async fn memory_url_opens() {
         let baton = connect("memory://").await.unwrap();
         assert_eq!(baton.namespace().as_str(), "baton");
+        assert_eq!(baton.store().name(), "memory");
+    }
+
+    #[tokio::test]
+    async fn the_concrete_store_is_reached_by_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let baton = connect(&format!("sqlite://{}/s.db", dir.path().display()))
+            .await
+            .unwrap();
+        let sqlite = baton
+            .store_as::<store::SqliteStore>()
+            .expect("an SQLite store");
+        assert_eq!(sqlite.prune().await.unwrap(), 0);
+        assert!(baton.store_as::<store::MemoryStore>().is_none());
+        let memory = Arc::new(store::MemoryStore::new());
+        let baton = Baton::from_store(Arc::clone(&memory), Namespace::default());
+        assert!(Arc::ptr_eq(
+            &baton.store_as::<store::MemoryStore>().unwrap(),
+            &memory
+        ));
     }
 }

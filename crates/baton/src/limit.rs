@@ -8,12 +8,10 @@
 
 use std::sync::Arc;
 
+use crate::{Baton, Result};
 pub use baton_core::limit::{
     Decision, LimitError, MAX_WINDOW, MIN_WINDOW, Quota, RateLimiter, RateStore,
 };
-use baton_core::{Error, Result};
-
-use crate::{Backend, Baton};
 
 impl Baton {
     /// The rate limiter of this store, in this connection's namespace: at most `max` units
@@ -22,8 +20,8 @@ impl Baton {
     /// Cheap: every call hands out a client of the same budgets.
     ///
     /// # Errors
-    /// `Unsupported` when the store keeps no rate limits (a custom lease store given to
-    /// [`Baton::from_store`]).
+    /// `Unsupported` when the store keeps no rate limits (a store of your own given to
+    /// [`Baton::from_store`] that offers none).
     ///
     /// # Examples
     /// ```
@@ -39,22 +37,7 @@ impl Baton {
     /// # Ok(()) }
     /// ```
     pub fn rate_limiter(&self) -> Result<RateLimiter> {
-        let store: Arc<dyn RateStore> = match self.backend() {
-            Backend::Memory(store) => store.clone(),
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(store) => store.clone(),
-            #[cfg(feature = "redis")]
-            Backend::Redis(store) => store.clone(),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(store) => store.clone(),
-            #[allow(unreachable_patterns)]
-            other => {
-                return Err(Error::unsupported(format!(
-                    "the {} store keeps no rate limits; connect with memory://, sqlite://, redis:// or postgres://",
-                    other.scheme()
-                )));
-            }
-        };
+        let store = Arc::clone(self.store()).rate_store()?;
         Ok(RateLimiter::with_namespace(store, self.namespace().clone()))
     }
 }

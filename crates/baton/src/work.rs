@@ -10,32 +10,17 @@
 
 use std::sync::Arc;
 
+use crate::{Baton, Result};
 pub use baton_core::work::*;
-use baton_core::{Error, Result};
-
-use crate::{Backend, Baton};
 
 impl Baton {
     /// The claimable-work atoms of this store (queues, schedules, migration records).
     ///
     /// # Errors
-    /// `Unsupported` for a store that keeps no claimable work (Redis, or a custom lease
-    /// store given to [`Baton::from_store`]).
+    /// `Unsupported` for a store that keeps no claimable work (Redis, or a store of your
+    /// own given to [`Baton::from_store`] that offers none).
     pub fn work_store(&self) -> Result<Arc<dyn WorkStore>> {
-        Ok(match self.backend() {
-            Backend::Memory(store) => crate::companion::memory_companion::<MemoryWorkStore>(store),
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(store) => store.clone(),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(store) => store.clone(),
-            #[allow(unreachable_patterns)]
-            other => {
-                return Err(Error::unsupported(format!(
-                    "the {} store keeps no claimable work (queues, schedules, migrations need rows that one statement claims); connect with sqlite:// or postgres://",
-                    other.scheme()
-                )));
-            }
-        })
+        Arc::clone(self.store()).work_store()
     }
 
     /// The queue `name` in this connection's namespace, with the default options. See
@@ -124,10 +109,7 @@ mod tests {
         let baton = crate::connect("memory://").await.unwrap();
         let error = baton.queue("").unwrap_err();
         assert!(error.is_invalid_input(), "{error}");
-        let custom = Baton::from_store(
-            Arc::new(crate::MemoryStore::new()),
-            baton.namespace().clone(),
-        );
+        let custom = crate::testing::locks_only();
         let error = custom.queue("q").unwrap_err();
         assert_eq!(error.kind(), baton_core::ErrorKind::Unsupported, "{error}");
         assert!(error.message().contains("sqlite://"), "{error}");

@@ -42,7 +42,7 @@ struct JsonCheck<'a> {
 pub(crate) async fn run(global: &GlobalArgs) -> Result<u8, Failure> {
     let url = match &global.store {
         Some(url) => url.clone(),
-        None => baton::default_store_url()?,
+        None => baton::store::default_url()?,
     };
     let report = baton::doctor::diagnose(&url).await?;
     if global.json {

@@ -42,7 +42,7 @@ impl LazyStore {
     pub(crate) async fn open(global: &GlobalArgs) -> Result<LazyStore, Failure> {
         let url = match &global.store {
             Some(url) => url.clone(),
-            None => baton::default_store_url()?,
+            None => baton::store::default_url()?,
         };
         let baton = match baton::connect_with(&url, global.namespace.clone()).await {
             Ok(baton) => Some(baton),
@@ -79,7 +79,7 @@ impl LazyStore {
 
     /// The URL without its password.
     pub(crate) fn display_url(&self) -> String {
-        baton::redact_url(&self.url)
+        baton::store::redact_url(&self.url)
     }
 
     /// The namespace.

@@ -104,8 +104,9 @@ impl RawSubscription {
     }
 }
 
-/// The broadcast atoms of one store. Object safe: `baton::connect` hands back an
-/// `Arc<dyn BroadcastStore>`.
+/// The broadcast atoms of one store. Object safe: a store hands itself out as an
+/// `Arc<dyn BroadcastStore>` from [`Store::broadcast_store`](crate::store::Store::broadcast_store), which the
+/// facade asks when a client is built.
 ///
 /// # Contract
 /// - `publish` delivers `payload` to every subscription of `channel` that is connected, in

@@ -12,8 +12,9 @@ use crate::error::Result;
 use crate::key::StoreKey;
 use crate::time::Ttl;
 
-/// The cache atoms of one store. Object safe: `baton::connect` hands back an
-/// `Arc<dyn CacheStore>`.
+/// The cache atoms of one store. Object safe: a store hands itself out as an
+/// `Arc<dyn CacheStore>` from [`Store::cache_store`](crate::store::Store::cache_store), which the
+/// facade asks when a client is built.
 ///
 /// # Contract
 /// - `get` returns exactly the bytes of the last `set` of `key`, or `None` when there was

@@ -51,9 +51,10 @@ use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencySto
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
 /// use std::{sync::Arc, time::Duration};
-/// use baton_core::idempotency::{Acquire, IdempotencyLog, MemoryIdempotencyStore, Outcome, Scope};
+/// use baton_core::MemoryStore;
+/// use baton_core::idempotency::{Acquire, IdempotencyLog, Outcome, Scope};
 ///
-/// let log = IdempotencyLog::new(Arc::new(MemoryIdempotencyStore::new()));
+/// let log = IdempotencyLog::new(Arc::new(MemoryStore::new()));
 /// let scope = Scope::new("org-42", "notifications.new-booking", "booking-1001")?;
 /// match log.try_acquire(&scope, Duration::from_secs(7 * 24 * 3600)).await? {
 ///     Acquire::Acquired(attempt) => {

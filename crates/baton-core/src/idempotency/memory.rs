@@ -1,18 +1,18 @@
-//! [`MemoryIdempotencyStore`]: the idempotency atoms in this process's memory.
+//! The in-memory store's idempotency records, in this process's memory.
 //!
 //! Use it in tests and in single-process tools. It deduplicates only within this process:
-//! its first record emits
+//! the first record made through a [`MemoryStore`] emits
 //! [`baton.store.process_local`](crate::telemetry::events::STORE_PROCESS_LOCAL) once, so a
 //! replicated service that fell back to it is visible. Records die with the process.
 //!
 //! ## Behavior
-//! - Time (expiry and leases) follows the store's [`Clock`], tokio's monotonic clock by
-//!   default, so `tokio::time::pause` drives it in tests.
-//! - Expired records are dropped when touched, and swept every 1,024 operations.
+//! - Time (expiry and leases) follows the store's [`Clock`](crate::time::Clock), tokio's
+//!   monotonic clock by default, so `tokio::time::pause` drives it in tests.
+//! - Expired records are dropped when touched, and swept with the store's other expired
+//!   entries.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,28 +21,26 @@ use tokio::time::Instant;
 use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
+use crate::memory::{MemoryStore, Sweep};
 use crate::store::Renew;
-use crate::telemetry::{self, events};
-use crate::time::{Clock, SystemClock, Ttl};
+use crate::time::Ttl;
 
 use super::record::{Outcome, Status};
 use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
 
-/// How many operations pass between sweeps of expired records.
-const SWEEP_EVERY: u64 = 1024;
+/// What the first record says about the memory store's reach.
+const PROCESS_LOCAL: &str = "the in-memory idempotency log deduplicates only within this process; use sqlite://, redis:// or postgres:// to deduplicate across processes";
 
-/// A process-local [`IdempotencyStore`].
-#[derive(Debug)]
-pub struct MemoryIdempotencyStore {
+/// The idempotency state of a [`MemoryStore`].
+#[derive(Debug, Default)]
+pub(crate) struct MemoryRecords {
     state: Mutex<State>,
-    clock: Arc<dyn Clock>,
-    warned: AtomicBool,
 }
 
 #[derive(Debug, Default)]
 struct State {
     records: HashMap<StoreKey, Entry>,
-    ops: u64,
+    sweep: Sweep,
 }
 
 #[derive(Debug, Clone)]
@@ -77,8 +75,7 @@ impl Entry {
 impl State {
     /// The live record of `key`, dropping it first if it expired.
     fn live(&mut self, key: &StoreKey, now: Instant) -> Option<&mut Entry> {
-        self.ops += 1;
-        if self.ops.is_multiple_of(SWEEP_EVERY) {
+        if self.sweep.due() {
             self.records.retain(|_, e| e.expires_at > now);
         }
         if self.records.get(key).is_some_and(|e| e.expires_at <= now) {
@@ -88,46 +85,14 @@ impl State {
     }
 }
 
-impl MemoryIdempotencyStore {
-    /// A store on tokio's clock.
-    pub fn new() -> Self {
-        MemoryIdempotencyStore::with_clock(Arc::new(SystemClock))
-    }
-
-    /// A store whose time follows `clock`.
-    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
-        MemoryIdempotencyStore {
-            state: Mutex::new(State::default()),
-            clock,
-            warned: AtomicBool::new(false),
-        }
-    }
-
+impl MemoryRecords {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn warn_once(&self, key: &StoreKey) {
-        if !self.warned.swap(true, Ordering::Relaxed) {
-            telemetry::emit(
-                &events::STORE_PROCESS_LOCAL,
-                Some(key.as_str()),
-                format_args!(
-                    "the in-memory idempotency log deduplicates only within this process; use sqlite://, redis:// or postgres:// to deduplicate across processes"
-                ),
-            );
-        }
-    }
-}
-
-impl Default for MemoryIdempotencyStore {
-    fn default() -> Self {
-        MemoryIdempotencyStore::new()
     }
 }
 
 #[async_trait]
-impl IdempotencyStore for MemoryIdempotencyStore {
+impl IdempotencyStore for MemoryStore {
     async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
         let now = self.clock.now();
         let fresh = |attempt: u32| Entry {
@@ -140,7 +105,7 @@ impl IdempotencyStore for MemoryIdempotencyStore {
             lease_until: now + request.lease.get(),
         };
         let answer = {
-            let mut state = self.state();
+            let mut state = self.records.state();
             match state.live(key, now) {
                 None => {
                     let entry = fresh(1);
@@ -168,14 +133,14 @@ impl IdempotencyStore for MemoryIdempotencyStore {
             }
         };
         if matches!(answer, AcquireAnswer::Acquired { .. }) {
-            self.warn_once(key);
+            self.warn_once(key, PROCESS_LOCAL);
         }
         Ok(answer)
     }
 
     async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.records.state();
         Ok(match state.live(key, now) {
             Some(entry) if entry.owner == *owner && entry.status == Status::Pending => {
                 entry.lease_until = now + lease.get();
@@ -193,7 +158,7 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         metadata: &[u8],
     ) -> Result<FinalizeAnswer> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.records.state();
         Ok(match state.live(key, now) {
             Some(entry) if entry.owner == *owner => {
                 if entry.status == Status::Pending {
@@ -208,13 +173,15 @@ impl IdempotencyStore for MemoryIdempotencyStore {
 
     async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.records.state();
         Ok(state.live(key, now).map(|entry| entry.read(now)))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::idempotency::{Acquire, AcquireOptions, Finalize, IdempotencyLog, Scope, Takeover};
     use crate::time::ManualClock;
@@ -223,9 +190,7 @@ mod tests {
     #[tokio::test]
     async fn time_is_the_store_clock() {
         let clock = ManualClock::new();
-        let log = IdempotencyLog::new(Arc::new(MemoryIdempotencyStore::with_clock(Arc::new(
-            clock.clone(),
-        ))));
+        let log = IdempotencyLog::new(Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))));
         let scope = Scope::new("o", "d", "k").unwrap();
         let options = AcquireOptions::new(Duration::from_secs(60)).lease(Duration::from_secs(5));
         let Acquire::Acquired(first) = log.try_acquire_with(&scope, &options).await.unwrap() else {

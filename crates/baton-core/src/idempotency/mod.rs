@@ -7,7 +7,7 @@
 //!   fingerprint, retrying failures.
 //! - [`Acquire`], [`Attempt`], [`Record`], [`Finalize`], [`Renewal`]: what the calls answer.
 //! - [`store`]: the four atoms a store implements ([`IdempotencyStore`]);
-//!   [`MemoryIdempotencyStore`] is the in-process one.
+//!   [`MemoryStore`](crate::MemoryStore) is the in-process one.
 //!
 //! The user guide page is `docs/idempotency.md`; the HTTP `Idempotency-Key` layer built on
 //! this log is the `baton-http` crate.
@@ -22,7 +22,7 @@ mod scope;
 pub mod store;
 
 pub use log::IdempotencyLog;
-pub use memory::MemoryIdempotencyStore;
+pub(crate) use memory::MemoryRecords;
 pub use options::{AcquireOptions, DEFAULT_LEASE, MAX_FINGERPRINT_BYTES, MAX_METADATA_BYTES};
 pub use record::{Acquire, Attempt, Finalize, Outcome, Record, Renewal, Status, Takeover};
 pub use scope::{MAX_DOMAIN_BYTES, MAX_IDEMPOTENCY_KEY_BYTES, MAX_ORG_BYTES, Scope};
@@ -40,7 +40,6 @@ mod tests {
         bounds::<Attempt>();
         bounds::<Record>();
         bounds::<Acquire>();
-        bounds::<MemoryIdempotencyStore>();
         bounds::<std::sync::Arc<dyn IdempotencyStore>>();
     }
 }

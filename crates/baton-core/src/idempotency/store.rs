@@ -111,8 +111,10 @@ pub enum FinalizeAnswer {
     NotOwner,
 }
 
-/// The idempotency atoms of one store. Object safe: `baton` hands out an
-/// `Arc<dyn IdempotencyStore>`. See the [module documentation](self) for the contract.
+/// The idempotency atoms of one store. Object safe: a store hands itself out as an
+/// `Arc<dyn IdempotencyStore>` from [`Store::idempotency_store`](crate::store::Store::idempotency_store), which the
+/// facade asks when a client is built. See the [module documentation](self) for the
+/// contract.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
     /// Inserts a record, takes over a lapsed or (when asked) failed one, or reports the live

@@ -26,8 +26,9 @@ pub struct Decision {
     pub retry_after: Duration,
 }
 
-/// The rate-limit atom of one store. Object safe: `baton::connect` hands back an
-/// `Arc<dyn RateStore>`.
+/// The rate-limit atom of one store. Object safe: a store hands itself out as an
+/// `Arc<dyn RateStore>` from [`Store::rate_store`](crate::store::Store::rate_store), which the
+/// facade asks when a client is built.
 ///
 /// # Contract
 /// - `admit` runs one step of [`SlidingLog::admit`](super::window::SlidingLog::admit) for

@@ -50,9 +50,10 @@ impl Queue {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
     /// use std::sync::Arc;
-    /// use baton_core::work::{MemoryWorkStore, Queue};
+    /// use baton_core::MemoryStore;
+    /// use baton_core::work::{Queue};
     ///
-    /// let queue = Queue::new(Arc::new(MemoryWorkStore::new()), "invoice-retries")?;
+    /// let queue = Queue::new(Arc::new(MemoryStore::new()), "invoice-retries")?;
     /// let pending = vec![("invoice-7", b"7".to_vec()), ("invoice-9", b"9".to_vec())];
     /// let first = queue.fan_out(pending.clone()).await?;
     /// let again = queue.fan_out(pending).await?;

@@ -1,7 +1,9 @@
-//! [`MemoryWorkStore`]: queues, schedules and migration records in this process's memory.
+//! The in-memory store's claimable work: queues, schedules and migration records in this
+//! process's memory.
 //!
 //! Use it in tests and in single-process tools. Its items, schedules and records die with
-//! the process, and it coordinates only the tasks of this process: its first write emits
+//! the process, and it coordinates only the tasks of this process: the first write through a
+//! [`MemoryStore`] emits
 //! [`baton.store.process_local`](crate::telemetry::events::STORE_PROCESS_LOCAL) once, so a
 //! replicated service that fell back to it is visible.
 //!
@@ -16,8 +18,7 @@
 //!   next written.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -26,9 +27,9 @@ use tokio::time::Instant;
 use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
+use crate::memory::MemoryStore;
 use crate::store::Renew;
-use crate::telemetry::{self, events};
-use crate::time::{Clock, SystemClock, Ttl};
+use crate::time::{Clock, Ttl};
 
 use super::store::{
     Advance, ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, MigrationClaim,
@@ -36,15 +37,16 @@ use super::store::{
     ScheduleStore, Settle,
 };
 
-/// A process-local [`WorkStore`](super::WorkStore): queues, schedules and migration records.
+/// What the first write says about the memory store's reach.
+const PROCESS_LOCAL: &str = "the in-memory store coordinates work only within this process; use sqlite:// or postgres:// to share queues, schedules and migrations across processes";
+
+/// The claimable-work state of a [`MemoryStore`].
 #[derive(Debug)]
-pub struct MemoryWorkStore {
+pub(crate) struct MemoryWork {
     state: Mutex<State>,
-    clock: Arc<dyn Clock>,
     /// The wall clock (unix milliseconds) at `started`.
     wall_at_start_ms: i64,
     started: Instant,
-    warned: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -101,60 +103,37 @@ impl Queue {
     }
 }
 
-impl MemoryWorkStore {
-    /// A store on tokio's clock.
-    pub fn new() -> Self {
-        MemoryWorkStore::with_clock(Arc::new(SystemClock))
-    }
-
-    /// A store whose time follows `clock`.
-    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+impl MemoryWork {
+    pub(crate) fn new(clock: &dyn Clock) -> Self {
         let wall_at_start_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        MemoryWorkStore {
+        MemoryWork {
             state: Mutex::new(State::default()),
             started: clock.now(),
-            clock,
             wall_at_start_ms,
-            warned: AtomicBool::new(false),
         }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    fn wall_ms(&self, now: Instant) -> i64 {
-        self.wall_at_start_ms + now.saturating_duration_since(self.started).as_millis() as i64
-    }
-
-    fn warn_once(&self, key: &StoreKey) {
-        if !self.warned.swap(true, Ordering::Relaxed) {
-            telemetry::emit(
-                &events::STORE_PROCESS_LOCAL,
-                Some(key.as_str()),
-                format_args!(
-                    "the in-memory work store coordinates only within this process; use sqlite:// or postgres:// to share queues, schedules and migrations across processes"
-                ),
-            );
-        }
-    }
 }
 
-impl Default for MemoryWorkStore {
-    fn default() -> Self {
-        MemoryWorkStore::new()
+impl MemoryStore {
+    fn wall_ms(&self, now: Instant) -> i64 {
+        self.work.wall_at_start_ms
+            + now.saturating_duration_since(self.work.started).as_millis() as i64
     }
 }
 
 #[async_trait]
-impl QueueStore for MemoryWorkStore {
+impl QueueStore for MemoryStore {
     async fn enqueue(&self, queue: &StoreKey, items: &[NewItem<'_>]) -> Result<Vec<Enqueued>> {
         let now = self.clock.now();
         let answers = {
-            let mut state = self.state();
+            let mut state = self.work.state();
             let mut next_id = state.next_id;
             let q = state.queues.entry(queue.clone()).or_default();
             q.dedup.retain(|_, (_, until)| *until > now);
@@ -192,13 +171,13 @@ impl QueueStore for MemoryWorkStore {
             state.next_id = next_id;
             answers
         };
-        self.warn_once(queue);
+        self.warn_once(queue, PROCESS_LOCAL);
         Ok(answers)
     }
 
     async fn claim(&self, queue: &StoreKey, request: ClaimRequest<'_>) -> Result<Vec<ClaimedItem>> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.work.state();
         let Some(q) = state.queues.get_mut(queue) else {
             return Ok(Vec::new());
         };
@@ -235,7 +214,7 @@ impl QueueStore for MemoryWorkStore {
     }
 
     async fn complete(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
-        let mut state = self.state();
+        let mut state = self.work.state();
         let Some(q) = state.queues.get_mut(queue) else {
             return Ok(Settle::NotOwner);
         };
@@ -255,7 +234,7 @@ impl QueueStore for MemoryWorkStore {
         error: &str,
     ) -> Result<Settle> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.work.state();
         let Some(item) = state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) else {
             return Ok(Settle::NotOwner);
         };
@@ -278,7 +257,7 @@ impl QueueStore for MemoryWorkStore {
         lease: Ttl,
     ) -> Result<Renew> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.work.state();
         match state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) {
             Some(item) => {
                 if let ItemState::Running { locked_until, .. } = &mut item.state {
@@ -292,7 +271,7 @@ impl QueueStore for MemoryWorkStore {
 
     async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.work.state();
         let Some(item) = state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) else {
             return Ok(Settle::NotOwner);
         };
@@ -304,7 +283,7 @@ impl QueueStore for MemoryWorkStore {
 
     async fn stats(&self, prefix: &str) -> Result<Vec<QueueStats>> {
         let now = self.clock.now();
-        let state = self.state();
+        let state = self.work.state();
         let mut out = Vec::new();
         for (key, q) in &state.queues {
             if !key.as_str().starts_with(prefix) || q.items.is_empty() {
@@ -354,7 +333,7 @@ impl QueueStore for MemoryWorkStore {
     }
 
     async fn dead_letters(&self, queue: &StoreKey, limit: u32) -> Result<Vec<DeadItem>> {
-        let state = self.state();
+        let state = self.work.state();
         let Some(q) = state.queues.get(queue) else {
             return Ok(Vec::new());
         };
@@ -374,7 +353,7 @@ impl QueueStore for MemoryWorkStore {
 }
 
 #[async_trait]
-impl ScheduleStore for MemoryWorkStore {
+impl ScheduleStore for MemoryStore {
     async fn now_ms(&self) -> Result<i64> {
         Ok(self.wall_ms(self.clock.now()))
     }
@@ -386,7 +365,7 @@ impl ScheduleStore for MemoryWorkStore {
         first_due_ms: i64,
     ) -> Result<ScheduleRow> {
         let row = {
-            let mut state = self.state();
+            let mut state = self.work.state();
             let row = state
                 .schedules
                 .entry(name.clone())
@@ -403,7 +382,7 @@ impl ScheduleStore for MemoryWorkStore {
             }
             row.clone()
         };
-        self.warn_once(name);
+        self.warn_once(name, PROCESS_LOCAL);
         Ok(row)
     }
 
@@ -416,7 +395,7 @@ impl ScheduleStore for MemoryWorkStore {
         ran: bool,
     ) -> Result<Advance> {
         let now_ms = self.wall_ms(self.clock.now());
-        let mut state = self.state();
+        let mut state = self.work.state();
         let Some(row) = state.schedules.get_mut(name) else {
             return Ok(Advance::Lost);
         };
@@ -432,11 +411,12 @@ impl ScheduleStore for MemoryWorkStore {
     }
 
     async fn schedule(&self, name: &StoreKey) -> Result<Option<ScheduleRow>> {
-        Ok(self.state().schedules.get(name).cloned())
+        Ok(self.work.state().schedules.get(name).cloned())
     }
 
     async fn schedules(&self, prefix: &str) -> Result<Vec<ScheduleRow>> {
         Ok(self
+            .work
             .state()
             .schedules
             .values()
@@ -446,12 +426,12 @@ impl ScheduleStore for MemoryWorkStore {
     }
 
     async fn remove_schedule(&self, name: &StoreKey) -> Result<bool> {
-        Ok(self.state().schedules.remove(name).is_some())
+        Ok(self.work.state().schedules.remove(name).is_some())
     }
 }
 
 #[async_trait]
-impl MigrationStore for MemoryWorkStore {
+impl MigrationStore for MemoryStore {
     async fn claim_migration(
         &self,
         set: &StoreKey,
@@ -461,7 +441,7 @@ impl MigrationStore for MemoryWorkStore {
     ) -> Result<MigrationClaim> {
         let now = self.clock.now();
         let answer = {
-            let mut state = self.state();
+            let mut state = self.work.state();
             let records = state.migrations.entry(set.clone()).or_default();
             match records.get_mut(name) {
                 None => {
@@ -504,7 +484,7 @@ impl MigrationStore for MemoryWorkStore {
                 },
             }
         };
-        self.warn_once(set);
+        self.warn_once(set, PROCESS_LOCAL);
         Ok(answer)
     }
 
@@ -516,7 +496,7 @@ impl MigrationStore for MemoryWorkStore {
         lease: Ttl,
     ) -> Result<Renew> {
         let now = self.clock.now();
-        let mut state = self.state();
+        let mut state = self.work.state();
         match state
             .migrations
             .get_mut(set)
@@ -545,7 +525,7 @@ impl MigrationStore for MemoryWorkStore {
                 "a migration cannot be finished as pending",
             ));
         }
-        let mut state = self.state();
+        let mut state = self.work.state();
         match state
             .migrations
             .get_mut(set)
@@ -564,7 +544,7 @@ impl MigrationStore for MemoryWorkStore {
 
     async fn migrations(&self, set: &StoreKey) -> Result<Vec<MigrationRecord>> {
         let now = self.clock.now();
-        let state = self.state();
+        let state = self.work.state();
         Ok(state
             .migrations
             .get(set)
@@ -591,6 +571,8 @@ impl MigrationStore for MemoryWorkStore {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::key::{Key, KeyKind, Namespace};
     use crate::time::ManualClock;
@@ -607,7 +589,7 @@ mod tests {
     #[tokio::test]
     async fn time_is_the_store_clock() {
         let clock = ManualClock::new();
-        let store = MemoryWorkStore::with_clock(Arc::new(clock.clone()));
+        let store = MemoryStore::with_clock(Arc::new(clock.clone()));
         let q = key(KeyKind::Queue, "q");
         let item = |dedup| NewItem {
             payload: b"p",
@@ -650,7 +632,7 @@ mod tests {
     #[tokio::test]
     async fn now_ms_moves_with_the_clock() {
         let clock = ManualClock::new();
-        let store = MemoryWorkStore::with_clock(Arc::new(clock.clone()));
+        let store = MemoryStore::with_clock(Arc::new(clock.clone()));
         let system = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()

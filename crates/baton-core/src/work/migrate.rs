@@ -203,12 +203,12 @@ impl<C> MigrationReport<C> {
 /// use std::{sync::Arc, time::Duration};
 /// use baton_core::{Locks, MemoryStore};
 /// use baton_core::work::{
-///     MemoryWorkStore, MigrationContext, MigrationFn, MigrationOutcome, Migrations,
+///     MigrationContext, MigrationFn, MigrationOutcome, Migrations,
 ///     WaitForConvergence,
 /// };
 ///
 /// let migrations = Migrations::new(
-///     Arc::new(MemoryWorkStore::new()),
+///     Arc::new(MemoryStore::new()),
 ///     Locks::new(Arc::new(MemoryStore::new())),
 ///     "app",
 /// )?

@@ -12,7 +12,8 @@
 //!   process them.
 //! - [`Migrations`]: "exactly one replica runs each data migration, in order, at boot".
 //! - [`store`]: the atoms a store implements ([`QueueStore`], [`ScheduleStore`],
-//!   [`MigrationStore`], together [`WorkStore`]); [`MemoryWorkStore`] is the in-process one.
+//!   [`MigrationStore`], together [`WorkStore`]); [`MemoryStore`](crate::MemoryStore) is the
+//!   in-process one.
 //!
 //! The user guide page is `docs/work.md`.
 
@@ -35,7 +36,7 @@ pub use backoff::Backoff;
 pub use cron::{CronSpec, MAX_CRON_SPEC_BYTES};
 pub use fanout::{FAN_OUT_CHUNK, FanOut};
 pub use item::{Extension, Failure, Item};
-pub use memory::MemoryWorkStore;
+pub(crate) use memory::MemoryWork;
 pub use migrate::{
     Contended, LoserPolicy, MAX_CONVERGENCE_WAIT, MAX_MIGRATION_NAME_BYTES, MigrationFailure,
     MigrationOutcome, MigrationReport, Migrations, ReturnContended, WaitForConvergence,
@@ -72,7 +73,6 @@ mod tests {
         bounds::<Migrations>();
         bounds::<MigrationContext>();
         bounds::<CronSpec>();
-        bounds::<MemoryWorkStore>();
         bounds::<std::sync::Arc<dyn WorkStore>>();
     }
 }

@@ -76,9 +76,10 @@ impl From<Enqueued> for Enqueue {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
 /// use std::sync::Arc;
-/// use baton_core::work::{EnqueueOptions, MemoryWorkStore, Queue};
+/// use baton_core::MemoryStore;
+/// use baton_core::work::{EnqueueOptions, Queue};
 ///
-/// let queue = Queue::new(Arc::new(MemoryWorkStore::new()), "emails")?;
+/// let queue = Queue::new(Arc::new(MemoryStore::new()), "emails")?;
 /// let first = queue.enqueue(b"to: ada@example.com", EnqueueOptions::dedup("signup-42")).await?;
 /// let again = queue.enqueue(b"to: ada@example.com", EnqueueOptions::dedup("signup-42")).await?;
 /// assert!(first.is_added() && !again.is_added());

@@ -167,10 +167,11 @@ struct Entry {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
 /// use std::sync::Arc;
-/// use baton_core::work::{MemoryWorkStore, Missed, Scheduler, Tick};
+/// use baton_core::MemoryStore;
+/// use baton_core::work::{Missed, Scheduler, Tick};
 /// use tokio_util::sync::CancellationToken;
 ///
-/// let scheduler = Scheduler::new(Arc::new(MemoryWorkStore::new()));
+/// let scheduler = Scheduler::new(Arc::new(MemoryStore::new()));
 /// scheduler
 ///     .register("nightly-report", "0 3 * * *", Missed::CatchUpOnce, |tick: Tick| async move {
 ///         println!("report for the tick due at {:?}", tick.due());

@@ -176,11 +176,12 @@ impl Job {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use baton_core::work::{EnqueueOptions, Job, MemoryWorkStore, Queue, Worker};
+    /// use baton_core::MemoryStore;
+    /// use baton_core::work::{EnqueueOptions, Job, Queue, Worker};
     /// use tokio_util::sync::CancellationToken;
     /// # async fn render(_scene: &[u8]) -> std::io::Result<()> { std::future::pending().await }
     ///
-    /// let queue = Queue::new(Arc::new(MemoryWorkStore::new()), "renders")?;
+    /// let queue = Queue::new(Arc::new(MemoryStore::new()), "renders")?;
     /// queue.enqueue(b"scene-1", EnqueueOptions::new()).await?;
     /// let shutdown = CancellationToken::new();
     /// let token = shutdown.clone();
@@ -252,9 +253,10 @@ pub struct WorkerReport {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
 /// use std::sync::Arc;
-/// use baton_core::work::{EnqueueOptions, Job, MemoryWorkStore, Queue, Worker};
+/// use baton_core::MemoryStore;
+/// use baton_core::work::{EnqueueOptions, Job, Queue, Worker};
 ///
-/// let queue = Queue::new(Arc::new(MemoryWorkStore::new()), "thumbnails")?;
+/// let queue = Queue::new(Arc::new(MemoryStore::new()), "thumbnails")?;
 /// queue.enqueue(b"photo-1.jpg", EnqueueOptions::new()).await?;
 /// let report = Worker::new(queue)
 ///     .concurrency(4)

@@ -1,0 +1,109 @@
+//! The store interface (SPI): what a store implements, and the stores baton ships.
+//!
+//! Applications rarely need this module: [`connect`](crate::connect) opens a store by URL.
+//! Use it to open a [`Baton`](crate::Baton) over a store value with
+//! [`Baton::from_store`](crate::Baton::from_store) (a [`MemoryStore`] in tests, a store with
+//! options a URL cannot carry, a wrapper that injects faults), to reach a concrete store
+//! with [`Baton::store_as`](crate::Baton::store_as), or to write a store of your own:
+//!
+//! - [`LeaseStore`]: the lease atoms under locks and leases, which every store implements;
+//! - [`Store`]: the capabilities a store offers beyond them, one method each
+//!   ([`RateStore`](crate::limit::RateStore), [`CacheStore`](crate::cache::CacheStore),
+//!   [`BroadcastStore`](crate::broadcast::BroadcastStore),
+//!   [`IdempotencyStore`](crate::idempotency::IdempotencyStore),
+//!   [`WorkStore`](crate::work::WorkStore)); a missing one answers `Unsupported` naming
+//!   the stores that offer it ([`Capability::unsupported`]).
+//!
+//! `baton-core`'s feature `conformance` holds the suite every store runs.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use baton_core::MemoryStore;
+pub use baton_core::store::*;
+pub use baton_core::{
+    DEFAULT_NAMESPACE, KeyKind, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, StoreKey, redact_url, signals,
+};
+#[cfg(feature = "postgres")]
+pub use baton_postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use baton_redis::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use baton_sqlite::SqliteStore;
+
+use crate::{Error, Result};
+
+/// Opens the store named by `url` (see [`connect`](crate::connect)).
+pub(crate) async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    let Some((scheme, _rest)) = url.split_once("://") else {
+        return Err(Error::invalid_input(format!(
+            "store URL {:?} has no scheme; expected one of {KNOWN_SCHEMES}",
+            redact_url(url)
+        )));
+    };
+    match scheme {
+        "memory" => {
+            if url != "memory://" {
+                return Err(Error::invalid_input(format!(
+                    "store URL {:?}: the memory store takes no path or options; use memory://",
+                    redact_url(url)
+                )));
+            }
+            Ok(Arc::new(MemoryStore::new()))
+        }
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(SqliteStore::connect(url).await?)),
+        #[cfg(not(feature = "sqlite"))]
+        "sqlite" => Err(Error::unsupported(
+            "this build of baton has no SQLite store; enable the `sqlite` feature",
+        )),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
+            Ok(Arc::new(RedisStore::connect(url).await?))
+        }
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Err(Error::unsupported(
+            "this build of baton has no Redis store; enable the `redis` feature",
+        )),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(PostgresStore::connect(url).await?)),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(Error::unsupported(
+            "this build of baton has no PostgreSQL store; enable the `postgres` feature",
+        )),
+        other => Err(Error::invalid_input(format!(
+            "unknown store URL scheme {:?}; expected one of {KNOWN_SCHEMES}",
+            redact_url(other)
+        ))),
+    }
+}
+
+const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, postgres://, postgresql://";
+
+/// The default store: an SQLite file under the user's state directory,
+/// `$XDG_STATE_HOME/baton/baton.db`, else `~/.local/state/baton/baton.db`.
+///
+/// # Errors
+/// `InvalidInput` when neither `XDG_STATE_HOME` nor `HOME` is set.
+pub fn default_path() -> Result<PathBuf> {
+    let state = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            Some(home) => PathBuf::from(home).join(".local").join("state"),
+            None => {
+                return Err(Error::invalid_input(
+                    "neither XDG_STATE_HOME nor HOME is set, so there is no default store; pass --store or set BATON_STORE",
+                ));
+            }
+        },
+    };
+    Ok(state.join("baton").join("baton.db"))
+}
+
+/// [`default_path`] as a `sqlite://` URL.
+///
+/// # Errors
+/// As [`default_path`].
+pub fn default_url() -> Result<String> {
+    Ok(format!("sqlite://{}", default_path()?.display()))
+}
