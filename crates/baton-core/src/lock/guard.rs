@@ -14,6 +14,23 @@ use crate::time::{Ttl, format_duration};
 
 /// How a release ended. Release never fails: a fault is reported here and in telemetry, and
 /// the TTL frees the key.
+///
+/// Exhaustive (an answer, not an error; see `docs/decisions.md`), so a `match` names every
+/// case:
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::AcquireError> {
+/// use std::{sync::Arc, time::Duration};
+/// use baton_core::{Locks, LockOptions, MemoryStore, ReleaseOutcome};
+///
+/// let locks = Locks::new(Arc::new(MemoryStore::new()));
+/// let guard = locks.acquire("job", &LockOptions::new(Duration::from_secs(30))).await?;
+/// match guard.release().await {
+///     ReleaseOutcome::Released => {}
+///     ReleaseOutcome::Expired => { /* not exclusive throughout: check the fence's effects */ }
+///     ReleaseOutcome::Faulted => { /* store down; the TTL frees the key */ }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseOutcome {
     /// The grant was still ours and is now free.

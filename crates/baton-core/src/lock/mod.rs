@@ -100,6 +100,32 @@ impl From<Error> for AcquireError {
     }
 }
 
+impl From<AcquireError> for Error {
+    /// `Unavailable` and `InvalidInput` give back their error; `Contended` becomes
+    /// [`ErrorKind::Timeout`] (the wait ended with the lock still held), naming the holder.
+    /// So `?` works on [`Locks::acquire`] in a function returning [`crate::Result`]:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use baton_core::{Locks, LockOptions};
+    ///
+    /// async fn nightly(locks: &Locks) -> baton_core::Result<u64> {
+    ///     let guard = locks.acquire("nightly", &LockOptions::new(Duration::from_secs(30))).await?;
+    ///     let fence = guard.fence().get();
+    ///     guard.release().await;
+    ///     Ok(fence)
+    /// }
+    /// ```
+    fn from(error: AcquireError) -> Self {
+        match error {
+            AcquireError::Unavailable(e) | AcquireError::InvalidInput(e) => e,
+            contended @ AcquireError::Contended { .. } => {
+                Error::new(ErrorKind::Timeout, contended.to_string())
+            }
+        }
+    }
+}
+
 /// The lock client over one store. Cheap to clone; share one per process.
 ///
 /// # Examples
