@@ -91,6 +91,7 @@ macro_rules! work_conformance_tests {
             queue_zombie_gets_not_owner,
             queue_dead_letters_items_whose_leases_keep_lapsing,
             worker_settles_by_the_handler_answer,
+            worker_drains_until_settled,
             worker_extends_leases_while_handlers_run,
             worker_discards_the_result_of_a_lost_item,
             worker_shuts_down_gracefully,
