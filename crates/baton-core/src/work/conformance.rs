@@ -213,7 +213,7 @@ async fn stats_of(store: &dyn QueueStore, key: &StoreKey) -> Option<QueueStats> 
         .await
         .expect("stats")
         .into_iter()
-        .find(|s| s.queue == *key)
+        .find(|s| s.key == *key)
 }
 
 /// Enqueued items get increasing ids and come back from a claim exactly as they went in:
@@ -885,7 +885,7 @@ pub async fn stats_count_every_state(h: &dyn WorkHarness) {
     let prefix = format!("{}:queue:", ns.as_str());
     let all = store.stats(&prefix).await.unwrap();
     assert_eq!(
-        all.iter().map(|s| s.queue.clone()).collect::<Vec<_>>(),
+        all.iter().map(|s| s.key.clone()).collect::<Vec<_>>(),
         vec![key.clone(), s2.clone()],
         "ordered by key; s3 has no items; other namespaces are not listed"
     );

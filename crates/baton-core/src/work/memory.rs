@@ -311,7 +311,7 @@ impl QueueStore for MemoryWorkStore {
                 continue;
             }
             let mut stats = QueueStats {
-                queue: key.clone(),
+                key: key.clone(),
                 ready: 0,
                 scheduled: 0,
                 running: 0,

@@ -258,6 +258,15 @@ pub async fn worker_drains_until_settled(h: &dyn WorkHarness) {
     assert_eq!((empty.completed, empty.retried), (1, 1), "{empty:?}");
     let stats = q.stats().await.unwrap();
     assert_eq!(stats.scheduled, 1, "the retry is still waiting: {stats:?}");
+    assert_eq!(
+        stats.queue(),
+        "settling",
+        "the name the queue was opened with"
+    );
+    assert_eq!(
+        stats.key.as_str(),
+        format!("{}:queue:settling", ns.as_str())
+    );
 
     let settled = timeout(
         PATIENCE,
