@@ -439,7 +439,11 @@ impl LeaseStore for PostgresStore {
         reason: &str,
     ) -> Result<Claim> {
         let what = || format!("claim of {key}");
-        if self.claims.fetch_add(1, Ordering::Relaxed) % sql::SWEEP_EVERY == 0 {
+        if self
+            .claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(sql::SWEEP_EVERY)
+        {
             self.sweep();
         }
         for _ in 0..MAX_RERUNS {

@@ -414,7 +414,10 @@ impl LeaseStore for SqliteStore {
         reason: &str,
     ) -> Result<Claim> {
         let (key, holder, reason) = (key.clone(), holder.clone(), reason.to_owned());
-        let sweep = self.claims.fetch_add(1, Ordering::Relaxed) % sql::SWEEP_EVERY == 0;
+        let sweep = self
+            .claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(sql::SWEEP_EVERY);
         self.db
             .run(Role::Write, "claim", move |conn, _| {
                 claim(
