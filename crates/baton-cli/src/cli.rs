@@ -79,7 +79,8 @@ pub(crate) enum Command {
     ///
     /// Acquires the lock (waiting up to --wait for a current holder), runs COMMAND with
     /// BATON_KEY and BATON_FENCE in its environment, renews the lock every ttl/3 while it
-    /// runs, releases it when COMMAND exits, and exits with COMMAND's status.
+    /// runs, releases it when COMMAND exits (or, with --cooldown, keeps it for that long),
+    /// and exits with COMMAND's status.
     Run(RunArgs),
     /// Inspect locks.
     #[command(subcommand)]
@@ -136,6 +137,13 @@ pub(crate) struct RunArgs {
     /// attempt.
     #[arg(long, value_name = "DUR", default_value = DEFAULT_WAIT, value_parser = parse_wait)]
     pub(crate) wait: Duration,
+
+    /// Keep the lock for DUR after COMMAND ends, whatever its status, instead of releasing
+    /// it: a cooldown, so that another `baton run` of KEY within DUR finds it held. --ttl
+    /// still bounds the lock while COMMAND runs; at COMMAND's end the grant is set to end
+    /// DUR later (shorter or longer than --ttl) and renewals stop.
+    #[arg(long, value_name = "DUR", value_parser = parse_ttl)]
+    pub(crate) cooldown: Option<Duration>,
 
     /// What to do to COMMAND when the lock is lost while it runs.
     #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
@@ -377,6 +385,9 @@ mod tests {
             &["run", "--ttl", "30", "job", "--", "true"],
             &["run", "--ttl", "5ms", "job", "--", "true"],
             &["run", "--wait", "2d", "job", "--", "true"],
+            &["run", "--cooldown", "0s", "job", "--", "true"],
+            &["run", "--cooldown", "31d", "job", "--", "true"],
+            &["run", "--cooldown", "soon", "job", "--", "true"],
             &["run", "--grace", "soon", "job", "--", "true"],
             &["run", "--on-lost", "panic", "job", "--", "true"],
             &["--namespace", "a:b", "lock", "list"],

@@ -111,11 +111,10 @@ pub(crate) async fn run(global: &GlobalArgs, args: &LimitArgs) -> Result<u8, Fai
             args.cost, args.max
         )));
     }
+    let quota = Quota::new(args.max, args.window)?;
     let baton = store::connect(global).await?;
-    let limiter = baton.rate_limiter()?;
-    let answered = limiter
-        .acquire(&args.key, args.cost, args.max, args.window, args.wait)
-        .await;
+    let limiter = baton.rate_limiter(quota)?;
+    let answered = limiter.acquire(&args.key, args.cost, args.wait).await;
     let answer = match answered {
         Ok(decision) => Answer::Admitted {
             key: args.key.clone(),

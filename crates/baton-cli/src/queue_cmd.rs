@@ -137,7 +137,7 @@ impl StatsRow {
     /// The row of one queue's counts.
     pub(crate) fn of(stats: QueueStats) -> Self {
         StatsRow {
-            queue: stats.queue.user_key().to_owned(),
+            queue: stats.queue().to_owned(),
             ready: stats.ready,
             scheduled: stats.scheduled,
             running: stats.running,

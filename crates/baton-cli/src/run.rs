@@ -17,10 +17,17 @@
 //!   case, because the run was not exclusive throughout.
 //! - Exit: COMMAND's status (128+N when a signal N killed it), after releasing the lock. A
 //!   release that finds the lock already expired also means the run was not exclusive: 79.
+//! - `--cooldown DUR`: when COMMAND ends (whatever its status), the lock is not released:
+//!   its grant is set to end DUR from then and renewals stop, so another run of KEY within
+//!   DUR finds it held (`baton run --cooldown 10m report:$(date +%FT%H) -- ...` runs each
+//!   tick once, and not again for ten minutes). `--ttl` bounds the lock only while COMMAND
+//!   runs. A lock lost while COMMAND ran is not kept (79, as above); COMMAND that cannot be
+//!   started releases it.
 
 use std::time::Duration;
 
-use baton::lock::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
+use baton::Ttl;
+use baton::lock::{AcquireError, KeepOutcome, LockGuard, LockOptions, ReleaseOutcome};
 
 use crate::child::{Child, shell_status};
 use crate::cli::{GlobalArgs, OnLost, RunArgs};
@@ -99,8 +106,21 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
     tracing::debug!(key = %args.key, fence = %guard.fence(), command = child.name(), "running");
     let ran = supervise(child, &mut signals, &guard, args).await;
     let fence = guard.fence();
-    let released = guard.release().await;
-    finish(args, fence, ran, released)
+    let ended = match args.cooldown {
+        // A lost lock is not ours to keep.
+        Some(cooldown) if !ran.lost => {
+            let cooldown = Ttl::new(cooldown)?;
+            Ended::Kept(guard.keep_for(cooldown).await)
+        }
+        _ => Ended::Released(guard.release().await),
+    };
+    finish(args, fence, ran, ended)
+}
+
+/// How the lock ended after COMMAND: released, or kept for `--cooldown`.
+enum Ended {
+    Released(ReleaseOutcome),
+    Kept(KeepOutcome),
 }
 
 /// How COMMAND's run ended.
@@ -160,12 +180,7 @@ async fn supervise(
 }
 
 /// baton's exit status once COMMAND has exited and the lock was released.
-fn finish(
-    args: &RunArgs,
-    fence: baton::Fence,
-    ran: Ran,
-    released: ReleaseOutcome,
-) -> Result<u8, Failure> {
+fn finish(args: &RunArgs, fence: baton::Fence, ran: Ran, ended: Ended) -> Result<u8, Failure> {
     let status = ran.status?;
     if ran.lost {
         return Err(Failure::new(
@@ -176,15 +191,17 @@ fn finish(
             ),
         ));
     }
-    match released {
-        ReleaseOutcome::Expired => Err(Failure::new(
-            LOCK_LOST,
-            format!(
-                "the lock {:?} (fence {fence}) had expired before {} exited with status {status}: the run was not exclusive throughout; exiting with {LOCK_LOST}",
-                args.key, ran.name
-            ),
-        )),
-        ReleaseOutcome::Faulted => {
+    match ended {
+        Ended::Released(ReleaseOutcome::Expired) | Ended::Kept(KeepOutcome::Expired) => {
+            Err(Failure::new(
+                LOCK_LOST,
+                format!(
+                    "the lock {:?} (fence {fence}) had expired before {} exited with status {status}: the run was not exclusive throughout; exiting with {LOCK_LOST}",
+                    args.key, ran.name
+                ),
+            ))
+        }
+        Ended::Released(ReleaseOutcome::Faulted) => {
             eprintln!(
                 "baton: could not release the lock {:?}; it stays held until its TTL ({}) lapses",
                 args.key,
@@ -192,7 +209,17 @@ fn finish(
             );
             Ok(status)
         }
-        _ => Ok(status),
+        Ended::Kept(KeepOutcome::Faulted) => {
+            eprintln!(
+                "baton: could not set the lock {:?} to end after the cooldown; it stays held until its TTL ({}) lapses",
+                args.key,
+                human_duration(args.ttl)
+            );
+            Ok(status)
+        }
+        Ended::Released(ReleaseOutcome::Released) | Ended::Kept(KeepOutcome::Kept { .. }) => {
+            Ok(status)
+        }
     }
 }
 

@@ -287,3 +287,52 @@ exit 5"#;
     out.assert_status(5);
     assert_eq!(lines_starting(&env.read("events"), "int").len(), 1);
 }
+
+#[test]
+fn cooldown_keeps_the_lock_after_command_ends() {
+    let env = Env::new();
+    // COMMAND fails: the cooldown holds whatever its status.
+    let started = std::time::Instant::now();
+    env.run(
+        ["run", "--cooldown", "5s", "--ttl", "30s", "tick", "--"]
+            .into_iter()
+            .chain(sh("exit 3")),
+    )
+    .assert_status(3);
+    let status = env.lock_status("tick");
+    assert_eq!(status["held"], true, "{status}");
+    // A second run of the key within the cooldown finds it held and does not run.
+    let out = env.run(
+        ["run", "tick", "--"]
+            .into_iter()
+            .chain(sh("echo ran >> ran")),
+    );
+    out.assert_status(CONTENDED);
+    assert!(!env.path("ran").exists());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "too slow to check the cooldown"
+    );
+    // After the cooldown (5 s, not the 30 s TTL), the key is free.
+    std::thread::sleep(std::time::Duration::from_secs(5).saturating_sub(started.elapsed()));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    env.run(
+        ["run", "tick", "--"]
+            .into_iter()
+            .chain(sh("echo ran >> ran")),
+    )
+    .assert_status(0);
+    assert_eq!(env.read("ran"), "ran\n");
+    assert_eq!(env.lock_status("tick")["held"], false);
+}
+
+#[test]
+fn cooldown_is_validated_before_anything_is_opened() {
+    let env = Env::new();
+    for bad in ["0s", "31d", "soon"] {
+        let out = env.run(["run", "--cooldown", bad, "tick", "--", "true"]);
+        out.assert_status(USAGE);
+        assert!(out.stderr.contains("--cooldown"), "{bad}: {}", out.stderr);
+    }
+    assert!(!env.path("baton.db").exists(), "no store file was created");
+}

@@ -63,6 +63,8 @@ macro_rules! conformance_tests {
             lost_fires_at_valid_until_without_keep_alive,
             keep_alive_holds_across_ttls,
             max_hold_stops_renewal,
+            kept_until_expiry_stays_held_quietly,
+            kept_for_holds_for_the_new_ttl,
             store_faults_are_unavailable_not_contention,
             invalid_input_is_rejected_before_io,
             dropped_guard_is_released_in_background,
@@ -386,7 +388,10 @@ pub async fn reentrant_attempt_fails(h: &dyn Harness) {
         .unwrap();
     let started = Instant::now();
     let again = locks
-        .try_acquire("k", Duration::from_secs(10), ms(200))
+        .try_acquire(
+            "k",
+            &LockOptions::new(Duration::from_secs(10)).wait(ms(200)),
+        )
         .await
         .expect("no store fault");
     assert!(again.is_none(), "a lock is not reentrant");
@@ -407,7 +412,7 @@ pub async fn wait_zero_makes_one_attempt(h: &dyn Harness) {
     let before = store.claims();
     let started = Instant::now();
     let none = locks
-        .try_acquire("k", Duration::from_secs(10), Duration::ZERO)
+        .try_acquire("k", &LockOptions::new(Duration::from_secs(10)))
         .await
         .unwrap();
     assert!(none.is_none());
@@ -571,7 +576,7 @@ pub async fn keep_alive_holds_across_ttls(h: &dyn Harness) {
     let started = Instant::now();
     while started.elapsed() < ms(3000) {
         let other = locks
-            .try_acquire("k", ms(300), Duration::ZERO)
+            .try_acquire("k", &LockOptions::new(ms(300)))
             .await
             .unwrap();
         assert!(other.is_none(), "someone else got a kept-alive lock");
@@ -583,6 +588,76 @@ pub async fn keep_alive_holds_across_ttls(h: &dyn Harness) {
         "renewals moved valid_until"
     );
     assert_eq!(guard.release().await, ReleaseOutcome::Released);
+}
+
+/// `keep_until_expiry` stops the keep-alive and releases nothing: the key stays held until
+/// the grant's TTL ends, then is free, and the lost signal never fires.
+pub async fn kept_until_expiry_stays_held_quietly(h: &dyn Harness) {
+    let ns = fresh_namespace();
+    let locks = locks(h.open().await, &ns);
+    let options = LockOptions::new(ms(1000)).keep_alive(ms(200));
+    let guard = locks.acquire("k", &options).await.unwrap();
+    let handle = guard.handle();
+    let until = guard.keep_until_expiry();
+    let other = LockOptions::new(ms(300));
+    assert!(
+        locks.try_acquire("k", &other).await.unwrap().is_none(),
+        "a kept lock is not released"
+    );
+    let info = locks.inspect("k").await.unwrap().expect("still held");
+    assert_eq!(info.fence, handle.fence());
+    // Held until the TTL ends (no renewal moves it), then free.
+    sleep(until.saturating_duration_since(Instant::now()) + ms(50)).await;
+    let mut next = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while next.is_none() && Instant::now() < deadline {
+        next = locks.try_acquire("k", &other).await.unwrap();
+        if next.is_none() {
+            sleep(ms(20)).await;
+        }
+    }
+    let next = next.expect("the key is free once the kept grant's TTL ended");
+    assert!(next.fence() > handle.fence());
+    assert!(
+        !handle.is_lost(),
+        "keeping a lock until expiry is not a loss"
+    );
+    next.release().await;
+    sleep(ms(100)).await;
+    assert!(
+        !handle.is_lost(),
+        "the lost signal stays quiet after expiry"
+    );
+}
+
+/// `keep_for` sets the kept grant to end `ttl` from now, shorter than its own TTL here.
+pub async fn kept_for_holds_for_the_new_ttl(h: &dyn Harness) {
+    let ns = fresh_namespace();
+    let locks = locks(h.open().await, &ns);
+    let guard = locks
+        .acquire("k", &LockOptions::new(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let handle = guard.handle();
+    let kept_at = Instant::now();
+    let until = match guard.keep_for(ttl(ms(600))).await {
+        crate::lock::KeepOutcome::Kept { until } => until,
+        other => panic!("keep_for answered {other:?}"),
+    };
+    assert!(until <= Instant::now() + ms(600));
+    let other = LockOptions::new(ms(300));
+    assert!(locks.try_acquire("k", &other).await.unwrap().is_none());
+    let mut next = None;
+    while next.is_none() && kept_at.elapsed() < Duration::from_secs(10) {
+        next = locks.try_acquire("k", &other).await.unwrap();
+        if next.is_none() {
+            sleep(ms(20)).await;
+        }
+    }
+    let next = next.expect("free after the new TTL, long before the old one");
+    assert!(kept_at.elapsed() >= ms(550), "held for the new TTL");
+    assert!(!handle.is_lost());
+    next.release().await;
 }
 
 /// Keep-alive stops at `max_hold`; the lock then expires and can be taken.
@@ -625,7 +700,7 @@ pub async fn store_faults_are_unavailable_not_contention(h: &dyn Harness) {
         other => panic!("expected Unavailable, got {other:?}"),
     }
     let err = locks
-        .try_acquire("k", Duration::from_secs(5), Duration::ZERO)
+        .try_acquire("k", &LockOptions::new(Duration::from_secs(5)))
         .await
         .unwrap_err();
     assert!(err.is_unavailable());
@@ -649,7 +724,7 @@ pub async fn store_faults_are_unavailable_not_contention(h: &dyn Harness) {
     store.set_failing(false);
     assert!(
         locks
-            .try_acquire("k", ttl, Duration::ZERO)
+            .try_acquire("k", &LockOptions::new(ttl))
             .await
             .unwrap()
             .is_some()
@@ -712,7 +787,7 @@ pub async fn invalid_input_is_rejected_before_io(h: &dyn Harness) {
     }
     assert!(
         locks
-            .try_acquire("", ok, Duration::ZERO)
+            .try_acquire("", &LockOptions::new(ok))
             .await
             .unwrap_err()
             .is_invalid_input()

@@ -55,8 +55,8 @@ pub use lease::{
 };
 pub use limit::{Decision, LimitError, Quota, RateLimiter, RateStore};
 pub use lock::{
-    AcquireError, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, MAX_LABEL_BYTES,
-    ReleaseOutcome,
+    AcquireError, KeepOutcome, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT,
+    MAX_LABEL_BYTES, ReleaseOutcome,
 };
 pub use memory::MemoryStore;
 pub use redact::redact_url;

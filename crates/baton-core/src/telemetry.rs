@@ -131,6 +131,26 @@ pub mod events {
             within: minutes(15),
         },
     };
+    /// A guard was kept until its TTL ends (`keep_until_expiry`, `keep_for`): keep-alive
+    /// stopped, nothing released.
+    pub const LOCK_KEPT_UNTIL_EXPIRY: Event = Event {
+        key: "baton.lock.kept_until_expiry",
+        level: Level::DEBUG,
+        help: "a lock guard was kept until its TTL ends (keep_until_expiry or keep_for): its keep-alive stopped and the key stays held until the grant expires on the store",
+        alarm: Alarm::Unmonitored {
+            why: "holding a key for its TTL is a supported way to end a grant (a cooldown)",
+        },
+    };
+    /// Setting the TTL of a kept guard (`keep_for`) failed; the grant keeps its TTL.
+    pub const LOCK_KEEP_FAULTED: Event = Event {
+        key: "baton.lock.keep_faulted",
+        level: Level::WARN,
+        help: "setting the TTL of a lock kept until expiry (keep_for) failed because the store could not be reached; the key stays held until its current TTL lapses",
+        alarm: Alarm::AtLeast {
+            count: 5,
+            within: minutes(5),
+        },
+    };
     /// A guard was dropped without `release`; a background release was scheduled.
     pub const LOCK_DROPPED_UNRELEASED: Event = Event {
         key: "baton.lock.dropped_unreleased",
@@ -619,6 +639,8 @@ pub const REGISTRY: &[Event] = &[
     events::LOCK_LOST,
     events::LOCK_RENEW_FAILED,
     events::LOCK_MAX_HOLD_REACHED,
+    events::LOCK_KEPT_UNTIL_EXPIRY,
+    events::LOCK_KEEP_FAULTED,
     events::LOCK_DROPPED_UNRELEASED,
     events::LOCK_DROPPED_WITHOUT_RUNTIME,
     events::LOCK_ACQUIRE_CANCELLED,

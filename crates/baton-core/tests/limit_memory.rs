@@ -112,8 +112,11 @@ proptest! {
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let clock = ManualClock::new();
-        let limiter = RateLimiter::new(Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))));
         let window = Duration::from_millis(window_ms);
+        let limiter = RateLimiter::new(
+            Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))),
+            Quota::new(max, window).unwrap(),
+        );
         let window_us = window.as_micros() as u64;
         let mut now = 0u64;
         let mut admitted = Vec::new();
@@ -123,7 +126,7 @@ proptest! {
                 clock.advance(Duration::from_micros(step));
                 now += step;
                 let cost = cost.min(max);
-                let decision = limiter.try_acquire("k", cost, max, window).await.unwrap();
+                let decision = limiter.try_acquire("k", cost).await.unwrap();
                 if decision.allowed {
                     admitted.push((now, cost));
                 }

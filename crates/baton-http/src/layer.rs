@@ -123,6 +123,12 @@ impl fmt::Debug for Config {
     }
 }
 
+/// Whether a key header's text is visible ASCII (`!` to `~`): no space, tab or control
+/// character, which `HeaderValue::to_str` lets through.
+pub(crate) fn is_visible_ascii(key: &str) -> bool {
+    key.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// A tower [`Layer`] that makes requests carrying an `Idempotency-Key` run once.
 ///
 /// A request whose method is guarded (POST and PATCH by default) and that carries the key

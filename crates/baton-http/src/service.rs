@@ -146,12 +146,14 @@ where
         }
         None => return passthrough(inner, request).await,
         Some(value) => match value.to_str() {
-            Ok(key) => key.to_owned(),
-            Err(_) => {
+            Ok(key) if crate::layer::is_visible_ascii(key) => key.to_owned(),
+            _ => {
                 return Ok(own(problem(
                     StatusCode::BAD_REQUEST,
                     "idempotency_key_invalid",
-                    &format!("the {header} header must be visible ASCII text"),
+                    &format!(
+                        "the {header} header must be visible ASCII text, without spaces or control characters (a UUID, say)"
+                    ),
                 )));
             }
         },

@@ -320,7 +320,13 @@ async fn keys_missing_invalid_and_unguarded_methods() {
     );
 
     let long = "k".repeat(256);
-    for key in [long.as_str(), ""] {
+    for key in [
+        long.as_str(),
+        "",
+        "bad key with spaces",
+        "tab\tkey",
+        " leading",
+    ] {
         let reply = post_charge(&optional, key, "a").await;
         assert_eq!(
             reply.status,
@@ -333,7 +339,19 @@ async fn keys_missing_invalid_and_unguarded_methods() {
             "{}",
             reply.body
         );
+        if key.contains(' ') {
+            assert!(reply.body.contains("without spaces"), "{}", reply.body);
+        }
     }
+    // Every visible ASCII character is allowed.
+    let visible: String = ('!'..='~')
+        .filter(|c| *c != '"' && *c != '\\')
+        .take(60)
+        .collect();
+    assert_eq!(
+        post_charge(&optional, &visible, "a").await.status,
+        StatusCode::CREATED
+    );
     let mut non_ascii = request(Method::POST, "/charges", None, "a");
     non_ascii.headers_mut().insert(
         "idempotency-key",
@@ -343,7 +361,7 @@ async fn keys_missing_invalid_and_unguarded_methods() {
         send(&optional, non_ascii).await.status,
         StatusCode::BAD_REQUEST
     );
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(handlers.runs.load(Ordering::SeqCst), 3);
 }
 
 /// A configurable header name, and guarded methods.

@@ -2,6 +2,7 @@
 //! database.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,8 @@ pub struct PostgresStore {
     pub(crate) listen_target: Option<Target>,
     /// The broadcast LISTEN connection, started by the first subscription.
     pub(crate) broadcast: crate::broadcast::HubCell,
+    /// Claims made through this store, counted for [`sql::SWEEP`].
+    claims: AtomicU64,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -221,6 +224,7 @@ impl PostgresStore {
             listener,
             listen_target,
             broadcast: Default::default(),
+            claims: AtomicU64::new(0),
         })
     }
 
@@ -318,6 +322,21 @@ impl PostgresStore {
                 |_| true,
             )
             .await
+    }
+
+    /// Runs [`sql::SWEEP`] in the background: housekeeping, whose failure costs nothing but
+    /// a larger table (the next sweep, or [`PostgresStore::prune`], catches up).
+    fn sweep(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let db = self.db.clone();
+        runtime.spawn(async move {
+            let _ = sqlx::query(sql::SWEEP)
+                .bind(sql::SWEEP_LIMIT)
+                .execute(db.exec())
+                .await;
+        });
     }
 
     /// [`sql::CLAIM`], or [`sql::CLAIM_RELAXED`] when grants need not be durable.
@@ -420,6 +439,13 @@ impl LeaseStore for PostgresStore {
         reason: &str,
     ) -> Result<Claim> {
         let what = || format!("claim of {key}");
+        if self
+            .claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(sql::SWEEP_EVERY)
+        {
+            self.sweep();
+        }
         for _ in 0..MAX_RERUNS {
             let row = self
                 .db

@@ -39,6 +39,7 @@
 //! | list | [`LIST`], or [`LIST_FROM`] when the prefix has no upper bound |
 //! | evict (operators) | [`EVICT`] |
 //! | prune (maintenance) | [`PRUNE`] |
+//! | sweep (now and then, after a claim) | [`SWEEP`] |
 
 /// The schema version this build writes and understands, kept in `baton_schema`.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -69,7 +70,7 @@ pub const CHANNEL: &str = "baton_released";
 ///   transaction (see `docs/postgres.md`, "Fences").
 /// - `baton_lease`: one row per key ever claimed. Rows are kept when a grant is released or
 ///   expires, so the key's fence survives; [`PRUNE`] removes rows that have been free for
-///   an hour. `key` sorts by code point (`COLLATE "C"`), so prefix listing is a range scan.
+///   an hour, and claims now and then remove a bounded number of them ([`SWEEP`]). `key` sorts by code point (`COLLATE "C"`), so prefix listing is a range scan.
 ///   `granted_at` is when the current grant began (a claim that extends keeps it),
 ///   `updated_at` when the row was last written. `fillfactor = 80` leaves room on each page
 ///   for the frequent updates to stay heap-only (no index writes).
@@ -337,6 +338,28 @@ pub const PRUNE: &str = "\
 DELETE FROM baton_lease AS l
 WHERE (l.holder IS NULL OR l.expires_at <= clock_timestamp())
   AND l.updated_at < clock_timestamp() - interval '1 hour'";
+
+/// Sweep: deletes at most `$1` of the rows [`PRUNE`] would delete, skipping rows another
+/// statement has locked. A claim runs it in the background on the first claim of each store
+/// and every [`SWEEP_EVERY`] claims after, so per-tick keys (`report:<hour>`) do not pile
+/// up rows; fences stay strictly increasing as after [`PRUNE`].
+///
+/// Parameters: `$1` limit.
+pub const SWEEP: &str = "\
+DELETE FROM baton_lease
+WHERE key IN (
+    SELECT l.key FROM baton_lease AS l
+    WHERE (l.holder IS NULL OR l.expires_at <= clock_timestamp())
+      AND l.updated_at < clock_timestamp() - interval '1 hour'
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)";
+
+/// How many claims of one store pass between runs of [`SWEEP`].
+pub const SWEEP_EVERY: u64 = 32;
+
+/// How many rows one [`SWEEP`] deletes at most: more than the claims between two sweeps can
+/// create, so the rows of expired keys do not grow without bound.
+pub const SWEEP_LIMIT: i64 = 100;
 
 /// Sends a notification: the listener's heartbeat on its private channel.
 ///

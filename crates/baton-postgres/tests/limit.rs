@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::limit::conformance::LimitHarness;
-use baton_core::{LimitError, RateLimiter, RateStore};
+use baton_core::{LimitError, Quota, RateLimiter, RateStore};
 use baton_postgres::PostgresStore;
 use baton_testkit::postgres::Stop;
 use tokio::sync::OnceCell;
@@ -42,15 +42,17 @@ baton_core::rate_limit_conformance_tests!(postgres());
 async fn a_restart_gives_unavailable_then_recovery_with_the_window_kept() {
     capture_events();
     let server = Arc::new(private().await);
-    let limiter = RateLimiter::with_namespace(Arc::new(connect(&server.url()).await), namespace());
     let hour = Duration::from_secs(3600);
-    assert!(limiter.try_acquire("k", 3, 5, hour).await.unwrap().allowed);
+    let quota = Quota::new(5, hour).unwrap();
+    let limiter =
+        RateLimiter::with_namespace(Arc::new(connect(&server.url()).await), namespace(), quota);
+    assert!(limiter.try_acquire("k", 3).await.unwrap().allowed);
 
     let stopped = Arc::clone(&server);
     blocking(move || stopped.stop(Stop::Immediate))
         .await
         .expect("the server stops");
-    match within("a decision", limiter.try_acquire("k", 1, 5, hour)).await {
+    match within("a decision", limiter.try_acquire("k", 1)).await {
         Err(e @ LimitError::Unavailable(_)) => assert!(e.is_retryable(), "{e}"),
         other => panic!("a stopped server answered {other:?}"),
     }
@@ -59,12 +61,12 @@ async fn a_restart_gives_unavailable_then_recovery_with_the_window_kept() {
         .await
         .expect("the server starts again");
     let d = eventually("the limiter to recover", || async {
-        limiter.try_acquire("k", 2, 5, hour).await.ok()
+        limiter.try_acquire("k", 2).await.ok()
     })
     .await;
     assert!(
         d.allowed && d.remaining == 0,
         "the window was forgotten: {d:?}"
     );
-    assert!(!limiter.try_acquire("k", 1, 5, hour).await.unwrap().allowed);
+    assert!(!limiter.try_acquire("k", 1).await.unwrap().allowed);
 }

@@ -265,7 +265,7 @@ async fn a_call_ends_in_time_when_the_stores_pool_of_one_is_exhausted() {
         async move {
             tokio::time::sleep(Duration::from_millis(200)).await;
             locks
-                .try_acquire("k", Duration::from_secs(5), Duration::ZERO)
+                .try_acquire("k", &LockOptions::new(Duration::from_secs(5)))
                 .await
         }
     });

@@ -397,3 +397,77 @@ async fn listen_on_demand_opens_the_connection_at_the_first_wait() {
         .release()
         .await;
 }
+
+async fn lease_rows(conn: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM baton_lease")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+async fn granted(store: &PostgresStore, key: &baton_core::StoreKey, t: Duration) -> u64 {
+    match store
+        .claim(key, &Holder::random(), Ttl::new(t).unwrap(), "")
+        .await
+        .unwrap()
+    {
+        Claim::Granted { fence } => fence.get(),
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// Per-tick keys (`report:<tick>`) do not pile up rows: claims sweep, in the background and a
+/// bounded number at a time, the rows of keys free for an hour, and a swept key claimed
+/// again draws a larger fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_sweep_old_expired_rows_and_fences_survive() {
+    let url = database("sweep").await;
+    let store = connect(&url).await;
+    let ns = namespace();
+    let key = |name: &str| lock_key(&ns, name);
+    granted(&store, &key("live"), secs(600)).await;
+    let first_tick = granted(&store, &key("tick:0"), Duration::from_millis(10)).await;
+    for tick in 1..20 {
+        granted(
+            &store,
+            &key(&format!("tick:{tick}")),
+            Duration::from_millis(10),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut conn = raw(&url).await;
+    assert_eq!(
+        lease_rows(&mut conn).await,
+        21,
+        "expired rows younger than an hour stay"
+    );
+    // The ticks ended more than an hour ago, as the sweep's margin requires.
+    sqlx::query("UPDATE baton_lease SET updated_at = updated_at - interval '2 hours' WHERE expires_at <= clock_timestamp()")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    // Within SWEEP_EVERY claims one sweeps; the sweep runs in the background.
+    for n in 0..sql::SWEEP_EVERY {
+        granted(&store, &key(&format!("new:{n}")), secs(600)).await;
+    }
+    let deadline = Instant::now() + secs(30);
+    while lease_rows(&mut conn).await > 1 + sql::SWEEP_EVERY as i64 {
+        assert!(Instant::now() < deadline, "the expired rows were not swept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM baton_lease WHERE key = $1 AND holder IS NOT NULL",
+    )
+    .bind(key("live").as_str())
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(live, 1, "a live grant is never swept");
+    let again = granted(&store, &key("tick:0"), secs(600)).await;
+    assert!(
+        again > first_tick,
+        "fence {again} after a swept {first_tick}"
+    );
+}

@@ -121,7 +121,8 @@ impl Subject {
         match self {
             Subject::Limiter(limiter) => {
                 let _ = limiter
-                    .try_acquire(&key, 1, quota.max(), quota.window())
+                    .with_quota(quota)
+                    .try_acquire(&key, 1)
                     .await
                     .expect("a decision");
             }
@@ -253,6 +254,7 @@ async fn run(settings: Settings, url: String) {
         Subject::Limiter(RateLimiter::with_namespace(
             store.clone(),
             namespace("limiter"),
+            Pattern::Hot.quota(),
         )),
         Subject::Atom(store.clone(), namespace("atom")),
         Subject::Raw(raw_connection(&url).await, namespace("raw")),

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use baton_core::conformance::fresh_namespace;
 use baton_core::limit::conformance::LimitHarness;
 use baton_core::telemetry::events;
-use baton_core::{LimitError, RateLimiter, RateStore};
+use baton_core::{LimitError, Quota, RateLimiter, RateStore};
 use baton_redis::RedisStore;
 use baton_testkit::redis::RedisServer;
 use tokio::sync::OnceCell;
@@ -49,19 +49,17 @@ async fn two_stores_share_one_budget() {
     let (max, window) = (15u32, Duration::from_secs(60));
     let mut tasks = Vec::new();
     for _ in 0..2 {
-        let limiter =
-            RateLimiter::with_namespace(Arc::new(common::store(&server).await), namespace.clone());
+        let limiter = RateLimiter::with_namespace(
+            Arc::new(common::store(&server).await),
+            namespace.clone(),
+            Quota::new(max, window).unwrap(),
+        );
         for _ in 0..32 {
             let limiter = limiter.clone();
             tasks.push(tokio::spawn(async move {
                 let mut admitted = 0;
                 for _ in 0..3 {
-                    if limiter
-                        .try_acquire("shared", 1, max, window)
-                        .await
-                        .unwrap()
-                        .allowed
-                    {
+                    if limiter.try_acquire("shared", 1).await.unwrap().allowed {
                         admitted += 1;
                     }
                 }
@@ -81,28 +79,19 @@ async fn two_stores_share_one_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flushed_script_is_loaded_again() {
     let server = common::server().await;
-    let limiter =
-        RateLimiter::with_namespace(Arc::new(common::store(&server).await), fresh_namespace());
     let window = Duration::from_secs(60);
-    assert!(
-        limiter
-            .try_acquire("k", 1, 2, window)
-            .await
-            .unwrap()
-            .allowed
+    let limiter = RateLimiter::with_namespace(
+        Arc::new(common::store(&server).await),
+        fresh_namespace(),
+        Quota::new(2, window).unwrap(),
     );
+    assert!(limiter.try_acquire("k", 1).await.unwrap().allowed);
     server
         .command_ok(&["SCRIPT", "FLUSH"])
         .expect("SCRIPT FLUSH");
-    let d = limiter.try_acquire("k", 1, 2, window).await.unwrap();
+    let d = limiter.try_acquire("k", 1).await.unwrap();
     assert!(d.allowed && d.remaining == 0, "{d:?}");
-    assert!(
-        !limiter
-            .try_acquire("k", 1, 2, window)
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(!limiter.try_acquire("k", 1).await.unwrap().allowed);
 }
 
 /// The server dies: every decision fails closed with `Unavailable` (and the registered
@@ -111,16 +100,13 @@ async fn a_flushed_script_is_loaded_again() {
 async fn a_restart_gives_unavailable_then_recovery() {
     let events = common::Events::capture();
     let server = Arc::new(common::server().await);
-    let limiter =
-        RateLimiter::with_namespace(Arc::new(common::store(&server).await), fresh_namespace());
     let window = Duration::from_secs(60);
-    assert!(
-        limiter
-            .try_acquire("k", 1, 5, window)
-            .await
-            .unwrap()
-            .allowed
+    let limiter = RateLimiter::with_namespace(
+        Arc::new(common::store(&server).await),
+        fresh_namespace(),
+        Quota::new(5, window).unwrap(),
     );
+    assert!(limiter.try_acquire("k", 1).await.unwrap().allowed);
 
     let killed = Arc::clone(&server);
     tokio::task::spawn_blocking(move || killed.kill())
@@ -129,17 +115,14 @@ async fn a_restart_gives_unavailable_then_recovery() {
     let address = format!("127.0.0.1:{}", server.port());
     for _ in 0..3 {
         let started = Instant::now();
-        match limiter.try_acquire("k", 1, 5, window).await {
+        match limiter.try_acquire("k", 1).await {
             Err(e @ LimitError::Unavailable(_)) => assert!(e.is_retryable(), "{e}"),
             other => panic!("a dead server answered {other:?}"),
         }
         // connect_timeout + response_timeout of the test store, and a generous margin.
         assert!(started.elapsed() < Duration::from_secs(30));
     }
-    match limiter
-        .acquire("k", 1, 5, window, Duration::from_secs(5))
-        .await
-    {
+    match limiter.acquire("k", 1, Duration::from_secs(5)).await {
         Err(LimitError::Unavailable(_)) => {}
         other => panic!("acquire against a dead server answered {other:?}"),
     }
@@ -156,7 +139,7 @@ async fn a_restart_gives_unavailable_then_recovery() {
         .expect("the server restarts on its port");
     let started = Instant::now();
     let d = loop {
-        match limiter.try_acquire("k", 1, 5, window).await {
+        match limiter.try_acquire("k", 1).await {
             Ok(d) => break d,
             Err(e) => {
                 assert!(

@@ -58,7 +58,7 @@ pub enum Op {
     /// `attempt` its attempt; fail: not the owner.
     #[serde(rename = "idem.finalize")]
     IdemFinalize,
-    /// `rate_limiter().try_acquire(key, value)`; ok: `accepted` whether the `value` units
+    /// `rate_limiter(quota).try_acquire(key, value)`; ok: `accepted` whether the `value` units
     /// were admitted.
     #[serde(rename = "rate.acquire")]
     RateAcquire,

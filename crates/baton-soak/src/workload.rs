@@ -684,7 +684,7 @@ async fn idem_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
 async fn rate_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
     let limiter = shared
         .baton
-        .rate_limiter()
+        .rate_limiter(baton::limit::Quota::new(RATE_MAX, RATE_WINDOW).expect("a valid quota"))
         .expect("every store of the soak keeps rate limits");
     let journal = &shared.journal;
     while !shared.over() {
@@ -698,10 +698,7 @@ async fn rate_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
                 ..Detail::default()
             },
         );
-        match limiter
-            .try_acquire(RATE_KEY, units, RATE_MAX, RATE_WINDOW)
-            .await
-        {
+        match limiter.try_acquire(RATE_KEY, units).await {
             Ok(decision) => journal.complete(
                 call,
                 Phase::Ok,

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -71,6 +72,8 @@ use crate::wakeups;
 /// ```
 pub struct SqliteStore {
     db: Arc<Database>,
+    /// Claims made through this store, counted for [`sql::SWEEP`].
+    claims: AtomicU64,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -164,8 +167,9 @@ impl SqliteStore {
     }
 
     /// Deletes the rows of free and expired keys, and returns how many. The file keeps one
-    /// row per key ever claimed (so that its fence survives); call this from a maintenance
-    /// job when keys are many and short-lived (one per order, say). Fences stay strictly
+    /// row per key until it is free or expired (so that its fence survives); claims delete
+    /// a bounded number of such rows now and then ([`sql::SWEEP`]), and this deletes all of
+    /// them at once, for a maintenance job after a burst of short-lived keys. Fences stay strictly
     /// increasing: a pruned key that is claimed again starts above every pruned fence.
     ///
     /// # Errors
@@ -214,6 +218,7 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
     let hub = wakeups::hub_for(&canonical);
     Ok(SqliteStore {
         db: Arc::new(Database::new(path, options, hub, writer)),
+        claims: AtomicU64::new(0),
     })
 }
 
@@ -269,9 +274,14 @@ fn claim(
     holder: &str,
     ttl: i64,
     reason: &str,
+    sweep: bool,
 ) -> Result<Claim, OpError> {
     immediate(conn, |conn| {
         let now = clock::now();
+        if sweep {
+            conn.prepare_cached(sql::SWEEP)?
+                .execute(params![now, sql::SWEEP_LIMIT])?;
+        }
         let granted: Option<i64> = conn
             .prepare_cached(sql::GRANT)?
             .query_row(
@@ -404,9 +414,20 @@ impl LeaseStore for SqliteStore {
         reason: &str,
     ) -> Result<Claim> {
         let (key, holder, reason) = (key.clone(), holder.clone(), reason.to_owned());
+        let sweep = self
+            .claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(sql::SWEEP_EVERY);
         self.db
             .run(Role::Write, "claim", move |conn, _| {
-                claim(conn, key.as_str(), holder.as_str(), ttl_nanos(ttl), &reason)
+                claim(
+                    conn,
+                    key.as_str(),
+                    holder.as_str(),
+                    ttl_nanos(ttl),
+                    &reason,
+                    sweep,
+                )
             })
             .await
     }

@@ -17,7 +17,7 @@
 //!
 //! | operation | statements, in order |
 //! |---|---|
-//! | claim | [`GRANT`]; when it returned no row, [`CURRENT`], then [`EXTEND`] if the caller holds it |
+//! | claim | now and then [`SWEEP`]; [`GRANT`]; when it returned no row, [`CURRENT`], then [`EXTEND`] if the caller holds it |
 //! | renew | [`RENEW`] (1 changed row: renewed) |
 //! | release | [`RELEASE`]; when it changed no row, [`CURRENT`] |
 //! | inspect | [`INSPECT`] (no transaction) |
@@ -34,7 +34,8 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// The tables, created in one `BEGIN IMMEDIATE` transaction when the file is new.
 ///
 /// - `baton_grant`: one row per key ever claimed. Rows are kept when a grant is released or
-///   expires, so the key's fence survives; [`PRUNE`] removes free rows.
+///   expires, so the key's fence survives; [`PRUNE`] removes free rows, and claims now and
+///   then remove a bounded number of them ([`SWEEP`]).
 /// - `baton_meta`: `fence_floor` (every fence of a deleted row is at most this, so a key that
 ///   is created again starts above it) and `boot_id` (the boot the stored times belong to).
 /// - The trigger raises `fence_floor` for every deleted row, whoever deletes it (the store's
@@ -165,6 +166,23 @@ ORDER BY key LIMIT ?3";
 ///
 /// Parameters: `?1` now.
 pub const PRUNE: &str = "DELETE FROM baton_grant WHERE holder IS NULL OR expires_at <= ?1";
+
+/// Sweep: deletes at most `?2` rows of free and expired keys, as [`PRUNE`] does for all of
+/// them. Run inside a claim's transaction, before [`GRANT`], on the first claim of each
+/// store and every [`SWEEP_EVERY`] claims after, so that per-tick keys (`report:<hour>`)
+/// do not pile up rows; the trigger keeps their fences in `fence_floor`.
+///
+/// Parameters: `?1` now, `?2` limit.
+pub const SWEEP: &str = "\
+DELETE FROM baton_grant WHERE key IN
+    (SELECT key FROM baton_grant WHERE holder IS NULL OR expires_at <= ?1 LIMIT ?2)";
+
+/// How many claims of one store pass between runs of [`SWEEP`].
+pub const SWEEP_EVERY: u64 = 32;
+
+/// How many rows one [`SWEEP`] deletes at most: more than the claims between two sweeps can
+/// create, so the rows of expired keys do not grow without bound.
+pub const SWEEP_LIMIT: i64 = 100;
 
 /// The boot the stored times belong to: `value` (no row: not recorded).
 pub const BOOT_ID: &str = "SELECT value FROM baton_meta WHERE name = 'boot_id'";

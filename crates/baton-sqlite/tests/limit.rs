@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_core::conformance::fresh_namespace;
 use baton_core::limit::conformance::LimitHarness;
-use baton_core::{RateLimiter, RateStore};
+use baton_core::{Quota, RateLimiter, RateStore};
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use tokio::sync::OnceCell;
 
@@ -59,18 +59,14 @@ async fn stores_on_one_file_share_one_budget() {
                 .await
                 .unwrap(),
         );
-        let limiter = RateLimiter::with_namespace(store, namespace.clone());
+        let limiter =
+            RateLimiter::with_namespace(store, namespace.clone(), Quota::new(max, window).unwrap());
         for _ in 0..16 {
             let limiter = limiter.clone();
             tasks.push(tokio::spawn(async move {
                 let mut admitted = 0;
                 for _ in 0..4 {
-                    if limiter
-                        .try_acquire("shared", 1, max, window)
-                        .await
-                        .unwrap()
-                        .allowed
-                    {
+                    if limiter.try_acquire("shared", 1).await.unwrap().allowed {
                         admitted += 1;
                     }
                 }
@@ -90,8 +86,9 @@ async fn stores_on_one_file_share_one_budget() {
                 .unwrap(),
         ),
         namespace,
+        Quota::new(max, window).unwrap(),
     );
-    let d = fresh.try_acquire("shared", 1, max, window).await.unwrap();
+    let d = fresh.try_acquire("shared", 1).await.unwrap();
     assert!(!d.allowed, "a re-opened store forgot the window: {d:?}");
     assert!(d.retry_after > window / 2, "{d:?}");
 }

@@ -316,7 +316,8 @@ async fn fences_survive_reopen_prune_and_operator_deletes() {
         grant(&store, &other, &h, Duration::from_secs(30)).await;
         store.release(&other, &h).await.unwrap();
     }
-    assert_eq!(store.prune().await.unwrap(), 2);
+    // The first claim of this store swept k's free row already (sql::SWEEP).
+    assert_eq!(store.prune().await.unwrap(), 1);
     let fence = grant(&store, &k, &Holder::random(), Duration::from_secs(30)).await;
     assert!(fence > 5 && fence > last, "fence {fence} after pruning");
     last = fence;
@@ -619,4 +620,91 @@ fn a_store_dropped_outside_a_runtime_closes_quietly() {
     drop(runtime);
     drop(store);
     assert_eq!(header(&path).1, sql::SCHEMA_VERSION);
+}
+
+fn rows(path: &Path) -> i64 {
+    operator(path)
+        .query_row("SELECT count(*) FROM baton_grant", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Per-tick keys (`report:<tick>`) do not pile up rows: claims sweep the rows of expired and
+/// free keys, a bounded number at a time, and a swept key claimed again keeps a larger fence.
+#[tokio::test]
+async fn claims_sweep_expired_rows_and_fences_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ticks.db");
+    let store = SqliteStore::open(&path, SqliteOptions::new())
+        .await
+        .unwrap();
+    let live = Holder::random();
+    grant(&store, &key("live"), &live, Duration::from_secs(60)).await;
+    let first_tick = grant(
+        &store,
+        &key("tick:0"),
+        &Holder::random(),
+        Duration::from_millis(10),
+    )
+    .await;
+    for tick in 1..20 {
+        let k = key(&format!("tick:{tick}"));
+        grant(&store, &k, &Holder::random(), Duration::from_millis(10)).await;
+    }
+    assert_eq!(rows(&path), 21);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+
+    // One claim in SWEEP_EVERY sweeps: the next sweep comes within that many claims.
+    let mut claims = 0;
+    while rows(&path) > 2 {
+        claims += 1;
+        assert!(
+            claims <= sql::SWEEP_EVERY,
+            "no sweep within {claims} claims"
+        );
+        let h = Holder::random();
+        grant(&store, &key("busy"), &h, Duration::from_secs(60)).await;
+        assert_eq!(
+            store.release(&key("busy"), &h).await.unwrap(),
+            Release::Removed
+        );
+    }
+    // The live grant is kept, with its holder; the busy key's free row is left or swept.
+    assert_eq!(
+        store.inspect(&key("live")).await.unwrap().unwrap().holder,
+        live
+    );
+
+    // A new store on the file sweeps at its first claim.
+    for tick in 20..30 {
+        let k = key(&format!("tick:{tick}"));
+        grant(&store, &k, &Holder::random(), Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    drop(store);
+    let store = SqliteStore::open(&path, SqliteOptions::new())
+        .await
+        .unwrap();
+    let again = grant(
+        &store,
+        &key("tick:0"),
+        &Holder::random(),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(rows(&path), 2, "live and tick:0 are left");
+    assert!(
+        again > first_tick,
+        "fence {again} after a swept {first_tick}"
+    );
+    let floor: i64 = operator(&path)
+        .query_row(
+            "SELECT value FROM baton_meta WHERE name = 'fence_floor'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        floor as u64 >= first_tick,
+        "the swept fences are in fence_floor"
+    );
 }

@@ -676,7 +676,7 @@ async fn stats_count_every_state_per_queue_by_prefix() {
 
     let prefix = format!("{}:queue:", f.ns.as_str());
     let stats = f.store.stats(&prefix).await.unwrap();
-    let keys: Vec<&StoreKey> = stats.iter().map(|s| &s.queue).collect();
+    let keys: Vec<&StoreKey> = stats.iter().map(|s| &s.key).collect();
     assert_eq!(keys, vec![&a, &b], "by key, this namespace only");
     let s = &stats[0];
     assert_eq!(
@@ -692,7 +692,7 @@ async fn stats_count_every_state_per_queue_by_prefix() {
     let only_b = f.store.stats(b.as_str()).await.unwrap();
     assert_eq!(only_b.len(), 1);
     let all = f.store.stats("").await.unwrap();
-    assert!(all.iter().any(|s| s.queue == elsewhere) && all.len() >= 3);
+    assert!(all.iter().any(|s| s.key == elsewhere) && all.len() >= 3);
 }
 
 #[tokio::test]

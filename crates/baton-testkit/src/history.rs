@@ -124,7 +124,6 @@ impl From<&ReleaseOutcome> for Outcome {
             ReleaseOutcome::Released => Outcome::Released,
             ReleaseOutcome::Expired => Outcome::Expired,
             ReleaseOutcome::Faulted => Outcome::Faulted,
-            other => Outcome::Other(format!("{other:?}")),
         }
     }
 }

@@ -68,7 +68,13 @@ mod tests {
         for part in ["SQLite", "push", "redis://", "postgres://", "memory://"] {
             assert!(err.message().contains(part), "{part}: {err}");
         }
-        assert!(baton.rate_limiter().is_ok());
+        assert!(
+            baton
+                .rate_limiter(
+                    crate::limit::Quota::new(1, std::time::Duration::from_secs(1)).unwrap()
+                )
+                .is_ok()
+        );
         assert!(baton.cache().is_ok());
     }
 
@@ -77,7 +83,11 @@ mod tests {
         let baton = crate::testing::locks_only();
         for err in [
             baton.broadcast().unwrap_err(),
-            baton.rate_limiter().unwrap_err(),
+            baton
+                .rate_limiter(
+                    crate::limit::Quota::new(1, std::time::Duration::from_secs(1)).unwrap(),
+                )
+                .unwrap_err(),
             baton.cache().unwrap_err(),
         ] {
             assert_eq!(err.kind(), crate::ErrorKind::Unsupported, "{err}");
@@ -131,10 +141,11 @@ mod tests {
     async fn every_handle_on_a_memory_store_shares_its_state() {
         let baton = crate::connect("memory://").await.unwrap();
         let window = std::time::Duration::from_secs(60);
-        let first = baton.rate_limiter().unwrap();
-        assert!(first.try_acquire("k", 2, 2, window).await.unwrap().allowed);
-        let second = baton.rate_limiter().unwrap();
-        assert!(!second.try_acquire("k", 1, 2, window).await.unwrap().allowed);
+        let quota = crate::limit::Quota::new(2, window).unwrap();
+        let first = baton.rate_limiter(quota).unwrap();
+        assert!(first.try_acquire("k", 2).await.unwrap().allowed);
+        let second = baton.rate_limiter(quota).unwrap();
+        assert!(!second.try_acquire("k", 1).await.unwrap().allowed);
         let mut sub = baton
             .broadcast()
             .unwrap()

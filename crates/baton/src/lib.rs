@@ -225,6 +225,37 @@ mod testing {
     }
 }
 
+/// The guide's Rust snippets, compiled by `cargo test --doc` so that the guide cannot drift
+/// from the API: every ```` ```rust ```` block of README.md and docs/*.md is a doctest
+/// (snippets that need a server are `no_run`, still compiled).
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../../../README.md")]
+    mod readme {}
+    #[doc = include_str!("../../../docs/broadcast.md")]
+    mod broadcast {}
+    #[doc = include_str!("../../../docs/cache.md")]
+    mod cache {}
+    #[doc = include_str!("../../../docs/http.md")]
+    mod http {}
+    #[doc = include_str!("../../../docs/idempotency.md")]
+    mod idempotency {}
+    #[doc = include_str!("../../../docs/locks-and-leases.md")]
+    mod locks_and_leases {}
+    #[doc = include_str!("../../../docs/operations.md")]
+    mod operations {}
+    #[doc = include_str!("../../../docs/postgres.md")]
+    mod postgres {}
+    #[doc = include_str!("../../../docs/rate-limits.md")]
+    mod rate_limits {}
+    #[doc = include_str!("../../../docs/redis.md")]
+    mod redis {}
+    #[doc = include_str!("../../../docs/sqlite.md")]
+    mod sqlite {}
+    #[doc = include_str!("../../../docs/work.md")]
+    mod work {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,10 +14,11 @@ pub use baton_core::limit::{
 };
 
 impl Baton {
-    /// The rate limiter of this store, in this connection's namespace: at most `max` units
-    /// per key in any window of length `window`, shared by every process on the store.
+    /// The rate limiter of `quota` on this store, in this connection's namespace: at most
+    /// `quota.max()` units per key in any window of length `quota.window()`, shared by every
+    /// process on the store.
     ///
-    /// Cheap: every call hands out a client of the same budgets.
+    /// Cheap: every call hands out a client of the same budgets; keep to one quota per key.
     ///
     /// # Errors
     /// `Unsupported` when the store keeps no rate limits (a store of your own given to
@@ -29,15 +30,20 @@ impl Baton {
     /// use std::time::Duration;
     ///
     /// let baton = baton::connect("memory://").await?;
-    /// let limiter = baton.rate_limiter()?;
-    /// let decision = limiter.try_acquire("st:org-42", 1, 60, Duration::from_secs(1)).await?;
+    /// // At most 60 calls per second per tenant, bound once.
+    /// let limiter = baton.rate_limiter(baton::limit::Quota::new(60, Duration::from_secs(1))?)?;
+    /// let decision = limiter.try_acquire("st:org-42", 1).await?;
     /// if !decision.allowed {
     ///     println!("429, retry after {:?}", decision.retry_after);
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn rate_limiter(&self) -> Result<RateLimiter> {
+    pub fn rate_limiter(&self, quota: Quota) -> Result<RateLimiter> {
         let store = Arc::clone(self.store()).rate_store()?;
-        Ok(RateLimiter::with_namespace(store, self.namespace().clone()))
+        Ok(RateLimiter::with_namespace(
+            store,
+            self.namespace().clone(),
+            quota,
+        ))
     }
 }

@@ -69,11 +69,28 @@ impl<E: fmt::Display> fmt::Display for FetchError<E> {
     }
 }
 
-impl<E: std::error::Error + 'static> std::error::Error for FetchError<E> {
+/// An error for any fetch error that prints, `std::error::Error` or not (`anyhow::Error`,
+/// `eyre::Report` and `Box<dyn Error>` are not), so `?` turns a `FetchError<anyhow::Error>`
+/// into an `anyhow::Error` or a `Box<dyn Error>`.
+///
+/// The fetch error's message is part of this error's own message (`fetch failed: ...`), so
+/// it is not repeated as a `source`; [`FetchError::into_fetch`] hands it back for its own
+/// chain. A cache error is the source of a `Cache` variant.
+impl<E: fmt::Debug + fmt::Display> std::error::Error for FetchError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            FetchError::Fetch(e) => Some(e),
+            FetchError::Fetch(_) => None,
             FetchError::Cache(e) => Some(e),
+        }
+    }
+}
+
+impl<E> FetchError<E> {
+    /// The fetch's own error, when the fetch failed.
+    pub fn into_fetch(self) -> Option<E> {
+        match self {
+            FetchError::Fetch(e) => Some(e),
+            FetchError::Cache(_) => None,
         }
     }
 }

@@ -45,12 +45,22 @@ macro_rules! rate_limit_conformance_tests {
 }
 
 async fn limiter(h: &dyn LimitHarness) -> RateLimiter {
-    RateLimiter::with_namespace(h.open().await, fresh_namespace())
+    limiter_on(h.open().await)
+}
+
+/// A limiter in a fresh namespace; each rule binds its quotas with [`quota`].
+fn limiter_on(store: Arc<dyn RateStore>) -> RateLimiter {
+    RateLimiter::with_namespace(store, fresh_namespace(), quota(1, Duration::from_secs(1)))
+}
+
+fn quota(max: u32, window: Duration) -> Quota {
+    Quota::new(max, window).unwrap_or_else(|e| panic!("quota {max} per {window:?}: {e}"))
 }
 
 async fn take(limiter: &RateLimiter, key: &str, n: u32, max: u32, window: Duration) -> Decision {
     limiter
-        .try_acquire(key, n, max, window)
+        .with_quota(quota(max, window))
+        .try_acquire(key, n)
         .await
         .unwrap_or_else(|e| panic!("try_acquire({key}, {n}, {max}, {window:?}): {e}"))
 }
@@ -124,8 +134,8 @@ pub async fn no_burst_at_window_edges(h: &dyn LimitHarness) {
 /// Keys, and the same key in another namespace, have separate budgets.
 pub async fn keys_and_namespaces_are_separate(h: &dyn LimitHarness) {
     let store = h.open().await;
-    let a = RateLimiter::with_namespace(Arc::clone(&store), fresh_namespace());
-    let b = RateLimiter::with_namespace(store, fresh_namespace());
+    let a = limiter_on(Arc::clone(&store));
+    let b = limiter_on(store);
     let window = Duration::from_secs(30);
     assert!(take(&a, "k", 2, 2, window).await.allowed);
     assert!(!take(&a, "k", 1, 2, window).await.allowed);
@@ -176,7 +186,8 @@ pub async fn never_over_admits_under_concurrency(h: &dyn LimitHarness) {
                 round += 1;
                 let sent = Instant::now();
                 let d = limiter
-                    .try_acquire("hot", units, max, window)
+                    .with_quota(quota(max, window))
+                    .try_acquire("hot", units)
                     .await
                     .expect("no store fault");
                 let answered = Instant::now();
@@ -225,7 +236,8 @@ pub async fn acquire_waits_until_admitted(h: &dyn LimitHarness) {
     let started = Instant::now();
     assert!(take(&limiter, "k", 2, 2, window).await.allowed);
     let d = limiter
-        .acquire("k", 2, 2, window, Duration::from_secs(30))
+        .with_quota(quota(2, window))
+        .acquire("k", 2, Duration::from_secs(30))
         .await
         .expect("admitted within the wait");
     assert!(d.allowed);
@@ -236,7 +248,8 @@ pub async fn acquire_waits_until_admitted(h: &dyn LimitHarness) {
     assert!(take(&limiter, "full", 2, 2, day).await.allowed);
     let started = Instant::now();
     match limiter
-        .acquire("full", 1, 2, day, Duration::from_secs(60))
+        .with_quota(quota(2, day))
+        .acquire("full", 1, Duration::from_secs(60))
         .await
     {
         Err(LimitError::Denied { retry_after, .. }) => {
@@ -253,30 +266,39 @@ pub async fn acquire_waits_until_admitted(h: &dyn LimitHarness) {
 /// "Never" (a cost above `max`) and invalid input are answered without touching the store.
 pub async fn never_and_invalid_input_are_rejected_before_io(h: &dyn LimitHarness) {
     let store = Arc::new(FaultyRateStore::new(h.open().await));
-    let limiter = RateLimiter::with_namespace(store.clone(), fresh_namespace());
+    let limiter = limiter_on(store.clone());
     let second = Duration::from_secs(1);
-    match limiter.try_acquire("k", 6, 5, second).await {
+    match limiter
+        .with_quota(quota(5, second))
+        .try_acquire("k", 6)
+        .await
+    {
         Err(LimitError::InsufficientCapacity { cost: 6, max: 5 }) => {}
         other => panic!("expected InsufficientCapacity, got {other:?}"),
     }
-    match limiter.acquire("k", 6, 5, second, second).await {
+    match limiter
+        .with_quota(quota(5, second))
+        .acquire("k", 6, second)
+        .await
+    {
         Err(LimitError::InsufficientCapacity { .. }) => {}
         other => panic!("expected InsufficientCapacity, got {other:?}"),
     }
-    for (key, n, max, window) in [
-        ("", 1, 5, second),
-        ("a\nb", 1, 5, second),
-        ("k", 0, 5, second),
-        ("k", 1, 0, second),
-        ("k", 1, 5, ms(9)),
-        ("k", 1, 5, Duration::from_secs(31 * 24 * 3600)),
-    ] {
-        match limiter.try_acquire(key, n, max, window).await {
+    let limiter = limiter.with_quota(quota(5, second));
+    for (key, n) in [("", 1), ("a\nb", 1), ("k", 0)] {
+        match limiter.try_acquire(key, n).await {
             Err(LimitError::InvalidInput(e)) => assert!(e.is_invalid_input()),
-            other => {
-                panic!("({key:?}, {n}, {max}, {window:?}): expected InvalidInput, got {other:?}")
-            }
+            other => panic!("({key:?}, {n}): expected InvalidInput, got {other:?}"),
         }
+    }
+    // A bad quota cannot be built, so no limiter ever holds one.
+    for (max, window) in [
+        (0, second),
+        (5, ms(9)),
+        (5, Duration::from_secs(31 * 24 * 3600)),
+    ] {
+        let e = Quota::new(max, window).unwrap_err();
+        assert!(e.is_invalid_input(), "{max} per {window:?}: {e}");
     }
     assert_eq!(store.calls(), 0, "rejected input reached the store");
 }
@@ -284,17 +306,22 @@ pub async fn never_and_invalid_input_are_rejected_before_io(h: &dyn LimitHarness
 /// A store fault is `Unavailable` and admits nothing; the budget is whole afterwards.
 pub async fn store_faults_fail_closed(h: &dyn LimitHarness) {
     let store = Arc::new(FaultyRateStore::new(h.open().await));
-    let limiter = RateLimiter::with_namespace(store.clone(), fresh_namespace());
+    let limiter = limiter_on(store.clone());
     let window = Duration::from_secs(30);
     store.set_failing(true);
     for _ in 0..3 {
-        match limiter.try_acquire("k", 1, 3, window).await {
+        match limiter
+            .with_quota(quota(3, window))
+            .try_acquire("k", 1)
+            .await
+        {
             Err(e @ LimitError::Unavailable(_)) => assert!(e.is_retryable()),
             other => panic!("expected Unavailable, got {other:?}"),
         }
     }
     match limiter
-        .acquire("k", 1, 3, window, Duration::from_secs(1))
+        .with_quota(quota(3, window))
+        .acquire("k", 1, Duration::from_secs(1))
         .await
     {
         Err(LimitError::Unavailable(_)) => {}

@@ -135,7 +135,13 @@ impl From<LimitError> for Error {
     }
 }
 
-/// The rate-limit client over one store. Cheap to clone; share one per process.
+/// The rate-limit client over one store, bound to one [`Quota`]. Cheap to clone; share one
+/// per process and quota.
+///
+/// The quota is bound once, at construction (as `governor` binds it), so a call names only
+/// the key and the cost: `max` and `window` cannot be swapped with the cost or with each
+/// other at a call site. For another quota on the same store use
+/// [`RateLimiter::with_quota`]; keep to one quota per key.
 ///
 /// # Examples
 /// ```
@@ -143,9 +149,12 @@ impl From<LimitError> for Error {
 /// use std::{sync::Arc, time::Duration};
 /// use baton_core::{MemoryStore, RateLimiter};
 ///
-/// let limiter = RateLimiter::new(Arc::new(MemoryStore::new()));
+/// use baton_core::Quota;
+///
 /// // At most 60 calls per second per tenant, across every replica on the store.
-/// let decision = limiter.try_acquire("servicetitan:org-42", 1, 60, Duration::from_secs(1)).await?;
+/// let quota = Quota::new(60, Duration::from_secs(1))?;
+/// let limiter = RateLimiter::new(Arc::new(MemoryStore::new()), quota);
+/// let decision = limiter.try_acquire("servicetitan:org-42", 1).await?;
 /// if !decision.allowed {
 ///     // Answer 429 with Retry-After: decision.retry_after.
 /// }
@@ -154,6 +163,7 @@ impl From<LimitError> for Error {
 #[derive(Clone)]
 pub struct RateLimiter {
     inner: Arc<Inner>,
+    quota: Quota,
 }
 
 struct Inner {
@@ -166,21 +176,36 @@ impl fmt::Debug for RateLimiter {
         f.debug_struct("RateLimiter")
             .field("store", &self.inner.store)
             .field("namespace", &self.inner.namespace)
+            .field("quota", &self.quota)
             .finish()
     }
 }
 
 impl RateLimiter {
-    /// Rate limits in the default namespace.
-    pub fn new(store: Arc<dyn RateStore>) -> Self {
-        RateLimiter::with_namespace(store, Namespace::default())
+    /// Rate limits of `quota` in the default namespace.
+    pub fn new(store: Arc<dyn RateStore>, quota: Quota) -> Self {
+        RateLimiter::with_namespace(store, Namespace::default(), quota)
     }
 
-    /// Rate limits in `namespace`.
-    pub fn with_namespace(store: Arc<dyn RateStore>, namespace: Namespace) -> Self {
+    /// Rate limits of `quota` in `namespace`.
+    pub fn with_namespace(store: Arc<dyn RateStore>, namespace: Namespace, quota: Quota) -> Self {
         RateLimiter {
             inner: Arc::new(Inner { store, namespace }),
+            quota,
         }
+    }
+
+    /// This limiter's store and namespace with another quota (a cheap clone).
+    pub fn with_quota(&self, quota: Quota) -> Self {
+        RateLimiter {
+            inner: Arc::clone(&self.inner),
+            quota,
+        }
+    }
+
+    /// The quota calls are measured against.
+    pub fn quota(&self) -> Quota {
+        self.quota
     }
 
     /// The namespace keys are qualified with.
@@ -188,26 +213,20 @@ impl RateLimiter {
         &self.inner.namespace
     }
 
-    /// Admits `n` units of `key` if they fit in the quota `max` per `window`, without
-    /// waiting. A denial is `Ok` with `allowed == false`.
+    /// Admits `n` units of `key` if they fit in the limiter's quota, without waiting. A
+    /// denial is `Ok` with `allowed == false`.
     ///
     /// # Errors
-    /// - [`LimitError::InsufficientCapacity`] when `n > max` ("never"), before any I/O;
-    /// - [`LimitError::InvalidInput`] for an invalid key, `n == 0`, `max == 0` or a window
-    ///   out of range, before any I/O;
+    /// - [`LimitError::InsufficientCapacity`] when `n` is above the quota's `max`
+    ///   ("never"), before any I/O;
+    /// - [`LimitError::InvalidInput`] for an invalid key or `n == 0`, before any I/O;
     /// - [`LimitError::Unavailable`] when the store faulted: nothing was admitted.
     ///
     /// # Cancel safety
     /// Dropping the future while the step is in flight may count the units without the
     /// caller using them: the limiter only gets stricter.
-    pub async fn try_acquire(
-        &self,
-        key: &str,
-        n: u32,
-        max: u32,
-        window: Duration,
-    ) -> Result<Decision, LimitError> {
-        let (key, quota) = self.check(key, n, max, window)?;
+    pub async fn try_acquire(&self, key: &str, n: u32) -> Result<Decision, LimitError> {
+        let (key, quota) = self.check(key, n)?;
         self.step(&key, n, quota).await
     }
 
@@ -221,15 +240,8 @@ impl RateLimiter {
     ///
     /// # Cancel safety
     /// As [`RateLimiter::try_acquire`].
-    pub async fn acquire(
-        &self,
-        key: &str,
-        n: u32,
-        max: u32,
-        window: Duration,
-        wait: Duration,
-    ) -> Result<Decision, LimitError> {
-        let (key, quota) = self.check(key, n, max, window)?;
+    pub async fn acquire(&self, key: &str, n: u32, wait: Duration) -> Result<Decision, LimitError> {
+        let (key, quota) = self.check(key, n)?;
         let wait = WaitTime::new(wait).map_err(LimitError::InvalidInput)?;
         let deadline = now() + wait.get();
         loop {
@@ -253,18 +265,15 @@ impl RateLimiter {
     }
 
     /// Validates everything before any I/O.
-    fn check(
-        &self,
-        key: &str,
-        n: u32,
-        max: u32,
-        window: Duration,
-    ) -> Result<(StoreKey, Quota), LimitError> {
+    fn check(&self, key: &str, n: u32) -> Result<(StoreKey, Quota), LimitError> {
         let key = Key::new(key).map_err(LimitError::InvalidInput)?;
-        let quota = Quota::new(max, window).map_err(LimitError::InvalidInput)?;
+        let quota = self.quota;
         quota.check_cost(n).map_err(LimitError::InvalidInput)?;
         if !quota.admits(n) {
-            return Err(LimitError::InsufficientCapacity { cost: n, max });
+            return Err(LimitError::InsufficientCapacity {
+                cost: n,
+                max: quota.max(),
+            });
         }
         Ok((self.inner.namespace.qualify(KeyKind::Limit, &key), quota))
     }
@@ -300,14 +309,22 @@ mod tests {
     }
 
     fn limiter() -> RateLimiter {
-        RateLimiter::new(Arc::new(MemoryStore::new()))
+        RateLimiter::new(
+            Arc::new(MemoryStore::new()),
+            quota(1, Duration::from_secs(1)),
+        )
+    }
+
+    fn quota(max: u32, window: Duration) -> Quota {
+        Quota::new(max, window).unwrap()
     }
 
     #[tokio::test]
     async fn never_is_not_not_now() {
         let limiter = limiter();
         let err = limiter
-            .try_acquire("k", 11, 10, Duration::from_secs(1))
+            .with_quota(quota(10, Duration::from_secs(1)))
+            .try_acquire("k", 11)
             .await
             .unwrap_err();
         assert!(
@@ -318,12 +335,14 @@ mod tests {
         assert!(err.to_string().contains("never"), "{err}");
         assert_eq!(Error::from(err).kind(), ErrorKind::InvalidInput);
         let d = limiter
-            .try_acquire("k", 10, 10, Duration::from_secs(1))
+            .with_quota(quota(10, Duration::from_secs(1)))
+            .try_acquire("k", 10)
             .await
             .unwrap();
         assert!(d.allowed);
         let d = limiter
-            .try_acquire("k", 1, 10, Duration::from_secs(1))
+            .with_quota(quota(10, Duration::from_secs(1)))
+            .try_acquire("k", 1)
             .await
             .unwrap();
         assert!(!d.allowed);
@@ -333,26 +352,34 @@ mod tests {
     #[tokio::test]
     async fn invalid_input() {
         let limiter = limiter();
-        for (key, n, max, window) in [
-            ("", 1, 1, Duration::from_secs(1)),
-            ("k", 0, 1, Duration::from_secs(1)),
-            ("k", 1, 0, Duration::from_secs(1)),
-            ("k", 1, 1, Duration::ZERO),
-        ] {
-            let err = limiter.try_acquire(key, n, max, window).await.unwrap_err();
+        for (key, n) in [("", 1), ("k", 0)] {
+            let err = limiter.try_acquire(key, n).await.unwrap_err();
             assert!(matches!(err, LimitError::InvalidInput(_)), "{err:?}");
         }
+        for (max, window) in [(0, Duration::from_secs(1)), (1, Duration::ZERO)] {
+            assert!(Quota::new(max, window).unwrap_err().is_invalid_input());
+        }
         let err = limiter
-            .acquire(
-                "k",
-                1,
-                1,
-                Duration::from_secs(1),
-                Duration::from_secs(25 * 3600),
-            )
+            .acquire("k", 1, Duration::from_secs(25 * 3600))
             .await
             .unwrap_err();
         assert!(matches!(err, LimitError::InvalidInput(_)), "{err:?}");
+    }
+
+    /// The quota is bound once: `with_quota` is a view of the same store and namespace.
+    #[tokio::test]
+    async fn the_quota_is_bound_at_construction() {
+        let store = Arc::new(MemoryStore::new());
+        let five = RateLimiter::new(store, quota(5, Duration::from_secs(60)));
+        assert_eq!(five.quota(), quota(5, Duration::from_secs(60)));
+        assert!(five.try_acquire("k", 5).await.unwrap().allowed);
+        assert!(!five.try_acquire("k", 1).await.unwrap().allowed);
+        let ten = five.with_quota(quota(10, Duration::from_secs(60)));
+        let d = ten.try_acquire("k", 5).await.unwrap();
+        assert!(
+            d.allowed && d.remaining == 0,
+            "same budget, larger quota: {d:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -361,14 +388,16 @@ mod tests {
         let window = Duration::from_secs(1);
         assert!(
             limiter
-                .try_acquire("k", 2, 2, window)
+                .with_quota(quota(2, window))
+                .try_acquire("k", 2)
                 .await
                 .unwrap()
                 .allowed
         );
         let started = now();
         let d = limiter
-            .acquire("k", 1, 2, window, Duration::from_secs(5))
+            .with_quota(quota(2, window))
+            .acquire("k", 1, Duration::from_secs(5))
             .await
             .unwrap();
         assert!(d.allowed);
@@ -379,7 +408,8 @@ mod tests {
         // acquire says so at once.
         let started = now();
         let err = limiter
-            .acquire("k", 2, 2, window, Duration::from_millis(100))
+            .with_quota(quota(2, window))
+            .acquire("k", 2, Duration::from_millis(100))
             .await
             .unwrap_err();
         assert_eq!(now(), started, "did not sleep through a hopeless wait");

@@ -8,13 +8,30 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fence::Fence;
 use crate::grant::{GrantState, now};
-use crate::store::Release;
+use crate::store::{Release, Renew};
 use crate::telemetry::{self, events};
+use crate::time::{Ttl, format_duration};
 
 /// How a release ended. Release never fails: a fault is reported here and in telemetry, and
 /// the TTL frees the key.
+///
+/// Exhaustive (an answer, not an error; see `docs/decisions.md`), so a `match` names every
+/// case:
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::AcquireError> {
+/// use std::{sync::Arc, time::Duration};
+/// use baton_core::{Locks, LockOptions, MemoryStore, ReleaseOutcome};
+///
+/// let locks = Locks::new(Arc::new(MemoryStore::new()));
+/// let guard = locks.acquire("job", &LockOptions::new(Duration::from_secs(30))).await?;
+/// match guard.release().await {
+///     ReleaseOutcome::Released => {}
+///     ReleaseOutcome::Expired => { /* not exclusive throughout: check the fence's effects */ }
+///     ReleaseOutcome::Faulted => { /* store down; the TTL frees the key */ }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ReleaseOutcome {
     /// The grant was still ours and is now free.
     Released,
@@ -24,6 +41,24 @@ pub enum ReleaseOutcome {
     Expired,
     /// The store could not be reached; the key stays held until its TTL lapses. Logged as
     /// [`baton.lock.release_faulted`](crate::telemetry::events::LOCK_RELEASE_FAULTED).
+    Faulted,
+}
+
+/// How [`LockGuard::keep_for`] ended. The guard is gone either way and nothing was released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepOutcome {
+    /// The grant was still ours; it now ends on the store `ttl` after the request was
+    /// answered, and is certainly held until `until` (measured from before the request).
+    Kept {
+        /// The monotonic instant until which the key is certainly held.
+        until: Instant,
+    },
+    /// The grant had already expired (and may belong to someone else now): the section was
+    /// **not** exclusive throughout. Logged as
+    /// [`baton.lock.release_after_expiry`](crate::telemetry::events::LOCK_RELEASE_AFTER_EXPIRY).
+    Expired,
+    /// The store could not be reached; the grant keeps the TTL it had, and ends then. Logged
+    /// as [`baton.lock.keep_faulted`](crate::telemetry::events::LOCK_KEEP_FAULTED).
     Faulted,
 }
 
@@ -147,6 +182,110 @@ impl LockGuard {
         let outcome = release_grant(grant).await;
         pending.disarm();
         outcome
+    }
+
+    /// Ends the guard **without releasing**: the keep-alive stops, and the key stays held
+    /// until the grant's current TTL ends on the store. Returns the instant until which the
+    /// key is certainly held ([`LockGuard::valid_until`]).
+    ///
+    /// This is "release on completion or rely on the TTL" made explicit: a cron job that
+    /// locks a per-tick key with the TTL as its cooldown, so that no other replica runs the
+    /// tick again. Unlike `std::mem::forget(guard)` or a drop, it is quiet: no lost signal,
+    /// no `baton.lock.lost`, only the debug event
+    /// [`baton.lock.kept_until_expiry`](crate::telemetry::events::LOCK_KEPT_UNTIL_EXPIRY).
+    /// To choose how long the key stays held from now, use [`LockGuard::keep_for`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use baton_core::{Locks, LockOptions, MemoryStore};
+    ///
+    /// let locks = Locks::new(Arc::new(MemoryStore::new()));
+    /// // One run per tick on the whole cluster: the TTL is the cooldown.
+    /// let options = LockOptions::new(Duration::from_secs(300));
+    /// if let Some(guard) = locks.try_acquire("report:2026-12-02T05:00", &options).await? {
+    ///     // ... the tick's work ...
+    ///     guard.keep_until_expiry();
+    /// }
+    /// assert!(locks.try_acquire("report:2026-12-02T05:00", &options).await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_until_expiry(mut self) -> Instant {
+        self.released = true;
+        let grant = &self.handle.grant;
+        grant.stop();
+        let until = grant.valid_until();
+        telemetry::emit(
+            &events::LOCK_KEPT_UNTIL_EXPIRY,
+            Some(grant.key.as_str()),
+            format_args!(
+                "lock with fence {} kept until its TTL ends, in {}",
+                grant.fence,
+                format_duration(until.saturating_duration_since(now()))
+            ),
+        );
+        until
+    }
+
+    /// Ends the guard **without releasing**, with the grant set to end `ttl` from now: the
+    /// keep-alive stops, one renewal with `ttl` (shorter or longer than the grant's own)
+    /// sets when the key is freed, and nothing releases it before. `baton run --cooldown`
+    /// is built on this.
+    ///
+    /// Quiet in telemetry as [`LockGuard::keep_until_expiry`] is; a grant found expired is
+    /// reported as a release after expiry would be.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before the store answers, the grant keeps either its old
+    /// TTL or `ttl`, whichever the store applied; it is not released.
+    pub async fn keep_for(mut self, ttl: Ttl) -> KeepOutcome {
+        self.released = true;
+        let grant = Arc::clone(&self.handle.grant);
+        drop(self);
+        grant.stop();
+        let key = grant.key.as_str();
+        let sent = now();
+        match grant.store.renew(&grant.key, &grant.holder, ttl).await {
+            Ok(Renew::Renewed) => {
+                telemetry::emit(
+                    &events::LOCK_KEPT_UNTIL_EXPIRY,
+                    Some(key),
+                    format_args!(
+                        "lock with fence {} kept for another {}",
+                        grant.fence,
+                        format_duration(ttl.get())
+                    ),
+                );
+                KeepOutcome::Kept {
+                    until: sent + ttl.get(),
+                }
+            }
+            Ok(Renew::NotHolder) => {
+                telemetry::emit(
+                    &events::LOCK_RELEASE_AFTER_EXPIRY,
+                    Some(key),
+                    format_args!(
+                        "lock with fence {} was to be kept for {}, but it had already expired",
+                        grant.fence,
+                        format_duration(ttl.get())
+                    ),
+                );
+                KeepOutcome::Expired
+            }
+            Err(error) => {
+                telemetry::emit(
+                    &events::LOCK_KEEP_FAULTED,
+                    Some(key),
+                    format_args!(
+                        "setting the TTL of the lock with fence {} to {} failed; it ends with its current TTL: {error}",
+                        grant.fence,
+                        format_duration(ttl.get())
+                    ),
+                );
+                KeepOutcome::Faulted
+            }
+        }
     }
 }
 

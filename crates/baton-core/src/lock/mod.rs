@@ -21,7 +21,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::{Instant, sleep_until};
 
-pub use guard::{LockGuard, LockHandle, ReleaseOutcome};
+pub use guard::{KeepOutcome, LockGuard, LockHandle, ReleaseOutcome};
 pub use options::{LockOptions, MAX_HOLD_LIMIT, MAX_LABEL_BYTES};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -97,6 +97,32 @@ impl std::error::Error for AcquireError {
 impl From<Error> for AcquireError {
     fn from(error: Error) -> Self {
         AcquireError::from_error(error)
+    }
+}
+
+impl From<AcquireError> for Error {
+    /// `Unavailable` and `InvalidInput` give back their error; `Contended` becomes
+    /// [`ErrorKind::Timeout`] (the wait ended with the lock still held), naming the holder.
+    /// So `?` works on [`Locks::acquire`] in a function returning [`crate::Result`]:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use baton_core::{Locks, LockOptions};
+    ///
+    /// async fn nightly(locks: &Locks) -> baton_core::Result<u64> {
+    ///     let guard = locks.acquire("nightly", &LockOptions::new(Duration::from_secs(30))).await?;
+    ///     let fence = guard.fence().get();
+    ///     guard.release().await;
+    ///     Ok(fence)
+    /// }
+    /// ```
+    fn from(error: AcquireError) -> Self {
+        match error {
+            AcquireError::Unavailable(e) | AcquireError::InvalidInput(e) => e,
+            contended @ AcquireError::Contended { .. } => {
+                Error::new(ErrorKind::Timeout, contended.to_string())
+            }
+        }
     }
 }
 
@@ -180,23 +206,33 @@ impl Locks {
         Ok(self.inner.namespace.qualify(KeyKind::Lock, &Key::new(key)?))
     }
 
-    /// Tries to take `key` for `ttl`, waiting up to `wait` for a current holder. `wait` zero
-    /// is exactly one attempt. `Ok(None)` means the lock was still held when `wait` elapsed.
+    /// Tries to take `key` with `options` (TTL, wait, keep-alive), waiting up to the
+    /// options' `wait` for a current holder; a zero wait (the default) is exactly one
+    /// attempt. `Ok(None)` means the lock was still held when the wait elapsed.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> baton_core::Result<()> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use baton_core::{Locks, LockOptions, MemoryStore};
+    ///
+    /// let locks = Locks::new(Arc::new(MemoryStore::new()));
+    /// let options = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_millis(100));
+    /// let guard = locks.try_acquire("job", &options).await?.expect("free");
+    /// assert!(locks.try_acquire("job", &options).await?.is_none(), "held");
+    /// guard.release().await;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// `InvalidInput` before any I/O for a bad key, TTL or wait; `Unavailable` when the store
+    /// `InvalidInput` before any I/O for a bad key or options; `Unavailable` when the store
     /// faulted.
     ///
     /// # Cancel safety
     /// Dropping the future while a claim is in flight releases what that claim may have
     /// granted, in the background; the TTL is the backstop.
-    pub async fn try_acquire(
-        &self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Option<LockGuard>> {
-        match self.acquire(key, &LockOptions::new(ttl).wait(wait)).await {
+    pub async fn try_acquire(&self, key: &str, options: &LockOptions) -> Result<Option<LockGuard>> {
+        match self.acquire(key, options).await {
             Ok(guard) => Ok(Some(guard)),
             Err(AcquireError::Contended { .. }) => Ok(None),
             Err(AcquireError::Unavailable(e) | AcquireError::InvalidInput(e)) => Err(e),

@@ -91,6 +91,7 @@ macro_rules! work_conformance_tests {
             queue_zombie_gets_not_owner,
             queue_dead_letters_items_whose_leases_keep_lapsing,
             worker_settles_by_the_handler_answer,
+            worker_drains_until_settled,
             worker_extends_leases_while_handlers_run,
             worker_discards_the_result_of_a_lost_item,
             worker_shuts_down_gracefully,
@@ -212,7 +213,7 @@ async fn stats_of(store: &dyn QueueStore, key: &StoreKey) -> Option<QueueStats> 
         .await
         .expect("stats")
         .into_iter()
-        .find(|s| s.queue == *key)
+        .find(|s| s.key == *key)
 }
 
 /// Enqueued items get increasing ids and come back from a claim exactly as they went in:
@@ -884,7 +885,7 @@ pub async fn stats_count_every_state(h: &dyn WorkHarness) {
     let prefix = format!("{}:queue:", ns.as_str());
     let all = store.stats(&prefix).await.unwrap();
     assert_eq!(
-        all.iter().map(|s| s.queue.clone()).collect::<Vec<_>>(),
+        all.iter().map(|s| s.key.clone()).collect::<Vec<_>>(),
         vec![key.clone(), s2.clone()],
         "ordered by key; s3 has no items; other namespaces are not listed"
     );

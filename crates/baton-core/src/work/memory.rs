@@ -290,7 +290,7 @@ impl QueueStore for MemoryStore {
                 continue;
             }
             let mut stats = QueueStats {
-                queue: key.clone(),
+                key: key.clone(),
                 ready: 0,
                 scheduled: 0,
                 running: 0,

@@ -342,9 +342,9 @@ impl Queue {
             .map_err(|e| self.inner.fault("stats", e))?;
         Ok(all
             .into_iter()
-            .find(|s| s.queue == self.inner.key)
+            .find(|s| s.key == self.inner.key)
             .unwrap_or_else(|| QueueStats {
-                queue: self.inner.key.clone(),
+                key: self.inner.key.clone(),
                 ready: 0,
                 scheduled: 0,
                 running: 0,

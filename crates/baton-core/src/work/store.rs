@@ -185,8 +185,9 @@ pub enum Settle {
 /// Counts of one queue, as [`QueueStore::stats`] reports them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueStats {
-    /// The qualified queue key.
-    pub queue: StoreKey,
+    /// The qualified queue key (`<namespace>:queue:<name>`), as stores report it; the name
+    /// the queue was opened with is [`QueueStats::queue`].
+    pub key: StoreKey,
     /// Ready items whose `run_at` has come.
     pub ready: u64,
     /// Ready items waiting for a later `run_at` (delayed, or backing off).
@@ -199,6 +200,14 @@ pub struct QueueStats {
     pub dead: u64,
     /// How long the oldest claimable item (ready and due, or expired) has been claimable.
     pub oldest_due: Option<Duration>,
+}
+
+impl QueueStats {
+    /// The queue's name, as it was given to [`Queue::new`](super::Queue::new) or
+    /// `baton.queue(name)`.
+    pub fn queue(&self) -> &str {
+        self.key.user_key()
+    }
 }
 
 /// A dead-lettered item, as [`QueueStore::dead_letters`] lists it.

@@ -246,6 +246,11 @@ pub struct WorkerReport {
     pub store_faults: u64,
 }
 
+/// Whether a queue has nothing left to do: every item is completed or dead-lettered.
+fn settled(stats: &super::QueueStats) -> bool {
+    stats.ready == 0 && stats.scheduled == 0 && stats.running == 0 && stats.expired == 0
+}
+
 /// Runs a handler over a queue. Build with [`Worker::new`] and the setters, then
 /// [`run`](Worker::run).
 ///
@@ -276,6 +281,7 @@ pub struct Worker {
     concurrency: usize,
     batch: Option<u32>,
     exit_when_empty: bool,
+    exit_when_settled: bool,
     grace: Duration,
     poll_min: Duration,
     poll_max: Duration,
@@ -289,6 +295,7 @@ impl fmt::Debug for Worker {
             .field("concurrency", &self.concurrency)
             .field("batch", &self.batch)
             .field("exit_when_empty", &self.exit_when_empty)
+            .field("exit_when_settled", &self.exit_when_settled)
             .field("grace", &self.grace)
             .finish()
     }
@@ -303,6 +310,7 @@ impl Worker {
             concurrency: 1,
             batch: None,
             exit_when_empty: false,
+            exit_when_settled: false,
             grace: Duration::from_secs(30),
             poll_min: Duration::from_millis(100),
             poll_max: Duration::from_secs(5),
@@ -324,9 +332,43 @@ impl Worker {
     }
 
     /// Return once a claim finds nothing claimable and no handler is running (items waiting
-    /// for a delay or a backoff are left for later). For batch jobs and tests.
+    /// for a delay or a backoff are left for later). For batch jobs and tests; to wait for
+    /// retries too, use [`exit_when_settled`](Worker::exit_when_settled).
     pub fn exit_when_empty(mut self, exit: bool) -> Self {
         self.exit_when_empty = exit;
+        self
+    }
+
+    /// Drain until settled: return only once every item of the queue is completed or
+    /// dead-lettered, that is when a claim finds nothing claimable, no handler of this
+    /// worker is running, and the queue's [`stats`](super::Queue::stats) count nothing
+    /// ready, scheduled (waiting out a retry backoff, or an enqueue delay), running (on any
+    /// worker) or with a lapsed lease. A failed item waiting out its backoff keeps the
+    /// worker running until it is retried and settles. Not with
+    /// [`exit_when_empty`](Worker::exit_when_empty).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use baton_core::work::{Backoff, EnqueueOptions, Job, MemoryWorkStore, Queue, QueueOptions, Worker};
+    ///
+    /// let queue = Queue::new(Arc::new(MemoryWorkStore::new()), "imports")?
+    ///     .with_options(QueueOptions::new().backoff(Backoff::fixed(Duration::from_millis(50))))?;
+    /// queue.enqueue(b"file-1.csv", EnqueueOptions::new()).await?;
+    /// let report = Worker::new(queue)
+    ///     .poll(Duration::from_millis(10), Duration::from_millis(50))
+    ///     .exit_when_settled(true)
+    ///     .run(|job: Job| async move {
+    ///         // The first attempt fails; the retry, after the backoff, succeeds.
+    ///         if job.attempt() == 1 { Err("flaky") } else { Ok(()) }
+    ///     })
+    ///     .await?;
+    /// assert_eq!((report.retried, report.completed), (1, 1));
+    /// # Ok(()) }
+    /// ```
+    pub fn exit_when_settled(mut self, exit: bool) -> Self {
+        self.exit_when_settled = exit;
         self
     }
 
@@ -373,6 +415,11 @@ impl Worker {
                 self.poll_min, self.poll_max
             )));
         }
+        if self.exit_when_empty && self.exit_when_settled {
+            return Err(Error::invalid_input(
+                "worker exit_when_empty and exit_when_settled are both set; exit_when_settled waits for retries as well, exit_when_empty does not: choose one",
+            ));
+        }
         if self.grace > Duration::from_secs(24 * 3600) {
             return Err(Error::invalid_input(format!(
                 "worker grace {:?} is above the maximum of 24h",
@@ -383,7 +430,8 @@ impl Worker {
     }
 
     /// Runs `handler` on every item until shutdown (or, with
-    /// [`exit_when_empty`](Worker::exit_when_empty), until the queue is drained), and
+    /// [`exit_when_empty`](Worker::exit_when_empty), until the queue is drained, or with
+    /// [`exit_when_settled`](Worker::exit_when_settled), until every item settled), and
     /// reports what it did.
     ///
     /// # Errors
@@ -438,6 +486,13 @@ impl Worker {
             if items.is_empty() {
                 if self.exit_when_empty && tasks.is_empty() {
                     break;
+                }
+                if self.exit_when_settled && tasks.is_empty() {
+                    match self.queue.stats().await {
+                        Ok(stats) if settled(&stats) => break,
+                        Ok(_) => {}
+                        Err(_) => report.store_faults += 1,
+                    }
                 }
                 self.pause(&mut tasks, &mut report, idle).await;
                 idle = (idle * 2).min(self.poll_max);

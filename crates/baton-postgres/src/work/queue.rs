@@ -70,7 +70,7 @@ fn queue_stats(row: &PgRow) -> Result<QueueStats, sqlx::Error> {
         )
     };
     Ok(QueueStats {
-        queue: StoreKey::from_stored(row.try_get("queue")?),
+        key: StoreKey::from_stored(row.try_get("queue")?),
         ready: column("ready")?,
         scheduled: column("scheduled")?,
         running: column("running")?,

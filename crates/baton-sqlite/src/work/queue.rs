@@ -194,7 +194,7 @@ fn stats(conn: &Connection, prefix: &str) -> Result<Vec<QueueStats>, OpError> {
         let due = due_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
         let lapsed = lapsed_ns.map(|ns| Duration::from_nanos(ns.max(0) as u64));
         out.push(QueueStats {
-            queue: StoreKey::from_stored(queue),
+            key: StoreKey::from_stored(queue),
             ready: stored_u64("ready count", ready)?,
             scheduled: stored_u64("scheduled count", scheduled)?,
             running: stored_u64("running count", running)?,

@@ -225,6 +225,90 @@ pub async fn queue_dead_letters_items_whose_leases_keep_lapsing(h: &dyn WorkHarn
     assert!(dead[0].error.contains("lapsed"), "{}", dead[0].error);
 }
 
+/// `exit_when_empty` returns while a failed item waits out its retry backoff;
+/// `exit_when_settled` returns only once that item was retried and settled. Setting both is
+/// invalid input.
+pub async fn worker_drains_until_settled(h: &dyn WorkHarness) {
+    let ns = fresh_namespace();
+    let q = queue(h.open().await, &ns, "settling")
+        .with_options(
+            QueueOptions::new()
+                .max_attempts(3)
+                .backoff(Backoff::fixed(ms(400))),
+        )
+        .unwrap();
+    q.enqueue(b"flaky", EnqueueOptions::new()).await.unwrap();
+    q.enqueue(b"ok", EnqueueOptions::new()).await.unwrap();
+    let handler = |job: Job| async move {
+        if job.payload() == b"flaky" && job.attempt() == 1 {
+            return Err("the first attempt fails");
+        }
+        Ok(())
+    };
+    let empty = timeout(
+        PATIENCE,
+        Worker::new(q.clone())
+            .poll(ms(5), ms(20))
+            .exit_when_empty(true)
+            .run(handler),
+    )
+    .await
+    .expect("exit_when_empty returns")
+    .unwrap();
+    assert_eq!((empty.completed, empty.retried), (1, 1), "{empty:?}");
+    let stats = q.stats().await.unwrap();
+    assert_eq!(stats.scheduled, 1, "the retry is still waiting: {stats:?}");
+    assert_eq!(
+        stats.queue(),
+        "settling",
+        "the name the queue was opened with"
+    );
+    assert_eq!(
+        stats.key.as_str(),
+        format!("{}:queue:settling", ns.as_str())
+    );
+
+    let settled = timeout(
+        PATIENCE,
+        Worker::new(q.clone())
+            .poll(ms(5), ms(20))
+            .exit_when_settled(true)
+            .run(handler),
+    )
+    .await
+    .expect("exit_when_settled returns once the retry settled")
+    .unwrap();
+    assert_eq!(settled.completed, 1, "the retry ran: {settled:?}");
+    let stats = q.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.ready,
+            stats.scheduled,
+            stats.running,
+            stats.expired,
+            stats.dead
+        ),
+        (0, 0, 0, 0, 0),
+        "{stats:?}"
+    );
+
+    // A settled queue: the worker returns at once.
+    let idle = Worker::new(q.clone())
+        .exit_when_settled(true)
+        .run(handler)
+        .await
+        .unwrap();
+    assert_eq!(idle.claimed, 0);
+
+    let err = Worker::new(q)
+        .exit_when_empty(true)
+        .exit_when_settled(true)
+        .run(handler)
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+}
+
 /// A [`Worker`] completes what its handler answers `Ok` for, retries what it fails (and
 /// what panics), and dead-letters after the last attempt; with `exit_when_empty` it returns
 /// once the queue is drained.
