@@ -30,6 +30,7 @@ pub mod limit;
 mod lock;
 mod memory;
 mod redact;
+pub mod retry;
 pub mod signals;
 pub mod store;
 pub mod telemetry;

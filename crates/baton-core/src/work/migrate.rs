@@ -36,11 +36,9 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
@@ -50,6 +48,7 @@ use crate::grant::now;
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, StoreKey, check_text};
 use crate::lock::{AcquireError, LockOptions, Locks};
+use crate::retry::{self, Backoff, jitter};
 use crate::store::Renew;
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};
@@ -63,6 +62,10 @@ pub const MAX_MIGRATION_NAME_BYTES: usize = 200;
 pub const MAX_CONVERGENCE_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// How many times a finish is tried while it hits store faults.
 const FINISH_TRIES: u32 = 5;
+/// The waits between those tries.
+const FINISH_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+/// The waits between the retries of a run that met a store or lock fault.
+const RUN_BACKOFF: Backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
 
 mod sealed {
     #[allow(unreachable_pub)]
@@ -391,7 +394,7 @@ impl Migrations {
         // when a fault cut an attempt short is taken over at once (the claim takes the
         // writer's own pending record), not after its lease.
         let writer = Holder::random();
-        let mut backoff = Duration::from_millis(250);
+        let mut backoff = RUN_BACKOFF.attempts();
         let mut retries = 0;
         loop {
             match self
@@ -404,13 +407,12 @@ impl Migrations {
                         &events::MIGRATION_UNAVAILABLE,
                         Some(self.set.as_str()),
                         format_args!(
-                            "migration run failed ({e}); retry {retries} of {} in about {}ms",
+                            "migration run failed ({e}); retry {retries} of {} in at most {}ms",
                             self.retries,
-                            backoff.as_millis()
+                            backoff.peek().as_millis()
                         ),
                     );
-                    sleep(jittered(backoff)).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    sleep(backoff.next_delay()).await;
                 }
                 Err(e) => {
                     if e.is_unavailable() {
@@ -517,7 +519,7 @@ impl Migrations {
                     ),
                 ));
             }
-            sleep(jittered(self.poll)).await;
+            sleep(jitter(self.poll)).await;
         }
     }
 
@@ -577,8 +579,7 @@ impl Migrations {
                                 ),
                             ));
                         }
-                        sleep(jittered(remaining.min(self.poll)).max(Duration::from_millis(5)))
-                            .await;
+                        sleep(jitter(remaining.min(self.poll)).max(Duration::from_millis(5))).await;
                         continue;
                     }
                     MigrationClaim::Claimed { attempt, previous } => (attempt, previous),
@@ -659,7 +660,7 @@ impl Migrations {
         state: MigrationState,
         error: &str,
     ) -> Result<Settle> {
-        retry(FINISH_TRIES, || {
+        retry::retry(FINISH_BACKOFF, FINISH_TRIES, || {
             self.store
                 .finish_migration(&self.set, name, writer, state, error)
         })
@@ -724,29 +725,4 @@ impl Drop for Heartbeat {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// Runs `call` up to `tries` times while it answers `Unavailable`.
-async fn retry<T, F, Fut>(tries: u32, mut call: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut wait = Duration::from_millis(100);
-    let mut attempt = 1;
-    loop {
-        match call().await {
-            Err(e) if e.is_unavailable() && attempt < tries => {
-                sleep(jittered(wait)).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// `d` scaled by a random factor in [0.5, 1.0].
-fn jittered(d: Duration) -> Duration {
-    d.mul_f64(rand::rng().random_range(0.5..=1.0))
 }

@@ -37,14 +37,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use tokio::time::{sleep, sleep_until};
+use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::grant::now;
+use crate::retry::{self, Backoff};
 
 use super::item::{Extension, Failure, Item};
 use super::options::{MAX_BATCH, error_text};
@@ -55,6 +55,9 @@ use super::store::{ItemId, Settle};
 pub const MAX_CONCURRENCY: usize = 1024;
 /// How many times a worker tries to settle an item whose settle hit a store fault.
 const SETTLE_TRIES: u32 = 3;
+/// The waits between those tries.
+const SETTLE_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_millis(200));
 
 /// What a handler receives: the item's payload and attempt, and a signal that fires when the
 /// item is known or presumed lost. Cheap to clone.
@@ -406,7 +409,7 @@ impl Worker {
         // aborts its handler's task (`AbortOnDrop`).
         let mut tasks: JoinSet<Outcome> = JoinSet::new();
         let mut report = WorkerReport::default();
-        let mut idle = self.poll_min;
+        let mut idle = Backoff::new(self.poll_min, self.poll_max).attempts();
         loop {
             while let Some(done) = tasks.try_join_next() {
                 tally(&mut report, done);
@@ -428,8 +431,7 @@ impl Worker {
                 Err(e) if e.is_invalid_input() => return Err(e),
                 Err(_) => {
                     report.store_faults += 1;
-                    self.pause(&mut tasks, &mut report, idle).await;
-                    idle = (idle * 2).min(self.poll_max);
+                    self.pause(&mut tasks, &mut report, idle.next_delay()).await;
                     continue;
                 }
             };
@@ -437,11 +439,10 @@ impl Worker {
                 if self.exit_when_empty && tasks.is_empty() {
                     break;
                 }
-                self.pause(&mut tasks, &mut report, idle).await;
-                idle = (idle * 2).min(self.poll_max);
+                self.pause(&mut tasks, &mut report, idle.next_delay()).await;
                 continue;
             }
-            idle = self.poll_min;
+            idle.reset();
             report.claimed += items.len() as u64;
             for item in items {
                 let permit = Arc::clone(&slots)
@@ -477,9 +478,8 @@ impl Worker {
         Ok(report)
     }
 
-    /// Waits a jittered `idle`, waking early for shutdown or a finished handler.
-    async fn pause(&self, tasks: &mut JoinSet<Outcome>, report: &mut WorkerReport, idle: Duration) {
-        let wait = idle.mul_f64(rand::rng().random_range(0.5..=1.0));
+    /// Waits `wait` (already jittered), waking early for shutdown or a finished handler.
+    async fn pause(&self, tasks: &mut JoinSet<Outcome>, report: &mut WorkerReport, wait: Duration) {
         let until = now() + wait;
         tokio::select! {
             Some(done) = tasks.join_next(), if !tasks.is_empty() => tally(report, done),
@@ -621,21 +621,10 @@ async fn fail(item: &Item, error: &str) -> Outcome {
 
 /// Runs a settle up to [`SETTLE_TRIES`] times while it hits store faults; `None` when every
 /// try faulted (the item is left to its lease).
-async fn settle<T, F, Fut>(mut call: F) -> Option<T>
+async fn settle<T, F, Fut>(call: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let mut wait = Duration::from_millis(100);
-    for attempt in 1..=SETTLE_TRIES {
-        match call().await {
-            Ok(answer) => return Some(answer),
-            Err(_) if attempt < SETTLE_TRIES => {
-                sleep(wait).await;
-                wait *= 2;
-            }
-            Err(_) => {}
-        }
-    }
-    None
+    retry::retry(SETTLE_BACKOFF, SETTLE_TRIES, call).await.ok()
 }
