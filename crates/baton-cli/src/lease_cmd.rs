@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use baton::{ClaimResult, LeaseInfo, RemoveResult, RenewResult};
+use baton::{ClaimResult, LeaseInfo, RemoveResult, Renewal};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -183,12 +183,12 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
         },
         LeaseCommand::Renew { key, holder, ttl } => {
             match leases.renew(key, &holder.id, *ttl).await? {
-                RenewResult::Renewed => Answer::Renewed {
+                Renewal::Renewed => Answer::Renewed {
                     key: key.clone(),
                     holder: holder.id.clone(),
                     ttl_ms: millis(*ttl),
                 },
-                RenewResult::NotHolder => Answer::NotHolder {
+                Renewal::NotHeld => Answer::NotHolder {
                     key: key.clone(),
                     holder: holder.id.clone(),
                 },

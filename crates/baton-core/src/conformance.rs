@@ -20,9 +20,9 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
-use crate::lease::{ClaimResult, Leases, RemoveResult, RenewResult, stream_key};
+use crate::lease::{ClaimResult, Leases, RemoveResult, stream_key};
 use crate::lock::{AcquireError, LockOptions, Locks, ReleaseOutcome};
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use crate::time::Ttl;
 
 /// What a store's test target provides to the suite.
@@ -905,7 +905,7 @@ pub async fn late_renewal_never_revives(h: &dyn Harness) {
             .renew("s", "a", Duration::from_secs(10))
             .await
             .unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
     assert!(
         leases.inspect("s").await.unwrap().is_none(),
@@ -920,7 +920,7 @@ pub async fn late_renewal_never_revives(h: &dyn Harness) {
             .renew("s", "a", Duration::from_secs(10))
             .await
             .unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(leases.inspect("s").await.unwrap().unwrap().holder, "b");
     assert_eq!(
@@ -928,7 +928,7 @@ pub async fn late_renewal_never_revives(h: &dyn Harness) {
             .renew("s", "b", Duration::from_secs(10))
             .await
             .unwrap(),
-        RenewResult::Renewed
+        Renewal::Renewed
     );
 }
 
@@ -1121,7 +1121,7 @@ impl LeaseStore for FaultyStore {
         self.reply(answer).await
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         self.enter().await?;
         let answer = self.inner.renew(key, holder, ttl).await;
         self.reply(answer).await

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::fence::Fence;
 use crate::holder::Holder;
 use crate::key::StoreKey;
-use crate::store::{LeaseStore, Renew};
+use crate::store::{LeaseStore, Renewal};
 use crate::telemetry::{self, Event};
 use crate::time::Ttl;
 
@@ -363,11 +363,11 @@ async fn keep(grant: &GrantState, watch: Watch) -> &'static str {
             }
         };
         match answer {
-            Ok(Renew::Renewed) => {
+            Ok(Renewal::Renewed) => {
                 grant.extend(sent + watch.ttl.get());
                 next_renewal = Some(sent + interval);
             }
-            Ok(Renew::NotHolder) => return "the store reports it is no longer the holder",
+            Ok(Renewal::NotHeld) => return "the store reports it is no longer the holder",
             Err(error) => {
                 telemetry::emit(
                     watch.renew_failed_event,

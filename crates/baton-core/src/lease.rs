@@ -22,7 +22,7 @@ use crate::fence::Fence;
 use crate::grant::{GrantState, Watch, now, spawn_watchdog};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, check_keep_alive};
 
@@ -46,15 +46,6 @@ pub enum ClaimResult {
         /// When its lease runs out unless renewed (monotonic, approximate).
         until: Instant,
     },
-}
-
-/// The answer of [`Leases::renew`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RenewResult {
-    /// Extended.
-    Renewed,
-    /// We no longer hold it; nothing was changed.
-    NotHolder,
 }
 
 /// The answer of [`Leases::release`]: did we still own the lease?
@@ -216,13 +207,13 @@ impl Leases {
     ///
     /// # Errors
     /// `InvalidInput` before any I/O; `Unavailable` when the store faulted.
-    pub async fn renew(&self, key: &str, holder: &str, ttl: Duration) -> Result<RenewResult> {
+    pub async fn renew(&self, key: &str, holder: &str, ttl: Duration) -> Result<Renewal> {
         let key = self.qualify(key)?;
         let holder = Holder::new(holder)?;
         let ttl = Ttl::new(ttl)?;
         Ok(match self.store.renew(&key, &holder, ttl).await? {
-            Renew::Renewed => RenewResult::Renewed,
-            Renew::NotHolder => RenewResult::NotHolder,
+            Renewal::Renewed => Renewal::Renewed,
+            Renewal::NotHeld => Renewal::NotHeld,
         })
     }
 
@@ -289,7 +280,7 @@ impl Leases {
             _ => Fence::new(0),
         };
         let grant = GrantState::new(Arc::clone(&self.store), key, holder, fence, sent, ttl);
-        if renewed == Renew::NotHolder {
+        if renewed == Renewal::NotHeld {
             telemetry::emit(
                 &events::LEASE_LOST,
                 Some(grant.key.as_str()),

@@ -47,8 +47,8 @@ pub use key::{
     prefix_upper_bound,
 };
 pub use lease::{
-    ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, RenewResult,
-    check_reason, stream_key,
+    ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, check_reason,
+    stream_key,
 };
 pub use limit::{Decision, LimitError, Quota, RateLimiter, RateStore};
 pub use lock::{
@@ -57,7 +57,7 @@ pub use lock::{
 };
 pub use memory::MemoryStore;
 pub use redact::redact_url;
-pub use store::HolderInfo;
+pub use store::{HolderInfo, Renewal};
 pub use time::{Ttl, WaitTime, parse_duration};
 
 #[cfg(test)]

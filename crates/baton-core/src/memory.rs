@@ -26,7 +26,7 @@ use crate::fence::Fence;
 use crate::holder::Holder;
 use crate::key::StoreKey;
 use crate::signals::ReleaseHub;
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use crate::telemetry::{self, events};
 use crate::time::{Clock, SystemClock, Ttl};
 
@@ -192,15 +192,15 @@ impl LeaseStore for MemoryStore {
         Ok(claim)
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.state();
         Ok(match state.live(key, now) {
             Some(grant) if grant.holder == *holder => {
                 grant.expires_at = now + ttl.get();
-                Renew::Renewed
+                Renewal::Renewed
             }
-            _ => Renew::NotHolder,
+            _ => Renewal::NotHeld,
         })
     }
 

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use baton_core::Renewal;
 use baton_core::idempotency::{
-    Acquire, AcquireOptions, Attempt, Finalize, MAX_METADATA_BYTES, Outcome, Record, Renewal,
-    Scope, Status, Takeover,
+    Acquire, AcquireOptions, Attempt, Finalize, MAX_METADATA_BYTES, Outcome, Record, Scope, Status,
+    Takeover,
 };
 use baton_core::telemetry::{self, events};
 use bytes::{Bytes, BytesMut};
@@ -568,7 +569,7 @@ impl KeepAlive {
             loop {
                 sleep(every).await;
                 // A fault is reported by the log and retried at the next tick.
-                if let Ok(Renewal::NotOwner) = log.renew(&attempt).await {
+                if let Ok(Renewal::NotHeld) = log.renew(&attempt).await {
                     return;
                 }
             }

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{
     ClaimResult, Error, Fence, Holder, Key, LeaseInfo, LeaseKeepAlive, Leases, RemoveResult,
-    RenewResult, Result, StoreKey, Ttl,
+    Result, StoreKey, Ttl,
 };
 use sqlx::Row;
 use sqlx::postgres::{PgArguments, PgRow};
@@ -250,7 +250,7 @@ impl TableLeases {
     ///
     /// # Errors
     /// As [`claim`](Self::claim).
-    pub async fn renew(&self, key: &[&str], holder: &str, ttl: Duration) -> Result<RenewResult> {
+    pub async fn renew(&self, key: &[&str], holder: &str, ttl: Duration) -> Result<Renewal> {
         self.leases.renew(&self.join(key)?, holder, ttl).await
     }
 
@@ -799,7 +799,7 @@ impl LeaseStore for TableStore {
         Err(self.changing(key))
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let parts = self.parts(key);
         let renewed = self
             .db
@@ -818,9 +818,9 @@ impl LeaseStore for TableStore {
             )
             .await?;
         Ok(if renewed == 1 {
-            Renew::Renewed
+            Renewal::Renewed
         } else {
-            Renew::NotHolder
+            Renewal::NotHeld
         })
     }
 

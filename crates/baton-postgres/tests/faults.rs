@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{
     ClaimResult, Fence, Holder, Leases, LockOptions, Locks, RemoveResult, StoreKey, Ttl,
@@ -449,7 +449,7 @@ async fn eviction_frees_the_key_and_wakes_waiters() {
         .expect("eviction wakes the waiter long before the 10 minute TTL");
     assert_eq!(
         a.renew(&key, &stuck, ttl(secs(5))).await.unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     guard.release().await;
     assert_eq!(

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{ClaimResult, ErrorKind, RemoveResult, RenewResult};
+use baton_core::{ClaimResult, ErrorKind, RemoveResult, Renewal};
 use baton_postgres::{PostgresStore, TableLeaseColumns, TableLeases};
 use sqlx::Row;
 use tokio::sync::Barrier;
@@ -136,11 +136,11 @@ async fn the_lock_lives_in_the_users_row() {
     assert_eq!(again, fence);
     assert_eq!(
         locks.renew(&KEY, INSTANCE_A, ttl).await.unwrap(),
-        RenewResult::Renewed
+        Renewal::Renewed
     );
     assert_eq!(
         locks.renew(&KEY, INSTANCE_B, ttl).await.unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
     let info = locks.inspect(&KEY).await.unwrap().expect("locked");
     assert_eq!(info.holder, INSTANCE_A);
@@ -210,7 +210,7 @@ async fn an_expired_lock_is_taken_over() {
             .renew(&KEY, INSTANCE_A, Duration::from_secs(30))
             .await
             .unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
 }
 

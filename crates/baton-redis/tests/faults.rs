@@ -14,7 +14,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{AcquireError, Fence, Holder, LockOptions, Locks, ReleaseOutcome, Ttl};
 use baton_testkit::FencedRegister;
@@ -314,7 +314,7 @@ async fn flushed_scripts_are_reloaded_and_never_read_as_not_holder() {
     flush();
     assert_eq!(
         store.renew(&key, &a, ttl(secs(30))).await.expect("renew"),
-        Renew::Renewed
+        Renewal::Renewed
     );
     flush();
     match store
@@ -328,7 +328,7 @@ async fn flushed_scripts_are_reloaded_and_never_read_as_not_holder() {
     flush();
     assert_eq!(
         store.renew(&key, &b, ttl(secs(30))).await.expect("renew"),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     flush();
     assert_eq!(

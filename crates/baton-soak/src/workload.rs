@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use baton::idempotency::{Acquire, AcquireOptions, Finalize, Outcome, Scope};
 use baton::{AcquireError, Baton, ClaimResult, LockOptions, ReleaseOutcome, RemoveResult};
-use baton::{Fence, RenewResult};
+use baton::{Fence, Renewal};
 use baton_testkit::{FencedRegister, MonoTime};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -502,7 +502,7 @@ async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
             );
             let sent = call.at;
             match leases.renew(key, &holder, LEASE_TTL).await {
-                Ok(RenewResult::Renewed) => {
+                Ok(Renewal::Renewed) => {
                     valid_until = valid_until.max(sent + LEASE_TTL);
                     journal.complete(
                         call,
@@ -513,7 +513,7 @@ async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
                         },
                     );
                 }
-                Ok(RenewResult::NotHolder) => {
+                Ok(Renewal::NotHeld) => {
                     journal.complete(call, Phase::Fail, outcome("not_holder"));
                     break;
                 }

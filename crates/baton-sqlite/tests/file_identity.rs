@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Renew};
+use baton_core::store::{Claim, LeaseStore, Renewal};
 use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use tokio::time::timeout;
@@ -84,7 +84,7 @@ async fn a_holder_learns_that_its_file_was_deleted_and_fences_do_not_restart() {
             .renew(&k, &holder, ttl(Duration::from_secs(60)))
             .await
             .unwrap(),
-        Renew::NotHolder,
+        Renewal::NotHeld,
         "the holder of a deleted file still renewed"
     );
     // The first store now works on the file at the path, as a new store would.
@@ -123,7 +123,7 @@ async fn a_holder_learns_that_its_file_was_replaced() {
             .renew(&k, &holder, ttl(Duration::from_secs(60)))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert!(store.inspect(&k).await.unwrap().is_none());
     let next = grant(&store, &k, &Holder::random()).await;
@@ -203,7 +203,7 @@ async fn deleting_only_the_main_file_is_noticed_and_no_file_is_built_on_its_log(
             .renew(&k, &holder, ttl(Duration::from_secs(60)))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
 }
 

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use baton::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton::{Baton, LockOptions, Locks, MemoryStore, Namespace};
 use baton_core::time::Ttl;
 use baton_core::{Holder, Key, KeyKind, StoreKey};
@@ -361,7 +361,7 @@ impl LeaseStore for Counting {
         self.inner.claim(key, holder, ttl, reason).await
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> baton::Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> baton::Result<Renewal> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.renew(key, holder, ttl).await
     }

@@ -19,13 +19,13 @@ use crate::conformance::{Faulty, eventually, fresh_namespace, ms};
 use crate::error::{ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::{Namespace, StoreKey};
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::Ttl;
 
 use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
 use super::{
     Acquire, AcquireOptions, Attempt, Finalize, IdempotencyLog, MAX_METADATA_BYTES, Outcome,
-    Record, Renewal, Scope, Status, Takeover,
+    Record, Scope, Status, Takeover,
 };
 
 /// What a store's test target provides to the rules.
@@ -316,7 +316,7 @@ pub async fn finalize_is_idempotent_for_its_owner(h: &dyn IdempotencyHarness) {
     assert_eq!(again.status(), Status::Completed);
     assert_eq!(again.metadata(), b"first");
     assert!(
-        log.renew(&attempt).await.unwrap() == Renewal::NotOwner,
+        log.renew(&attempt).await.unwrap() == Renewal::NotHeld,
         "a finalized record has no lease"
     );
 }
@@ -337,7 +337,7 @@ pub async fn stale_finalize_is_not_owner_and_changes_nothing(h: &dyn Idempotency
             .unwrap(),
         Finalize::NotOwner
     );
-    assert_eq!(log.renew(&zombie).await.unwrap(), Renewal::NotOwner);
+    assert_eq!(log.renew(&zombie).await.unwrap(), Renewal::NotHeld);
     let record = log.get(&scope).await.unwrap().unwrap();
     assert_eq!((record.status(), record.attempt()), (Status::Pending, 2));
     assert!(record.metadata().is_empty());
@@ -556,7 +556,7 @@ pub async fn records_expire_after_their_ttl(h: &dyn IdempotencyHarness) {
         log.finalize(&fresh, Outcome::Completed, b"").await.unwrap(),
         Finalize::NotOwner
     );
-    assert_eq!(log.renew(&fresh).await.unwrap(), Renewal::NotOwner);
+    assert_eq!(log.renew(&fresh).await.unwrap(), Renewal::NotHeld);
 }
 
 /// Scopes differing in any part, and namespaces, never see each other's records.
@@ -745,7 +745,7 @@ impl IdempotencyStore for FaultyIdempotencyStore {
         self.inner.acquire(key, request).await
     }
 
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         self.enter()?;
         self.inner.renew(key, owner, lease).await
     }

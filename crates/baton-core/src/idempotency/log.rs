@@ -8,11 +8,11 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::key::Namespace;
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::telemetry::{self, events};
 
 use super::options::{AcquireOptions, check_metadata};
-use super::record::{Acquire, Attempt, Finalize, Outcome, Record, Renewal, Status, Takeover};
+use super::record::{Acquire, Attempt, Finalize, Outcome, Record, Status, Takeover};
 use super::scope::Scope;
 use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
 
@@ -256,8 +256,8 @@ impl IdempotencyLog {
                 error
             })?;
         Ok(match answer {
-            Renew::Renewed => Renewal::Renewed,
-            Renew::NotHolder => {
+            Renewal::Renewed => Renewal::Renewed,
+            Renewal::NotHeld => {
                 telemetry::emit(
                     &events::IDEMPOTENCY_NOT_OWNER,
                     Some(attempt.key.as_str()),
@@ -266,7 +266,7 @@ impl IdempotencyLog {
                         attempt.number()
                     ),
                 );
-                Renewal::NotOwner
+                Renewal::NotHeld
             }
         })
     }

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::telemetry::{self, events};
 use crate::time::{Clock, SystemClock, Ttl};
 
@@ -173,15 +173,15 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         Ok(answer)
     }
 
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.state();
         Ok(match state.live(key, now) {
             Some(entry) if entry.owner == *owner && entry.status == Status::Pending => {
                 entry.lease_until = now + lease.get();
-                Renew::Renewed
+                Renewal::Renewed
             }
-            _ => Renew::NotHolder,
+            _ => Renewal::NotHeld,
         })
     }
 

@@ -252,13 +252,3 @@ pub enum Finalize {
     /// [`baton.idempotency.not_owner`](crate::telemetry::events::IDEMPOTENCY_NOT_OWNER).
     NotOwner,
 }
-
-/// The answer of [`IdempotencyLog::renew`](super::IdempotencyLog::renew).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Renewal {
-    /// The attempt still owns the pending record; its lease starts again.
-    Renewed,
-    /// The attempt no longer owns a pending record (taken over, finalized, or expired).
-    /// Nothing was changed.
-    NotOwner,
-}

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::telemetry::{self, events};
 use crate::time::{Clock, SystemClock, Ttl};
 
@@ -276,7 +276,7 @@ impl QueueStore for MemoryWorkStore {
         id: ItemId,
         token: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.state();
         match state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) {
@@ -284,9 +284,9 @@ impl QueueStore for MemoryWorkStore {
                 if let ItemState::Running { locked_until, .. } = &mut item.state {
                     *locked_until = now + lease.get();
                 }
-                Ok(Renew::Renewed)
+                Ok(Renewal::Renewed)
             }
-            None => Ok(Renew::NotHolder),
+            None => Ok(Renewal::NotHeld),
         }
     }
 
@@ -514,7 +514,7 @@ impl MigrationStore for MemoryWorkStore {
         name: &str,
         writer: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.state();
         match state
@@ -526,9 +526,9 @@ impl MigrationStore for MemoryWorkStore {
                 if record.state == MigrationState::Pending && record.claimed_by == *writer =>
             {
                 record.lease_until = now + lease.get();
-                Ok(Renew::Renewed)
+                Ok(Renewal::Renewed)
             }
-            _ => Ok(Renew::NotHolder),
+            _ => Ok(Renewal::NotHeld),
         }
     }
 

@@ -49,7 +49,7 @@ use crate::holder::Holder;
 use crate::key::{Key, KeyKind, StoreKey, check_text};
 use crate::lock::{AcquireError, LockOptions, Locks};
 use crate::retry::{self, Backoff, jitter};
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};
 
@@ -690,8 +690,8 @@ impl Heartbeat {
                 sleep(every).await;
                 let sent = now();
                 match store.heartbeat_migration(&set, &name, &writer, lease).await {
-                    Ok(Renew::Renewed) => valid_until = sent + lease.get(),
-                    Ok(Renew::NotHolder) => {
+                    Ok(Renewal::Renewed) => valid_until = sent + lease.get(),
+                    Ok(Renewal::NotHeld) => {
                         telemetry::emit(
                             &events::MIGRATION_LEASE_LOST,
                             Some(set.as_str()),

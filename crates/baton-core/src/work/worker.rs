@@ -46,10 +46,11 @@ use crate::error::{Error, Result};
 use crate::grant::now;
 use crate::retry::{self, Backoff};
 
-use super::item::{Extension, Failure, Item};
+use super::item::{Failure, Item};
 use super::options::{MAX_BATCH, error_text};
 use super::queue::Queue;
 use super::store::{ItemId, Settle};
+use crate::store::Renewal;
 
 /// Most handlers one worker runs at once.
 pub const MAX_CONCURRENCY: usize = 1024;
@@ -552,8 +553,8 @@ async fn run_one<E: fmt::Display + Send + 'static>(
             done = &mut work.0 => break Some(done),
             _ = sleep_until(next_extension), if !known_lost => {
                 match item.extend().await {
-                    Ok(Extension::Extended) => next_extension = now() + every,
-                    Ok(Extension::NotOwner) => {
+                    Ok(Renewal::Renewed) => next_extension = now() + every,
+                    Ok(Renewal::NotHeld) => {
                         known_lost = true;
                         job.inner.lost.cancel();
                     }
