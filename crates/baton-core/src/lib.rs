@@ -24,6 +24,7 @@ mod fence;
 mod grant;
 mod holder;
 pub mod idempotency;
+mod keepalive;
 mod key;
 mod lease;
 pub mod limit;
@@ -59,6 +60,9 @@ pub use memory::MemoryStore;
 pub use redact::redact_url;
 pub use store::{HolderInfo, Renewal};
 pub use time::{Ttl, WaitTime, parse_duration};
+/// The lost signals of guards and keep-alives, as tokens and as owned futures: re-exported so
+/// that callers need no `tokio-util` dependency of their own (of a matching version).
+pub use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 #[cfg(test)]
 mod tests {

@@ -21,7 +21,7 @@ mod record;
 mod scope;
 pub mod store;
 
-pub use log::IdempotencyLog;
+pub use log::{AttemptKeepAlive, IdempotencyLog};
 pub use memory::MemoryIdempotencyStore;
 pub use options::{AcquireOptions, DEFAULT_LEASE, MAX_FINGERPRINT_BYTES, MAX_METADATA_BYTES};
 pub use record::{Acquire, Attempt, Finalize, Outcome, Record, Status, Takeover};

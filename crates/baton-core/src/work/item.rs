@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::error::Result;
 use crate::grant::now;
 use crate::holder::Holder;
+use crate::key::StoreKey;
 use crate::store::Renewal;
 use crate::telemetry::{self, events};
 
@@ -127,6 +128,11 @@ impl Item {
     /// item is surely this claim's. After it, another claim may take it.
     pub fn valid_until(&self) -> Instant {
         *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The qualified key of the item's queue.
+    pub(crate) fn queue_key(&self) -> &StoreKey {
+        &self.queue.key
     }
 
     pub(crate) fn data(&self) -> &ClaimedItem {

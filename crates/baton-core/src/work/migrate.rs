@@ -39,17 +39,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::grant::now;
 use crate::holder::Holder;
+use crate::keepalive::{self, Events, Lifeline, Plan, RenewAtom};
 use crate::key::{Key, KeyKind, StoreKey, check_text};
 use crate::lock::{AcquireError, LockOptions, Locks};
 use crate::retry::{self, Backoff, jitter};
-use crate::store::Renewal;
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};
 
@@ -549,6 +547,7 @@ impl Migrations {
         for m in &self.steps {
             let name = m.name();
             loop {
+                let sent = now();
                 let claim = self
                     .store
                     .claim_migration(&self.set, name, writer, lease)
@@ -593,16 +592,16 @@ impl Migrations {
                         ),
                     );
                 }
-                let lost = CancellationToken::new();
-                let context = MigrationContext::new(name, attempt, previous, lost.clone());
                 let heartbeat = Heartbeat::start(
                     Arc::clone(&self.store),
                     self.set.clone(),
                     name.to_owned(),
                     writer.clone(),
                     lease,
-                    lost,
+                    sent,
                 );
+                let context =
+                    MigrationContext::new(name, attempt, previous, heartbeat.life.lost().clone());
                 let (state, error) = match m.up(&context).await {
                     Ok(()) => (MigrationState::Completed, String::new()),
                     Err(up) if m.reversible() => match m.down(&context).await {
@@ -668,54 +667,50 @@ impl Migrations {
     }
 }
 
-/// Renews a record's lease every third of it while `up()` / `down()` run; aborted when
-/// stopped or dropped (so a killed run stops renewing at once).
+/// Renews a record's lease every third of it while `up()` / `down()` run, with the
+/// keep-alive engine; stopped when stopped or dropped (so a killed run stops renewing at
+/// once).
 struct Heartbeat {
-    task: JoinHandle<()>,
+    life: Arc<Lifeline>,
 }
 
 impl Heartbeat {
+    /// Keeps the record claimed by a request sent at `sent`.
     fn start(
         store: Arc<dyn MigrationStore>,
         set: StoreKey,
         name: String,
         writer: Holder,
         lease: Ttl,
-        lost: CancellationToken,
+        sent: Instant,
     ) -> Self {
-        let task = tokio::spawn(async move {
-            let every = lease.get() / 3;
-            let mut valid_until = now() + lease.get();
-            loop {
-                sleep(every).await;
-                let sent = now();
-                match store.heartbeat_migration(&set, &name, &writer, lease).await {
-                    Ok(Renewal::Renewed) => valid_until = sent + lease.get(),
-                    Ok(Renewal::NotHeld) => {
-                        telemetry::emit(
-                            &events::MIGRATION_LEASE_LOST,
-                            Some(set.as_str()),
-                            format_args!(
-                                "migration {name:?}: another writer took the record over while this one ran it"
-                            ),
-                        );
-                        lost.cancel();
-                        return;
-                    }
-                    Err(e) => {
-                        telemetry::emit(
-                            &events::MIGRATION_UNAVAILABLE,
-                            Some(set.as_str()),
-                            format_args!("heartbeat of migration {name:?} failed: {e}"),
-                        );
-                        if now() >= valid_until {
-                            lost.cancel();
-                        }
-                    }
-                }
-            }
+        let life = Lifeline::new(
+            set.as_str(),
+            format!("the claim on migration {name:?}"),
+            sent,
+            lease.get(),
+        );
+        let renew: RenewAtom = Box::new(move || {
+            let (store, set, name, writer) = (
+                Arc::clone(&store),
+                set.clone(),
+                name.clone(),
+                writer.clone(),
+            );
+            Box::pin(async move { store.heartbeat_migration(&set, &name, &writer, lease).await })
         });
-        Heartbeat { task }
+        let events = Events {
+            not_held: Some(&events::MIGRATION_LEASE_LOST),
+            expired: Some(&events::MIGRATION_LEASE_LOST),
+            renew_failed: Some(&events::MIGRATION_UNAVAILABLE),
+            max_hold: None,
+        };
+        keepalive::spawn(
+            Arc::clone(&life),
+            Plan::new(lease.get(), lease.get() / 3, events),
+            renew,
+        );
+        Heartbeat { life }
     }
 
     fn stop(self) {}
@@ -723,6 +718,6 @@ impl Heartbeat {
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
-        self.task.abort();
+        self.life.stop();
     }
 }

@@ -44,13 +44,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::grant::now;
+use crate::keepalive::{self, Events, Lifeline, Loss, Plan, RenewAtom};
 use crate::retry::{self, Backoff};
+use crate::telemetry::events;
 
 use super::item::{Failure, Item};
 use super::options::{MAX_BATCH, error_text};
 use super::queue::Queue;
 use super::store::{ItemId, Settle};
-use crate::store::Renewal;
 
 /// Most handlers one worker runs at once.
 pub const MAX_CONCURRENCY: usize = 1024;
@@ -96,7 +97,7 @@ impl fmt::Debug for Job {
 }
 
 impl Job {
-    fn of(item: &Item) -> Job {
+    fn of(item: &Item, lost: CancellationToken) -> Job {
         let data = item.data();
         Job {
             inner: Arc::new(JobInner {
@@ -106,7 +107,7 @@ impl Job {
                 max_attempts: data.max_attempts,
                 dedup_id: data.dedup_id.clone(),
                 last_error: data.last_error.clone(),
-                lost: CancellationToken::new(),
+                lost,
                 release: AtomicBool::new(false),
             }),
         }
@@ -453,9 +454,11 @@ impl Worker {
                 let lease = self.queue.lease();
                 let abort = abort.clone();
                 tasks.spawn(async move {
-                    let job = Job::of(&item);
+                    let item = Arc::new(item);
+                    let life = keep_extended(&item, lease);
+                    let job = Job::of(&item, life.lost().clone());
                     let work = AbortOnDrop(tokio::spawn(handler(job.clone())));
-                    run_one(item, job, work, lease, abort, permit).await
+                    run_one(item, job, life, work, abort, permit).await
                 });
             }
         }
@@ -534,45 +537,56 @@ fn tally(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
     }
 }
 
-/// Keeps `item` extended while `work` (the handler's task) runs, then settles it by the
-/// handler's answer, or releases it when the handler asked so; releases it if `abort` fires
-/// first.
+/// Starts the keep-alive engine on `item`'s lease: extended every third of it, from the
+/// instant before the claim that took it was sent.
+fn keep_extended(item: &Arc<Item>, lease: Duration) -> Arc<Lifeline> {
+    let granted_at = item.valid_until().checked_sub(lease).unwrap_or_else(now);
+    let life = Lifeline::new(
+        item.queue_key().as_str(),
+        format!("item {} (attempt {})", item.id(), item.attempt()),
+        granted_at,
+        lease,
+    );
+    let kept = Arc::clone(item);
+    let renew: RenewAtom = Box::new(move || {
+        let item = Arc::clone(&kept);
+        Box::pin(async move { item.extend().await })
+    });
+    // Item::extend reports a not-owner answer and a fault itself.
+    let events = Events {
+        expired: Some(&events::WORK_LEASE_LOST),
+        ..Events::default()
+    };
+    keepalive::spawn(
+        Arc::clone(&life),
+        Plan::new(lease, lease / 3, events),
+        renew,
+    );
+    life
+}
+
+/// Waits for `work` (the handler's task) while the keep-alive engine keeps `item` extended,
+/// then settles the item by the handler's answer, or releases it when the handler asked so;
+/// releases it if `abort` fires first.
 async fn run_one<E: fmt::Display + Send + 'static>(
-    item: Item,
+    item: Arc<Item>,
     job: Job,
+    life: Arc<Lifeline>,
     mut work: AbortOnDrop<std::result::Result<(), E>>,
-    lease: Duration,
     abort: CancellationToken,
     _permit: OwnedSemaphorePermit,
 ) -> Outcome {
-    let every = lease / 3;
-    let mut next_extension = now() + every;
-    let mut known_lost = false;
-    let result = loop {
-        tokio::select! {
-            done = &mut work.0 => break Some(done),
-            _ = sleep_until(next_extension), if !known_lost => {
-                match item.extend().await {
-                    Ok(Renewal::Renewed) => next_extension = now() + every,
-                    Ok(Renewal::NotHeld) => {
-                        known_lost = true;
-                        job.inner.lost.cancel();
-                    }
-                    Err(_) => {
-                        if now() >= item.valid_until() {
-                            job.inner.lost.cancel();
-                        }
-                        // Try again soon, but not in a tight loop.
-                        next_extension = now() + (every / 4).max(Duration::from_millis(10));
-                    }
-                }
-            }
-            _ = abort.cancelled() => {
-                work.0.abort();
-                break None;
-            }
+    let result = tokio::select! {
+        done = &mut work.0 => Some(done),
+        _ = abort.cancelled() => {
+            work.0.abort();
+            None
         }
     };
+    life.stop();
+    // Known lost: an extension answered that another claim owns it. An item only presumed
+    // lost (no extension landed in time) is still settled: the store decides.
+    let known_lost = life.loss() == Some(Loss::NotHeld);
     let Some(done) = result else {
         if known_lost {
             return Outcome::LeaseLost;
