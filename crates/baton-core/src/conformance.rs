@@ -510,7 +510,7 @@ pub async fn lost_fires_when_key_is_deleted(h: &dyn Harness) {
     let options = LockOptions::new(Duration::from_secs(2)).keep_alive(ms(100));
     let guard = locks.acquire("k", &options).await.unwrap();
     h.evict(&lock_key(&ns, "k")).await;
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost fires at the next renewal");
     // The next renewal found another state; the TTL (2s) has not passed, so only the
@@ -529,7 +529,7 @@ pub async fn lost_fires_when_renewal_is_impossible(h: &dyn Harness) {
     let guard = locks.acquire("k", &options).await.unwrap();
     store.set_failing(true);
     let deadline = guard.valid_until();
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost fires once valid_until passes without a renewal");
     assert!(Instant::now() >= deadline, "lost fired before valid_until");
@@ -551,7 +551,7 @@ pub async fn lost_fires_at_valid_until_without_keep_alive(h: &dyn Harness) {
         guard.valid_until() >= before + ms(200) && guard.valid_until() <= after + ms(200),
         "valid_until is the ttl counted from when the request was sent"
     );
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost fires at valid_until");
     assert!(Instant::now() >= guard.valid_until());
@@ -593,7 +593,7 @@ pub async fn max_hold_stops_renewal(h: &dyn Harness) {
         .keep_alive(ms(50))
         .max_hold(ms(300));
     let guard = locks.acquire("k", &options).await.unwrap();
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("the lock is lost after max_hold");
     let next = locks
@@ -958,7 +958,7 @@ pub async fn lease_keep_alive_signals_loss(h: &dyn Harness) {
         .claim(&key, "instance-2", Duration::from_secs(10), "bootstrap")
         .await
         .unwrap();
-    timeout(Duration::from_secs(5), keep.lost().cancelled())
+    timeout(Duration::from_secs(5), keep.lost())
         .await
         .expect("keep-alive notices the new holder");
     assert_eq!(

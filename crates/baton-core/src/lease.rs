@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
@@ -339,8 +339,16 @@ pub struct LeaseKeepAlive {
 }
 
 impl LeaseKeepAlive {
-    /// A token cancelled when the lease is known or presumed lost.
-    pub fn lost(&self) -> CancellationToken {
+    /// Resolves when the lease is known or presumed lost (another holder has it, or its TTL
+    /// passed without a successful renewal). An owned future: await it, or make it a
+    /// `tokio::select!` branch.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.grant.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a [`CancellationToken`] (a child of the lease's own: cancelling it
+    /// changes nothing for the lease).
+    pub fn lost_token(&self) -> CancellationToken {
         self.grant.lost.child_token()
     }
 

@@ -52,6 +52,7 @@ pub use baton_core::{
     MAX_REASON_BYTES, MemoryStore, Namespace, ReleaseOutcome, RemoveResult, Renewal, Result,
     StoreKey, Ttl, WaitTime, check_reason, parse_duration, redact_url, stream_key, telemetry, time,
 };
+pub use baton_core::{CancellationToken, WaitForCancellationFutureOwned};
 #[cfg(feature = "postgres")]
 pub use baton_postgres::PostgresStore;
 #[cfg(feature = "redis")]

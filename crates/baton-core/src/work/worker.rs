@@ -40,7 +40,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::sleep_until;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{Error, Result};
 use crate::grant::now;
@@ -151,8 +151,16 @@ impl Job {
     /// Fires when the item is known lost (an extension answered that another claim owns it)
     /// or presumed lost (no extension landed before the lease ran out). The handler's result
     /// will then most likely be discarded: stop early, and do not make further side effects.
-    pub fn lost(&self) -> CancellationToken {
-        self.inner.lost.clone()
+    ///
+    /// An owned future: await it, or make it a `tokio::select!` branch.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.inner.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a [`CancellationToken`] (a child of the item's own: cancelling it
+    /// changes nothing for the item).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.inner.lost.child_token()
     }
 
     /// Whether [`lost`](Job::lost) has fired.

@@ -437,7 +437,7 @@ pub async fn worker_discards_the_result_of_a_lost_item(h: &dyn WorkHarness) {
                     let (stolen, saw_lost) = (stolen.clone(), saw_lost.clone());
                     started.cancel();
                     async move {
-                        timeout(PATIENCE, job.lost().cancelled())
+                        timeout(PATIENCE, job.lost())
                             .await
                             .expect("lost fires when the lease runs out without extensions");
                         saw_lost.store(true, Ordering::SeqCst);
