@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use baton::{ClaimResult, LeaseInfo, RemoveResult, Renewal};
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::cli::{GlobalArgs, LeaseCommand, ListArgs};
 use crate::exit::{CONTENDED, Failure, SUCCESS};
@@ -175,10 +174,12 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
                 fence: fence.get(),
                 ttl_ms: millis(*ttl),
             },
-            ClaimResult::HeldBy { holder, until } => Answer::HeldBy {
+            ClaimResult::HeldBy {
+                holder, remaining, ..
+            } => Answer::HeldBy {
                 key: key.clone(),
                 holder,
-                remaining_ms: millis(until.saturating_duration_since(Instant::now())),
+                remaining_ms: millis(remaining),
             },
         },
         LeaseCommand::Renew { key, holder, ttl } => {

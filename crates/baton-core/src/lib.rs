@@ -48,8 +48,8 @@ pub use key::{
     prefix_upper_bound,
 };
 pub use lease::{
-    ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, check_reason,
-    stream_key,
+    ClaimResult, KeptClaim, LeaseInfo, LeaseKeepAlive, LeaseOptions, Leases, MAX_REASON_BYTES,
+    RemoveResult, check_reason, stream_key,
 };
 pub use limit::{Decision, LimitError, Quota, RateLimiter, RateStore};
 pub use lock::{

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::idempotency::{Acquire, IdempotencyLog, MemoryIdempotencyStore, Outcome, Scope};
-use baton_core::{CancellationToken, ClaimResult, Leases, LockOptions, Locks, MemoryStore};
+use baton_core::{
+    CancellationToken, KeptClaim, LeaseOptions, Leases, LockOptions, Locks, MemoryStore,
+};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -40,14 +42,15 @@ async fn a_lock_guard_s_lost_is_select_able_and_fires_at_valid_until() {
 #[tokio::test(start_paused = true)]
 async fn a_lease_keep_alive_s_lost_fires_once_the_lease_is_gone() {
     let leases = Leases::new(Arc::new(MemoryStore::new()));
-    let claimed = leases
-        .claim("stream/a", "instance-1", 3 * S, "rewind")
-        .await;
-    assert!(matches!(claimed, Ok(ClaimResult::Claimed { .. })));
-    let kept = leases
-        .keep_alive("stream/a", "instance-1", 3 * S, S)
+    let options = LeaseOptions::new(3 * S).reason("rewind").keep_alive(S);
+    let Ok(KeptClaim::Kept {
+        keep_alive: kept, ..
+    }) = leases
+        .claim_and_keep("stream/a", "instance-1", &options)
         .await
-        .unwrap();
+    else {
+        panic!("a free lease is claimed");
+    };
     assert!(!fires_within(kept.lost(), 5 * S).await, "kept alive");
     leases.release("stream/a", "instance-1").await.unwrap();
     assert!(

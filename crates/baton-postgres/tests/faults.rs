@@ -15,7 +15,8 @@ use std::time::Duration;
 use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{
-    ClaimResult, Fence, Holder, Leases, LockOptions, Locks, RemoveResult, StoreKey, Ttl,
+    ClaimResult, Fence, Holder, LeaseOptions, Leases, LockOptions, Locks, RemoveResult, StoreKey,
+    Ttl,
 };
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::postgres::{PostgresServer, Stop};
@@ -75,10 +76,15 @@ async fn leases_survive_server_restarts_and_the_store_reconnects() {
     .unwrap();
     let keep = within(
         "keep-alive",
-        leases.keep_alive("kept", "instance-k", secs(6), Duration::from_millis(500)),
+        leases.keep_alive(
+            "kept",
+            "instance-k",
+            &LeaseOptions::new(secs(6)).keep_alive(Duration::from_millis(500)),
+        ),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .expect("the lease is held");
     let mut last = first;
 
     for how in [Stop::Fast, Stop::Immediate] {

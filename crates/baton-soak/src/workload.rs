@@ -442,7 +442,7 @@ async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
         let key = LEASE_KEYS[k];
         let call = journal.invoke(c, Op::LeaseClaim, key, Detail::default());
         let (fence, mut valid_until) = match leases.claim(key, &holder, LEASE_TTL, "soak").await {
-            Ok(ClaimResult::Claimed { fence, until }) => {
+            Ok(ClaimResult::Claimed { fence, until, .. }) => {
                 let valid_until = mono(until);
                 journal.complete(
                     call,

@@ -46,11 +46,12 @@ use std::sync::Arc;
 
 pub use baton_core::store::{self, LeaseStore};
 pub use baton_core::{
-    AcquireError, ClaimResult, DEFAULT_NAMESPACE, Error, ErrorKind, Fence, Holder, HolderInfo, Key,
-    KeyKind, LeaseInfo, LeaseKeepAlive, Leases, LockGuard, LockHandle, LockOptions, Locks,
-    MAX_HOLD_LIMIT, MAX_HOLDER_BYTES, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_NAMESPACE_BYTES,
-    MAX_REASON_BYTES, MemoryStore, Namespace, ReleaseOutcome, RemoveResult, Renewal, Result,
-    StoreKey, Ttl, WaitTime, check_reason, parse_duration, redact_url, stream_key, telemetry, time,
+    AcquireError, ClaimResult, DEFAULT_NAMESPACE, Error, ErrorKind, Fence, Holder, HolderInfo,
+    KeptClaim, Key, KeyKind, LeaseInfo, LeaseKeepAlive, LeaseOptions, Leases, LockGuard,
+    LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, MAX_HOLDER_BYTES, MAX_KEY_BYTES,
+    MAX_LABEL_BYTES, MAX_NAMESPACE_BYTES, MAX_REASON_BYTES, MemoryStore, Namespace, ReleaseOutcome,
+    RemoveResult, Renewal, Result, StoreKey, Ttl, WaitTime, check_reason, parse_duration,
+    redact_url, stream_key, telemetry, time,
 };
 pub use baton_core::{CancellationToken, WaitForCancellationFutureOwned};
 #[cfg(feature = "postgres")]
