@@ -54,6 +54,7 @@ macro_rules! idempotency_conformance_tests {
             exactly_one_of_many_takes_over,
             late_finalize_without_takeover_is_accepted,
             renew_keeps_duplicates_out,
+            keep_alive_holds_the_lease_and_signals_a_finalize_elsewhere,
             failed_records_are_retried_only_when_asked,
             different_fingerprint_never_takes_over,
             records_expire_after_their_ttl,
@@ -426,6 +427,41 @@ pub async fn late_finalize_without_takeover_is_accepted(h: &dyn IdempotencyHarne
         (record.status(), record.metadata()),
         (Status::Completed, &b"late"[..])
     );
+}
+
+/// The log's keep-alive renews an attempt's lease past its length, so duplicates keep out and
+/// nobody takes over; once the attempt no longer owns its record, the lost signal fires.
+pub async fn keep_alive_holds_the_lease_and_signals_a_finalize_elsewhere(
+    h: &dyn IdempotencyHarness,
+) {
+    let ns = fresh_namespace();
+    let log = log(h.open().await, &ns);
+    let scope = scope("kept");
+    // A lease of 1.5 s renewed every 500 ms, held for three leases.
+    let lease = ms(1500);
+    let attempt = acquired(&log, &scope, &AcquireOptions::new(DAY).lease(lease)).await;
+    let kept = log.keep_alive(&attempt);
+    sleep(lease * 3).await;
+    assert!(!kept.is_lost(), "renewed across three leases");
+    let record = duplicate(&log, &scope, &AcquireOptions::new(DAY).lease(lease)).await;
+    assert_eq!(
+        record.status(),
+        Status::Pending,
+        "still the attempt's, pending"
+    );
+    assert!(
+        record.lease_remaining() > Duration::ZERO,
+        "no takeover possible"
+    );
+    assert!(kept.valid_until() > Instant::now());
+    // Finalized while the keep-alive still runs: the next renewal finds the record no longer
+    // the attempt's pending one, and the keep-alive reports it.
+    log.finalize(&attempt, Outcome::Completed, b"done")
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, kept.lost())
+        .await
+        .expect("lost fires once the record is not the attempt's pending record");
 }
 
 /// Renewing restarts the owner's lease from now, so duplicates keep out while it is renewed.
