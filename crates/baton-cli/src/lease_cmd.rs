@@ -19,9 +19,8 @@
 
 use std::time::Duration;
 
-use baton::lease::{ClaimResult, LeaseInfo, RemoveResult, RenewResult};
+use baton::lease::{ClaimResult, LeaseInfo, RemoveResult, Renewal};
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::cli::{GlobalArgs, LeaseCommand, ListArgs};
 use crate::exit::{CONTENDED, Failure, SUCCESS};
@@ -175,20 +174,22 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
                 fence: fence.get(),
                 ttl_ms: millis(*ttl),
             },
-            ClaimResult::HeldBy { holder, until } => Answer::HeldBy {
+            ClaimResult::HeldBy {
+                holder, remaining, ..
+            } => Answer::HeldBy {
                 key: key.clone(),
                 holder,
-                remaining_ms: millis(until.saturating_duration_since(Instant::now())),
+                remaining_ms: millis(remaining),
             },
         },
         LeaseCommand::Renew { key, holder, ttl } => {
             match leases.renew(key, &holder.id, *ttl).await? {
-                RenewResult::Renewed => Answer::Renewed {
+                Renewal::Renewed => Answer::Renewed {
                     key: key.clone(),
                     holder: holder.id.clone(),
                     ttl_ms: millis(*ttl),
                 },
-                RenewResult::NotHolder => Answer::NotHolder {
+                Renewal::NotHeld => Answer::NotHolder {
                     key: key.clone(),
                     holder: holder.id.clone(),
                 },

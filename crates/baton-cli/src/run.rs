@@ -141,7 +141,7 @@ async fn supervise(
     guard: &LockGuard,
     args: &RunArgs,
 ) -> Ran {
-    let lost = guard.lost();
+    let lost = guard.lost_token();
     let mut lost_seen = false;
     let status = loop {
         tokio::select! {

@@ -481,7 +481,7 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
         job.payload().to_vec(),
     )));
 
-    let lost = job.lost();
+    let lost = job.lost_token();
     let mut stopped: Option<Stopped> = None;
     let status = loop {
         tokio::select! {

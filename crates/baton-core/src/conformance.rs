@@ -20,9 +20,9 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
-use crate::lease::{ClaimResult, Leases, RemoveResult, RenewResult, stream_key};
+use crate::lease::{ClaimResult, KeptClaim, LeaseOptions, Leases, RemoveResult, stream_key};
 use crate::lock::{AcquireError, LockOptions, Locks, ReleaseOutcome};
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use crate::time::Ttl;
 
 /// What a store's test target provides to the suite.
@@ -515,7 +515,7 @@ pub async fn lost_fires_when_key_is_deleted(h: &dyn Harness) {
     let options = LockOptions::new(Duration::from_secs(2)).keep_alive(ms(100));
     let guard = locks.acquire("k", &options).await.unwrap();
     h.evict(&lock_key(&ns, "k")).await;
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost fires at the next renewal");
     // The next renewal found another state; the TTL (2s) has not passed, so only the
@@ -534,7 +534,7 @@ pub async fn lost_fires_when_renewal_is_impossible(h: &dyn Harness) {
     let guard = locks.acquire("k", &options).await.unwrap();
     store.set_failing(true);
     let deadline = guard.valid_until();
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost fires once valid_until passes without a renewal");
     assert!(Instant::now() >= deadline, "lost fired before valid_until");
@@ -556,7 +556,7 @@ pub async fn lost_fires_at_valid_until_without_keep_alive(h: &dyn Harness) {
         guard.valid_until() >= before + ms(200) && guard.valid_until() <= after + ms(200),
         "valid_until is the ttl counted from when the request was sent"
     );
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost fires at valid_until");
     assert!(Instant::now() >= guard.valid_until());
@@ -668,7 +668,7 @@ pub async fn max_hold_stops_renewal(h: &dyn Harness) {
         .keep_alive(ms(50))
         .max_hold(ms(300));
     let guard = locks.acquire("k", &options).await.unwrap();
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("the lock is lost after max_hold");
     let next = locks
@@ -831,14 +831,14 @@ pub async fn invalid_input_is_rejected_before_io(h: &dyn Harness) {
     );
     assert!(
         leases
-            .keep_alive("k", "a", ok, ok)
+            .keep_alive("k", "a", &LeaseOptions::new(ok).keep_alive(ok))
             .await
             .unwrap_err()
             .is_invalid_input()
     );
     assert!(
         leases
-            .keep_alive("k", "a", ok, Duration::ZERO)
+            .claim_and_keep("k", "a", &LeaseOptions::new(ok).keep_alive(Duration::ZERO))
             .await
             .unwrap_err()
             .is_invalid_input()
@@ -980,7 +980,7 @@ pub async fn late_renewal_never_revives(h: &dyn Harness) {
             .renew("s", "a", Duration::from_secs(10))
             .await
             .unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
     assert!(
         leases.inspect("s").await.unwrap().is_none(),
@@ -995,7 +995,7 @@ pub async fn late_renewal_never_revives(h: &dyn Harness) {
             .renew("s", "a", Duration::from_secs(10))
             .await
             .unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(leases.inspect("s").await.unwrap().unwrap().holder, "b");
     assert_eq!(
@@ -1003,49 +1003,113 @@ pub async fn late_renewal_never_revives(h: &dyn Harness) {
             .renew("s", "b", Duration::from_secs(10))
             .await
             .unwrap(),
-        RenewResult::Renewed
+        Renewal::Renewed
     );
 }
 
-/// A lease keep-alive extends the lease past its TTL and signals when it is lost.
+/// A lease claimed and kept alive in one call outlives its TTL, says whether the grant was
+/// new, and signals when it is lost; an invalid interval is refused before any I/O; a
+/// keep-alive of a lease not held is refused rather than started lost.
 pub async fn lease_keep_alive_signals_loss(h: &dyn Harness) {
     let ns = fresh_namespace();
     let leases = Leases::with_namespace(h.open().await, ns.clone());
     let key = stream_key("order-7", "Orders").unwrap();
-    leases
-        .claim(&key, "instance-1", ms(1000), "rewind")
+    // An interval not below ttl / 2 is refused before the claim is sent: no grant is made.
+    let invalid = leases
+        .claim_and_keep(
+            &key,
+            "instance-1",
+            &LeaseOptions::new(ms(1000)).keep_alive(ms(500)),
+        )
         .await
-        .unwrap();
+        .unwrap_err();
+    assert!(invalid.is_invalid_input(), "{invalid}");
+    assert!(
+        leases.inspect(&key).await.unwrap().is_none(),
+        "an invalid keep-alive wrote nothing"
+    );
     // Renewals every 200 ms against a 1 s TTL, so that a renewal delayed on a loaded machine
     // does not lapse the lease; the sleep spans two TTLs.
-    let keep = leases
-        .keep_alive(&key, "instance-1", ms(1000), ms(200))
+    let options = LeaseOptions::new(ms(1000))
+        .reason("rewind")
+        .keep_alive(ms(200));
+    let KeptClaim::Kept {
+        keep_alive: keep,
+        new,
+    } = leases
+        .claim_and_keep(&key, "instance-1", &options)
         .await
-        .unwrap();
+        .unwrap()
+    else {
+        panic!("a free lease is claimed");
+    };
+    assert!(new, "a free lease is a new grant");
     sleep(ms(2000)).await;
     assert!(!keep.is_lost());
     assert_eq!(
         leases.inspect(&key).await.unwrap().unwrap().holder,
         "instance-1"
     );
+    match leases
+        .claim(&key, "instance-1", ms(1000), "rewind")
+        .await
+        .unwrap()
+    {
+        ClaimResult::Claimed { fence, new, .. } => {
+            assert!(!new, "the holder's re-claim extends its grant");
+            assert_eq!(fence, keep.fence());
+        }
+        other => panic!("the holder re-claims its own lease: {other:?}"),
+    }
+    match leases
+        .claim(&key, "instance-2", ms(1000), "")
+        .await
+        .unwrap()
+    {
+        ClaimResult::HeldBy {
+            holder, remaining, ..
+        } => {
+            assert_eq!(holder, "instance-1");
+            assert!(
+                remaining > Duration::ZERO && remaining <= ms(1000),
+                "{remaining:?}"
+            );
+        }
+        other => panic!("another holder is told who has it: {other:?}"),
+    }
     h.evict(&lease_key(&ns, &key)).await;
     leases
         .claim(&key, "instance-2", Duration::from_secs(10), "bootstrap")
         .await
         .unwrap();
-    timeout(Duration::from_secs(5), keep.lost().cancelled())
+    timeout(Duration::from_secs(5), keep.lost())
         .await
         .expect("keep-alive notices the new holder");
     assert_eq!(
         leases.inspect(&key).await.unwrap().unwrap().holder,
         "instance-2"
     );
-    // Keep-alive for a lease nobody holds is lost at once.
-    let orphan = leases
-        .keep_alive("nobody", "x", ms(300), ms(60))
-        .await
-        .unwrap();
-    assert!(orphan.is_lost());
+    // Keep-alive for a lease this holder does not hold is refused, and changes nothing.
+    let options = LeaseOptions::new(ms(300)).keep_alive(ms(60));
+    assert!(
+        leases
+            .keep_alive("nobody", "x", &options)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(leases.inspect("nobody").await.unwrap().is_none());
+    assert!(
+        leases
+            .keep_alive(&key, "instance-1", &options)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        leases.inspect(&key).await.unwrap().unwrap().holder,
+        "instance-2"
+    );
 }
 
 /// `inspect` and `list` report live grants only, by prefix, in key order, within a namespace.
@@ -1196,7 +1260,7 @@ impl LeaseStore for FaultyStore {
         self.reply(answer).await
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         self.enter().await?;
         let answer = self.inner.renew(key, holder, ttl).await;
         self.reply(answer).await

@@ -3,10 +3,10 @@
 //!
 //! Every held grant is watched. Without keep-alive the lost signal fires when the local
 //! deadline (`valid_until`) passes; those grants share one timer task per [`Locks`]
-//! ([`Deadlines`]), so an acquire costs an entry in a map, not a task. With keep-alive a task
-//! of its own renews every interval; a renewal that the store answers with not-holder fires
-//! the lost signal at once, and a renewal that fails with a fault is retried until
-//! `valid_until` passes, at which point the grant is presumed gone. `valid_until` is always
+//! ([`Deadlines`]), so an acquire costs an entry in a map, not a task. With keep-alive the
+//! [keep-alive engine](crate::keepalive) renews it every interval; a renewal that the store
+//! answers with not-held fires the lost signal at once, and a renewal that fails with a fault
+//! is retried until `valid_until` passes, at which point the grant is presumed gone. `valid_until` is always
 //! measured from the monotonic instant *before* the request that granted or renewed it was
 //! sent, so it never outlasts the store's own expiry.
 //!
@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -25,9 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fence::Fence;
 use crate::holder::Holder;
+use crate::keepalive::{self, Events, Lifeline, Loss, Plan, RenewAtom};
 use crate::key::StoreKey;
-use crate::store::{LeaseStore, Renew};
-use crate::telemetry::{self, Event};
+use crate::store::LeaseStore;
+use crate::telemetry::Event;
 use crate::time::Ttl;
 
 /// The monotonic now of the policy layer; `tokio::time::pause` controls it in tests.
@@ -43,13 +44,10 @@ pub(crate) struct GrantState {
     pub(crate) holder: Holder,
     pub(crate) fence: Fence,
     pub(crate) granted_at: Instant,
-    valid_until: Mutex<Instant>,
-    /// Fires when the grant is known or presumed gone.
+    /// Its deadline and lost signal, kept by the keep-alive engine when it has keep-alive.
+    life: Arc<Lifeline>,
+    /// Fires when the grant is known or presumed gone (the lifeline's own token).
     pub(crate) lost: CancellationToken,
-    /// Set by [`GrantState::stop`] (release, drop).
-    stopped: AtomicBool,
-    /// Stops a keep-alive watchdog task; grants on a shared [`Deadlines`] timer need none.
-    stop_task: Option<CancellationToken>,
     /// The grant's entry in a shared deadline timer, when it has one (no keep-alive).
     deadline: Option<Entry>,
 }
@@ -63,9 +61,9 @@ impl GrantState {
         sent_at: Instant,
         ttl: Ttl,
     ) -> Arc<Self> {
-        let mut grant = GrantState::unwatched(store, key, holder, fence, sent_at, ttl);
-        grant.stop_task = Some(CancellationToken::new());
-        Arc::new(grant)
+        Arc::new(GrantState::unwatched(
+            store, key, holder, fence, sent_at, ttl,
+        ))
     }
 
     fn unwatched(
@@ -76,58 +74,40 @@ impl GrantState {
         sent_at: Instant,
         ttl: Ttl,
     ) -> Self {
+        let life = Lifeline::new(
+            key.as_str(),
+            format!("grant with fence {fence}"),
+            sent_at,
+            ttl.get(),
+        );
         GrantState {
             store,
             key,
             holder,
             fence,
             granted_at: sent_at,
-            valid_until: Mutex::new(sent_at + ttl.get()),
-            lost: CancellationToken::new(),
-            stopped: AtomicBool::new(false),
-            stop_task: None,
+            lost: life.lost().clone(),
+            life,
             deadline: None,
         }
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn extend(&self, until: Instant) {
-        let mut v = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
-        if until > *v {
-            *v = until;
-        }
+        self.life.valid_until()
     }
 
     /// Stops watching the grant (it is being released, or its handle was dropped): the lost
     /// signal will not fire for it any more.
     pub(crate) fn stop(&self) {
-        self.stopped.store(true, Ordering::Release);
-        if let Some(task) = &self.stop_task {
-            task.cancel();
-        }
+        self.life.stop();
         if let Some(entry) = &self.deadline {
             entry.timer.remove(entry.at, entry.id);
         }
     }
 
-    /// Whether [`GrantState::stop`] was called.
-    fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
-    }
-
     /// Fires the lost signal, unless the grant was stopped first.
     fn fire_lost(&self, event: &'static Event, why: &str) {
-        if !self.is_stopped() && !self.lost.is_cancelled() {
-            telemetry::emit(
-                event,
-                Some(self.key.as_str()),
-                format_args!("grant with fence {} lost: {why}", self.fence),
-            );
-            self.lost.cancel();
-        }
+        self.life.fire_lost(Some(event), Loss::Expired, why);
     }
 }
 
@@ -311,75 +291,31 @@ pub(crate) struct Watch {
     pub(crate) max_hold_event: Option<&'static Event>,
 }
 
-/// Spawns the watchdog of `grant` on the current runtime.
+/// Keeps `grant` alive with the keep-alive engine on the current runtime, renewing it
+/// through its store's [`LeaseStore::renew`].
 pub(crate) fn spawn_watchdog(grant: Arc<GrantState>, watch: Watch) {
-    tokio::spawn(run_watchdog(grant, watch));
-}
-
-async fn run_watchdog(grant: Arc<GrantState>, watch: Watch) {
-    // Grants made by GrantState::new, the only ones a watchdog task keeps, have a stop token.
-    let stop = grant.stop_task.clone().unwrap_or_default();
-    tokio::select! {
-        biased;
-        _ = stop.cancelled() => {}
-        reason = keep(&grant, watch) => grant.fire_lost(watch.lost_event, reason),
-    }
-}
-
-/// Keeps the grant until it is lost; returns why it was lost.
-async fn keep(grant: &GrantState, watch: Watch) -> &'static str {
-    let mut next_renewal = watch.keep_alive.map(|interval| grant.granted_at + interval);
-    loop {
-        let deadline = grant.valid_until();
-        let renewal = next_renewal.filter(|at| *at < deadline);
-        let Some(renew_at) = renewal else {
-            sleep_until(deadline).await;
-            if grant.valid_until() <= now() {
-                return "its TTL passed without a successful renewal";
-            }
-            continue;
-        };
-        sleep_until(renew_at).await;
-        if let (Some(max_hold), Some(event)) = (watch.max_hold, watch.max_hold_event)
-            && now() >= grant.granted_at + max_hold
-        {
-            telemetry::emit(
-                event,
-                Some(grant.key.as_str()),
-                format_args!(
-                    "held for max_hold {}; no further renewals",
-                    crate::time::format_duration(max_hold)
-                ),
-            );
-            next_renewal = None;
-            continue;
-        }
-        let interval = watch.keep_alive.unwrap_or(watch.ttl.get() / 3);
-        let sent = now();
-        let answer = tokio::select! {
-            answer = grant.store.renew(&grant.key, &grant.holder, watch.ttl) => answer,
-            _ = sleep_until(deadline) => {
-                return "its TTL passed while a renewal was in flight";
-            }
-        };
-        match answer {
-            Ok(Renew::Renewed) => {
-                grant.extend(sent + watch.ttl.get());
-                next_renewal = Some(sent + interval);
-            }
-            Ok(Renew::NotHolder) => return "the store reports it is no longer the holder",
-            Err(error) => {
-                telemetry::emit(
-                    watch.renew_failed_event,
-                    Some(grant.key.as_str()),
-                    format_args!("renewal failed, retrying: {error}"),
-                );
-                // Retry sooner than the interval: the grant is running out.
-                let retry = (interval / 4).max(Duration::from_millis(5));
-                next_renewal = Some(now() + retry);
-            }
-        }
-    }
+    let (store, key, holder, ttl) = (
+        Arc::clone(&grant.store),
+        grant.key.clone(),
+        grant.holder.clone(),
+        watch.ttl,
+    );
+    let renew: RenewAtom = Box::new(move || {
+        let (store, key, holder) = (Arc::clone(&store), key.clone(), holder.clone());
+        Box::pin(async move { store.renew(&key, &holder, ttl).await })
+    });
+    let plan = Plan {
+        ttl: ttl.get(),
+        every: watch.keep_alive.unwrap_or(ttl.get() / 3),
+        max_hold: watch.max_hold,
+        events: Events {
+            not_held: Some(watch.lost_event),
+            expired: Some(watch.lost_event),
+            renew_failed: Some(watch.renew_failed_event),
+            max_hold: watch.max_hold_event,
+        },
+    };
+    keepalive::spawn(Arc::clone(&grant.life), plan, renew);
 }
 
 #[cfg(test)]

@@ -7,22 +7,22 @@
 //! sections: their holder is a fresh token per acquisition.
 //!
 //! Stream locks (a lease per `(stream, perspective)` taken by an instance for a `rewind`,
-//! `bootstrap` or `purge`) are leases keyed by [`stream_key`], kept alive with
-//! [`Leases::keep_alive`].
+//! `bootstrap` or `purge`) are leases keyed by [`stream_key`], claimed and kept alive with
+//! [`Leases::claim_and_keep`].
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::grant::{GrantState, Watch, now, spawn_watchdog};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, check_keep_alive};
 
@@ -38,6 +38,9 @@ pub enum ClaimResult {
         fence: Fence,
         /// Monotonic deadline, measured from before the claim was sent.
         until: Instant,
+        /// `true` for a new grant (the lease was free or expired), `false` when the holder
+        /// already held it and the claim extended it.
+        new: bool,
     },
     /// Another holder has it.
     HeldBy {
@@ -45,16 +48,95 @@ pub enum ClaimResult {
         holder: String,
         /// When its lease runs out unless renewed (monotonic, approximate).
         until: Instant,
+        /// Its remaining time on the store's clock, as the store answered.
+        remaining: Duration,
     },
 }
 
-/// The answer of [`Leases::renew`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RenewResult {
-    /// Extended.
-    Renewed,
-    /// We no longer hold it; nothing was changed.
-    NotHolder,
+/// How a lease is claimed and kept: its TTL, the reason recorded with it, and how often a
+/// keep-alive renews it, given once and validated together before any I/O.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use baton_core::LeaseOptions;
+///
+/// let options = LeaseOptions::new(Duration::from_secs(30))
+///     .reason("rewind")
+///     .keep_alive(Duration::from_secs(10));
+/// assert_eq!(options.interval(), Duration::from_secs(10));
+/// // Without keep_alive, a keep-alive renews every third of the TTL.
+/// assert_eq!(LeaseOptions::new(Duration::from_secs(30)).interval(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct LeaseOptions {
+    ttl: Duration,
+    reason: String,
+    keep_alive: Option<Duration>,
+}
+
+impl LeaseOptions {
+    /// A lease of `ttl`, no reason, kept alive (when it is) every third of `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        LeaseOptions {
+            ttl,
+            reason: String::new(),
+            keep_alive: None,
+        }
+    }
+
+    /// The reason recorded with the claim (at most [`MAX_REASON_BYTES`] bytes).
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = reason.into();
+        self
+    }
+
+    /// Renew every `interval` while kept alive (more than zero, less than `ttl / 2`).
+    pub fn keep_alive(mut self, interval: Duration) -> Self {
+        self.keep_alive = Some(interval);
+        self
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The keep-alive interval: as set, or a third of the TTL.
+    pub fn interval(&self) -> Duration {
+        self.keep_alive.unwrap_or(self.ttl / 3)
+    }
+
+    /// Every rule, before any I/O.
+    fn checked(&self) -> Result<(Ttl, Duration)> {
+        let ttl = Ttl::new(self.ttl)?;
+        check_reason(&self.reason)?;
+        let interval = self.interval();
+        check_keep_alive(interval, ttl)?;
+        Ok((ttl, interval))
+    }
+}
+
+/// The answer of [`Leases::claim_and_keep`].
+#[derive(Debug)]
+pub enum KeptClaim {
+    /// The lease is ours and kept alive until the handle is stopped or dropped.
+    Kept {
+        /// The running keep-alive: fence, deadline and lost signal.
+        keep_alive: LeaseKeepAlive,
+        /// `true` for a new grant, `false` when the holder already held it.
+        new: bool,
+    },
+    /// Another holder has it; nothing is kept.
+    HeldBy {
+        /// The current holder.
+        holder: String,
+        /// When its lease runs out unless renewed (monotonic, approximate).
+        until: Instant,
+        /// Its remaining time on the store's clock.
+        remaining: Duration,
+    },
 }
 
 /// The answer of [`Leases::release`]: did we still own the lease?
@@ -201,28 +283,117 @@ impl Leases {
         check_reason(reason)?;
         let sent = now();
         Ok(match self.store.claim(&key, &holder, ttl, reason).await? {
-            Claim::Granted { fence } | Claim::Extended { fence } => ClaimResult::Claimed {
+            Claim::Granted { fence } => ClaimResult::Claimed {
                 fence,
                 until: sent + ttl.get(),
+                new: true,
+            },
+            Claim::Extended { fence } => ClaimResult::Claimed {
+                fence,
+                until: sent + ttl.get(),
+                new: false,
             },
             Claim::Held { holder, remaining } => ClaimResult::HeldBy {
                 holder: holder.as_str().to_owned(),
                 until: now() + remaining,
+                remaining,
             },
         })
+    }
+
+    /// Claims `key` for `holder` and keeps it alive, in one call: the TTL, reason and
+    /// keep-alive interval come from `options`, checked together before any I/O.
+    ///
+    /// # Errors
+    /// `InvalidInput` before any I/O (a bad key, holder, TTL, reason, or an interval that is
+    /// zero or not less than `ttl / 2`); `Unavailable` when the store faulted.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use baton_core::{KeptClaim, LeaseOptions, Leases, MemoryStore};
+    /// # async fn rewind() {}
+    ///
+    /// let leases = Leases::new(Arc::new(MemoryStore::new()));
+    /// let options = LeaseOptions::new(Duration::from_secs(30)).reason("rewind").keep_alive(Duration::from_secs(10));
+    /// match leases.claim_and_keep("orders/Totals", "instance-a", &options).await? {
+    ///     KeptClaim::Kept { keep_alive, new } => {
+    ///         assert!(new);
+    ///         tokio::select! {
+    ///             () = rewind() => {}
+    ///             _ = keep_alive.lost() => { /* another instance has it now: stop */ }
+    ///         }
+    ///         leases.release("orders/Totals", "instance-a").await?;
+    ///     }
+    ///     KeptClaim::HeldBy { holder, remaining, .. } => println!("{holder} has it for {remaining:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim_and_keep(
+        &self,
+        key: &str,
+        holder: &str,
+        options: &LeaseOptions,
+    ) -> Result<KeptClaim> {
+        let qualified = self.qualify(key)?;
+        let holder_id = Holder::new(holder)?;
+        let (ttl, interval) = options.checked()?;
+        let sent = now();
+        let (fence, new) = match self
+            .store
+            .claim(&qualified, &holder_id, ttl, &options.reason)
+            .await?
+        {
+            Claim::Granted { fence } => (fence, true),
+            Claim::Extended { fence } => (fence, false),
+            Claim::Held { holder, remaining } => {
+                return Ok(KeptClaim::HeldBy {
+                    holder: holder.as_str().to_owned(),
+                    until: now() + remaining,
+                    remaining,
+                });
+            }
+        };
+        let keep_alive = self.keep(qualified, holder_id, fence, sent, ttl, interval);
+        Ok(KeptClaim::Kept { keep_alive, new })
+    }
+
+    fn keep(
+        &self,
+        key: StoreKey,
+        holder: Holder,
+        fence: Fence,
+        sent: Instant,
+        ttl: Ttl,
+        interval: Duration,
+    ) -> LeaseKeepAlive {
+        let grant = GrantState::new(Arc::clone(&self.store), key, holder, fence, sent, ttl);
+        spawn_watchdog(
+            Arc::clone(&grant),
+            Watch {
+                ttl,
+                keep_alive: Some(interval),
+                max_hold: None,
+                lost_event: &events::LEASE_LOST,
+                renew_failed_event: &events::LEASE_RENEW_FAILED,
+                max_hold_event: None,
+            },
+        );
+        LeaseKeepAlive { grant }
     }
 
     /// Extends `holder`'s lease of `key` to `ttl` from now. Never revives a lapsed lease.
     ///
     /// # Errors
     /// `InvalidInput` before any I/O; `Unavailable` when the store faulted.
-    pub async fn renew(&self, key: &str, holder: &str, ttl: Duration) -> Result<RenewResult> {
+    pub async fn renew(&self, key: &str, holder: &str, ttl: Duration) -> Result<Renewal> {
         let key = self.qualify(key)?;
         let holder = Holder::new(holder)?;
         let ttl = Ttl::new(ttl)?;
         Ok(match self.store.renew(&key, &holder, ttl).await? {
-            Renew::Renewed => RenewResult::Renewed,
-            Renew::NotHolder => RenewResult::NotHolder,
+            Renewal::Renewed => Renewal::Renewed,
+            Renewal::NotHeld => Renewal::NotHeld,
         })
     }
 
@@ -262,57 +433,42 @@ impl Leases {
         }
     }
 
-    /// Keeps `holder`'s lease of `key` alive: renews at once (which fails with `NotHolder`
-    /// semantics if the lease is not held), then every `interval` until the handle is stopped
-    /// or dropped. The handle's [`lost`](LeaseKeepAlive::lost) signal fires when a renewal
-    /// finds another holder, or when the lease's TTL passes without a successful renewal.
+    /// Keeps `holder`'s lease of `key`, claimed earlier, alive: renews it at once for
+    /// `options`' TTL, then every `options`' interval until the handle is stopped or
+    /// dropped. `None` when the lease is not held by `holder` (it lapsed, was released, or
+    /// another holder has it): nothing is kept, and nothing was changed. To claim and keep
+    /// in one call, use [`Leases::claim_and_keep`].
     ///
-    /// `interval` must be more than zero and less than `ttl / 2`.
+    /// The handle's [`lost`](LeaseKeepAlive::lost) signal fires when a renewal finds another
+    /// holder, or when the lease's TTL passes without a successful renewal.
     ///
     /// # Errors
-    /// `InvalidInput` before any I/O; `Unavailable` when the first renewal faulted.
+    /// `InvalidInput` before any I/O (as [`Leases::claim_and_keep`]); `Unavailable` when the
+    /// first renewal faulted.
     pub async fn keep_alive(
         &self,
         key: &str,
         holder: &str,
-        ttl: Duration,
-        interval: Duration,
-    ) -> Result<LeaseKeepAlive> {
+        options: &LeaseOptions,
+    ) -> Result<Option<LeaseKeepAlive>> {
         let key = self.qualify(key)?;
         let holder = Holder::new(holder)?;
-        let ttl = Ttl::new(ttl)?;
-        check_keep_alive(interval, ttl)?;
+        let (ttl, interval) = options.checked()?;
         let sent = now();
-        let renewed = self.store.renew(&key, &holder, ttl).await?;
-        let fence = match self.store.inspect(&key).await? {
-            Some(info) if info.holder == holder => info.fence,
-            _ => Fence::new(0),
-        };
-        let grant = GrantState::new(Arc::clone(&self.store), key, holder, fence, sent, ttl);
-        if renewed == Renew::NotHolder {
-            telemetry::emit(
-                &events::LEASE_LOST,
-                Some(grant.key.as_str()),
-                format_args!(
-                    "keep-alive started for a lease {} does not hold",
-                    grant.holder
-                ),
-            );
-            grant.lost.cancel();
-        } else {
-            spawn_watchdog(
-                Arc::clone(&grant),
-                Watch {
-                    ttl,
-                    keep_alive: Some(interval),
-                    max_hold: None,
-                    lost_event: &events::LEASE_LOST,
-                    renew_failed_event: &events::LEASE_RENEW_FAILED,
-                    max_hold_event: None,
-                },
-            );
+        if self.store.renew(&key, &holder, ttl).await? == Renewal::NotHeld {
+            return Ok(None);
         }
-        Ok(LeaseKeepAlive { grant })
+        let Some(fence) = self
+            .store
+            .inspect(&key)
+            .await?
+            .filter(|info| info.holder == holder)
+            .map(|info| info.fence)
+        else {
+            // Renewed, then gone before the fence could be read: not held any more.
+            return Ok(None);
+        };
+        Ok(Some(self.keep(key, holder, fence, sent, ttl, interval)))
     }
 
     /// The live lease of `key`, if any.
@@ -348,8 +504,16 @@ pub struct LeaseKeepAlive {
 }
 
 impl LeaseKeepAlive {
-    /// A token cancelled when the lease is known or presumed lost.
-    pub fn lost(&self) -> CancellationToken {
+    /// Resolves when the lease is known or presumed lost (another holder has it, or its TTL
+    /// passed without a successful renewal). An owned future: await it, or make it a
+    /// `tokio::select!` branch.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.grant.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a [`CancellationToken`] (a child of the lease's own: cancelling it
+    /// changes nothing for the lease).
+    pub fn lost_token(&self) -> CancellationToken {
         self.grant.lost.child_token()
     }
 
@@ -363,7 +527,7 @@ impl LeaseKeepAlive {
         self.grant.valid_until()
     }
 
-    /// The fence of the lease being kept (0 if it was not held when keep-alive started).
+    /// The fence of the lease being kept.
     pub fn fence(&self) -> Fence {
         self.grant.fence
     }

@@ -27,6 +27,7 @@ mod fence;
 mod grant;
 mod holder;
 pub mod idempotency;
+mod keepalive;
 mod key;
 mod lease;
 pub mod limit;
@@ -34,6 +35,7 @@ mod lock;
 mod memory;
 pub mod options;
 mod redact;
+pub mod retry;
 pub mod signals;
 pub mod store;
 pub mod telemetry;
@@ -50,8 +52,8 @@ pub use key::{
     prefix_upper_bound,
 };
 pub use lease::{
-    ClaimResult, LeaseInfo, LeaseKeepAlive, Leases, MAX_REASON_BYTES, RemoveResult, RenewResult,
-    check_reason, stream_key,
+    ClaimResult, KeptClaim, LeaseInfo, LeaseKeepAlive, LeaseOptions, Leases, MAX_REASON_BYTES,
+    RemoveResult, check_reason, stream_key,
 };
 pub use limit::{Decision, LimitError, Quota, RateLimiter, RateStore};
 pub use lock::{
@@ -60,8 +62,11 @@ pub use lock::{
 };
 pub use memory::MemoryStore;
 pub use redact::redact_url;
-pub use store::HolderInfo;
+pub use store::{HolderInfo, Renewal};
 pub use time::{Ttl, WaitTime, parse_duration};
+/// The lost signals of guards and keep-alives, as tokens and as owned futures: re-exported so
+/// that callers need no `tokio-util` dependency of their own (of a matching version).
+pub use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 #[cfg(test)]
 mod tests {

@@ -38,7 +38,7 @@ use crate::idempotency::IdempotencyStore;
 use crate::key::StoreKey;
 use crate::limit::RateStore;
 use crate::signals::ReleaseHub;
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Store, Wakeups};
+use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Store, Wakeups};
 use crate::telemetry::{self, events};
 use crate::time::{Clock, SystemClock, Ttl};
 use crate::work::WorkStore;
@@ -229,15 +229,15 @@ impl LeaseStore for MemoryStore {
         Ok(claim)
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.state();
         Ok(match state.live(key, now) {
             Some(grant) if grant.holder == *holder => {
                 grant.expires_at = now + ttl.get();
-                Renew::Renewed
+                Renewal::Renewed
             }
-            _ => Renew::NotHolder,
+            _ => Renewal::NotHeld,
         })
     }
 

@@ -45,14 +45,20 @@ pub enum Claim {
     },
 }
 
-/// The answer of [`LeaseStore::renew`].
+/// The answer of every renewal in baton: a lock's or a lease's grant
+/// ([`LeaseStore::renew`], [`Leases::renew`](crate::Leases::renew)), a work item's lease
+/// ([`Item::extend`](crate::work::Item::extend)), a migration record's lease, an idempotency
+/// attempt's lease ([`IdempotencyLog::renew`](crate::idempotency::IdempotencyLog::renew)).
+///
+/// A store fault is not an answer: it is an error of kind `Unavailable`, after which the
+/// grant may or may not still be held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Renew {
-    /// The holder still held the key; its TTL now starts again.
+pub enum Renewal {
+    /// The grant was still held by the caller; its TTL (or lease) now starts again.
     Renewed,
-    /// The holder no longer holds the key (expired, released, or held by someone else).
-    /// Nothing was changed: a late renewal never revives a grant.
-    NotHolder,
+    /// The caller no longer holds the grant (it expired, was released, finalized, or taken
+    /// over by someone else). Nothing was changed: a late renewal never revives a grant.
+    NotHeld,
 }
 
 /// The answer of [`LeaseStore::release`].
@@ -115,7 +121,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     -> Result<Claim>;
 
     /// Extends `holder`'s grant of `key` to `ttl` from now.
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew>;
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal>;
 
     /// Frees `key` if `holder` holds it.
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release>;

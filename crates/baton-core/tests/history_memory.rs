@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Fence, Holder, Locks, MemoryStore, Result, StoreKey, Ttl};
 use baton_testkit::check::{self, Rule};
 use baton_testkit::{FencedRegister, LockWorkload, Recorder};
@@ -100,8 +100,8 @@ impl LeaseStore for GrantsEveryone {
             fence: Fence::new(fence),
         })
     }
-    async fn renew(&self, _: &StoreKey, _: &Holder, _: Ttl) -> Result<Renew> {
-        Ok(Renew::Renewed)
+    async fn renew(&self, _: &StoreKey, _: &Holder, _: Ttl) -> Result<Renewal> {
+        Ok(Renewal::Renewed)
     }
     async fn release(&self, _: &StoreKey, _: &Holder) -> Result<Release> {
         Ok(Release::Removed)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::conformance::fresh_namespace;
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::work::store::{MigrationClaim, MigrationRecord, MigrationState, Settle};
 use baton_core::work::{
     LoserPolicy, MigrationContext, MigrationFn, MigrationOutcome, MigrationStore, Migrations,
@@ -104,7 +104,7 @@ impl MigrationStore for Outage {
         name: &str,
         writer: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         self.check()?;
         self.inner
             .heartbeat_migration(set, name, writer, lease)

@@ -9,16 +9,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use baton_core::idempotency::{
-    Acquire, AcquireOptions, Attempt, Finalize, MAX_METADATA_BYTES, Outcome, Record, Renewal,
-    Scope, Status, Takeover,
+    Acquire, AcquireOptions, Attempt, AttemptKeepAlive, Finalize, MAX_METADATA_BYTES, Outcome,
+    Record, Scope, Status, Takeover,
 };
+use baton_core::retry::Backoff;
 use baton_core::telemetry::{self, events};
+use baton_core::{CancellationToken, WaitForCancellationFutureOwned};
 use bytes::{Bytes, BytesMut};
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use tower_service::Service;
 
@@ -43,6 +44,28 @@ pub struct IdempotentRequest {
     /// `Some` when an earlier attempt of this key may have run (a takeover after its
     /// server died) or failed.
     pub takeover: Option<Takeover>,
+    /// The attempt's lost signal, from the keep-alive of its lease.
+    lost: CancellationToken,
+}
+
+impl IdempotentRequest {
+    /// Resolves when this attempt is known or presumed to have lost its record (another
+    /// attempt took it over after the lease lapsed): the response will not be stored, and a
+    /// retry may run the request again. An owned future: await it, or use it as a
+    /// `tokio::select!` branch to stop work no longer owned.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a token (cancelling it changes nothing for the attempt).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.child_token()
+    }
+
+    /// Whether the lost signal has fired.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
 }
 
 /// The service an [`IdempotencyLayer`](crate::IdempotencyLayer) makes: see there for what
@@ -302,13 +325,15 @@ where
             };
         }
     };
+    let keeper = config.log.keep_alive(&attempt);
     parts.extensions.insert(IdempotentRequest {
         key,
         attempt: attempt.number(),
         takeover: attempt.takeover(),
+        lost: keeper.lost_token(),
     });
     let request = Request::from_parts(parts, ReqBody::from(body));
-    guarded(inner, config, attempt, request).await
+    guarded(inner, config, attempt, keeper, request).await
 }
 
 /// What a duplicate gets.
@@ -378,6 +403,7 @@ async fn guarded<S, ReqBody, ResBody>(
     mut inner: S,
     config: Arc<Config>,
     attempt: Attempt,
+    keeper: AttemptKeepAlive,
     request: Request<ReqBody>,
 ) -> Result<Response<IdempotentBody<ResBody>>, S::Error>
 where
@@ -386,7 +412,6 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let attempt = Arc::new(attempt);
-    let keeper = KeepAlive::start(&config, &attempt);
     let unfinished = Unfinished {
         config: Some(Arc::clone(&config)),
         attempt: Arc::clone(&attempt),
@@ -472,7 +497,7 @@ fn encode(
 async fn record(
     config: Arc<Config>,
     attempt: Arc<Attempt>,
-    keeper: KeepAlive,
+    keeper: AttemptKeepAlive,
     outcome: Outcome,
     metadata: Vec<u8>,
 ) {
@@ -482,10 +507,9 @@ async fn record(
     tokio::spawn(async move {
         let _keeper = keeper;
         let deadline = Instant::now() + config.lease;
-        let mut pause = Duration::from_millis(100);
+        let mut pauses = FINALIZE_BACKOFF.attempts();
         while Instant::now() < deadline {
-            sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
+            sleep(pauses.next_delay()).await;
             if finalize_once(&config, &attempt, outcome, &metadata).await {
                 return;
             }
@@ -559,30 +583,8 @@ where
     }
 }
 
-/// Renews the attempt's lease every third of it until dropped.
-struct KeepAlive(JoinHandle<()>);
-
-impl KeepAlive {
-    fn start(config: &Arc<Config>, attempt: &Arc<Attempt>) -> KeepAlive {
-        let (log, attempt) = (config.log.clone(), Arc::clone(attempt));
-        let every = attempt.lease() / 3;
-        KeepAlive(tokio::spawn(async move {
-            loop {
-                sleep(every).await;
-                // A fault is reported by the log and retried at the next tick.
-                if let Ok(Renewal::NotOwner) = log.renew(&attempt).await {
-                    return;
-                }
-            }
-        }))
-    }
-}
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+/// The waits between the background tries of a finalize that faulted.
+const FINALIZE_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 
 /// Marks the record failed, in the background, if the guarded section unwinds (the
 /// handler panicked) before it was finalized; so that a retry need not wait for the lease.

@@ -20,7 +20,7 @@
 //!   heartbeat that has not come back by the next one means the connection went silent.
 //! - When it is lost (closed, `pg_terminate_backend`, a restart, silence) every
 //!   subscription is told ([`Fanout::disconnected`]: `baton.subscription.dropped`); it
-//!   reconnects at once, then backing off from 50 ms to 2 s, and once listening again each
+//!   reconnects at once, then backing off (jittered) from 50 ms to 2 s, and once listening again each
 //!   subscription gets a gap and a resubscribed event (`baton.subscription.resubscribed`
 //!   with `gap_ms`). Messages notified in between are lost (at most once).
 //! - `subscribe` returns once the connection is listening, or fails with `Unavailable`

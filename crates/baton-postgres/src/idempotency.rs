@@ -23,7 +23,7 @@ use baton_core::idempotency::store::{
     AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
 use baton_core::idempotency::{Outcome, Status};
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::{Error, Holder, Result, StoreKey, Ttl};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -268,7 +268,7 @@ impl IdempotencyStore for PostgresStore {
         )))
     }
 
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         let changed = self
             .db
             .call(
@@ -286,9 +286,9 @@ impl IdempotencyStore for PostgresStore {
             )
             .await?;
         Ok(if changed == 1 {
-            Renew::Renewed
+            Renewal::Renewed
         } else {
-            Renew::NotHolder
+            Renewal::NotHeld
         })
     }
 

@@ -14,13 +14,13 @@
 //!   cannot be sent says nothing about the connection.
 //! - When the connection is lost (closed, `pg_terminate_backend`, a restart, silence) the
 //!   task that read it is stopped first, so nothing from it reaches [`Sink::notify`] after
-//!   [`Sink::lost`]. Then it reconnects: at once, then with a backoff doubling from 50 ms to
+//!   [`Sink::lost`]. Then it reconnects: at once, then with a jittered backoff doubling from 50 ms to
 //!   2 s. The new connection `LISTEN`s before anything else, and [`Sink::restored`] follows.
 //!   Notifications sent in between are not received.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use baton_core::retry::RECONNECT;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::mpsc;
@@ -32,9 +32,6 @@ use crate::error::{sql_error, timed_out};
 use crate::options::PostgresOptions;
 use crate::sql;
 use crate::wakeups::HEARTBEAT_EVERY;
-
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Where a [`ListenTask`]'s notifications and connection events go.
 pub(crate) trait Sink: Send + Sync + 'static {
@@ -234,21 +231,20 @@ impl<S: Sink> Source<S> {
 
     /// Listens again, retrying until it works: at once, then with a doubling backoff.
     async fn reconnect(&self) -> Connection {
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = RECONNECT.attempts();
         loop {
             match self.listen().await {
                 Ok(connection) => return connection,
                 Err(e) => {
                     tracing::debug!(
                         error = %e,
-                        retry_in = ?backoff,
+                        retry_in = ?backoff.peek(),
                         application = self.application,
                         "LISTEN reconnect failed"
                     );
                 }
             }
-            sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            sleep(backoff.next_delay()).await;
         }
     }
 

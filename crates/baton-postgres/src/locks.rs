@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::telemetry::{self, events};
 use baton_core::time::format_duration;
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl, prefix_upper_bound};
@@ -491,7 +491,7 @@ impl LeaseStore for PostgresStore {
         )))
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let renewed = self
             .db
             .call(
@@ -509,9 +509,9 @@ impl LeaseStore for PostgresStore {
             )
             .await?;
         Ok(if renewed == 1 {
-            Renew::Renewed
+            Renewal::Renewed
         } else {
-            Renew::NotHolder
+            Renewal::NotHeld
         })
     }
 

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{
-    ClaimResult, Error, Fence, Holder, Key, LeaseInfo, LeaseKeepAlive, Leases, RemoveResult,
-    RenewResult, Result, StoreKey, Ttl,
+    ClaimResult, Error, Fence, Holder, KeptClaim, Key, LeaseInfo, LeaseKeepAlive, LeaseOptions,
+    Leases, RemoveResult, Result, StoreKey, Ttl,
 };
 use sqlx::Row;
 use sqlx::postgres::{PgArguments, PgRow};
@@ -154,7 +154,7 @@ pub struct TableStatements {
 /// ```no_run
 /// # async fn example(store: &baton_postgres::PostgresStore) -> baton_core::Result<()> {
 /// use std::time::Duration;
-/// use baton_core::ClaimResult;
+/// use baton_core::{KeptClaim, LeaseOptions};
 /// use baton_postgres::{TableLeaseColumns, TableLeases};
 ///
 /// let locks = TableLeases::new(
@@ -168,14 +168,14 @@ pub struct TableStatements {
 /// .await?;
 /// let key = ["0b9e4a1c-5f3d-4c1e-9d8a-2f6b7c8d9e0f", "OrderPerspective"];
 /// let instance = "6f1c2d3e-4b5a-4978-8a6b-5c4d3e2f1a0b";
-/// match locks.claim(&key, instance, Duration::from_secs(30), "rewind").await? {
-///     ClaimResult::Claimed { .. } => {
-///         let keep = locks.keep_alive(&key, instance, Duration::from_secs(30), Duration::from_secs(10)).await?;
-///         // ... rewind, checking keep.lost() ...
-///         drop(keep);
+/// let options = LeaseOptions::new(Duration::from_secs(30)).reason("rewind").keep_alive(Duration::from_secs(10));
+/// match locks.claim_and_keep(&key, instance, &options).await? {
+///     KeptClaim::Kept { keep_alive, .. } => {
+///         // ... rewind, selecting on keep_alive.lost() ...
+///         drop(keep_alive);
 ///         locks.release(&key, instance).await?;
 ///     }
-///     ClaimResult::HeldBy { .. } => { /* another instance has it: skip, retry next cycle */ }
+///     KeptClaim::HeldBy { .. } => { /* another instance has it: skip, retry next cycle */ }
 /// }
 /// # Ok(()) }
 /// ```
@@ -250,7 +250,7 @@ impl TableLeases {
     ///
     /// # Errors
     /// As [`claim`](Self::claim).
-    pub async fn renew(&self, key: &[&str], holder: &str, ttl: Duration) -> Result<RenewResult> {
+    pub async fn renew(&self, key: &[&str], holder: &str, ttl: Duration) -> Result<Renewal> {
         self.leases.renew(&self.join(key)?, holder, ttl).await
     }
 
@@ -264,10 +264,27 @@ impl TableLeases {
         self.leases.release(&self.join(key)?, holder).await
     }
 
-    /// Keeps `holder`'s lease of row `key` alive, renewing every `interval` (more than zero
-    /// and less than `ttl / 2`), until the handle is dropped; its `lost()` signal fires when
-    /// a renewal finds another holder or the TTL passes without a successful renewal. See
-    /// [`Leases::keep_alive`].
+    /// Claims row `key` for `holder` and keeps it alive, in one call (TTL, reason and
+    /// interval from `options`, checked before any I/O). See [`Leases::claim_and_keep`].
+    ///
+    /// # Errors
+    /// As [`claim`](Self::claim); also `InvalidInput` for an interval that is zero or not
+    /// less than `ttl / 2`.
+    pub async fn claim_and_keep(
+        &self,
+        key: &[&str],
+        holder: &str,
+        options: &LeaseOptions,
+    ) -> Result<KeptClaim> {
+        self.leases
+            .claim_and_keep(&self.join(key)?, holder, options)
+            .await
+    }
+
+    /// Keeps `holder`'s lease of row `key`, claimed earlier, alive with `options` until the
+    /// handle is dropped; `None` when `holder` does not hold it. Its `lost()` signal fires
+    /// when a renewal finds another holder or the TTL passes without a successful renewal.
+    /// See [`Leases::keep_alive`].
     ///
     /// # Errors
     /// `InvalidInput` before any I/O; `Unavailable` when the first renewal faulted.
@@ -275,11 +292,10 @@ impl TableLeases {
         &self,
         key: &[&str],
         holder: &str,
-        ttl: Duration,
-        interval: Duration,
-    ) -> Result<LeaseKeepAlive> {
+        options: &LeaseOptions,
+    ) -> Result<Option<LeaseKeepAlive>> {
         self.leases
-            .keep_alive(&self.join(key)?, holder, ttl, interval)
+            .keep_alive(&self.join(key)?, holder, options)
             .await
     }
 
@@ -799,7 +815,7 @@ impl LeaseStore for TableStore {
         Err(self.changing(key))
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let parts = self.parts(key);
         let renewed = self
             .db
@@ -818,9 +834,9 @@ impl LeaseStore for TableStore {
             )
             .await?;
         Ok(if renewed == 1 {
-            Renew::Renewed
+            Renewal::Renewed
         } else {
-            Renew::NotHolder
+            Renewal::NotHeld
         })
     }
 

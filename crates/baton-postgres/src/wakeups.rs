@@ -16,7 +16,7 @@
 //!   silent), the task emits
 //!   [`baton.store.push_lost`](baton_core::telemetry::events::STORE_PUSH_LOST), wakes every
 //!   waiter of this process ([`ReleaseHub::notify_all`]) so they re-check, and reconnects:
-//!   at once, then with a backoff doubling from 50ms to 2s. The new connection `LISTEN`s
+//!   at once, then with a jittered backoff doubling from 50ms to 2s. The new connection `LISTEN`s
 //!   again before anything else.
 //! - Once listening again it emits
 //!   [`baton.store.push_restored`](baton_core::telemetry::events::STORE_PUSH_RESTORED) and

@@ -12,10 +12,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{
-    ClaimResult, Fence, Holder, Leases, LockOptions, Locks, RemoveResult, StoreKey, Ttl,
+    ClaimResult, Fence, Holder, LeaseOptions, Leases, LockOptions, Locks, RemoveResult, StoreKey,
+    Ttl,
 };
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::postgres::{PostgresServer, Stop};
@@ -75,10 +76,15 @@ async fn leases_survive_server_restarts_and_the_store_reconnects() {
     .unwrap();
     let keep = within(
         "keep-alive",
-        leases.keep_alive("kept", "instance-k", secs(6), Duration::from_millis(500)),
+        leases.keep_alive(
+            "kept",
+            "instance-k",
+            &LeaseOptions::new(secs(6)).keep_alive(Duration::from_millis(500)),
+        ),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .expect("the lease is held");
     let mut last = first;
 
     for how in [Stop::Fast, Stop::Immediate] {
@@ -449,7 +455,7 @@ async fn eviction_frees_the_key_and_wakes_waiters() {
         .expect("eviction wakes the waiter long before the 10 minute TTL");
     assert_eq!(
         a.renew(&key, &stuck, ttl(secs(5))).await.unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     guard.release().await;
     assert_eq!(

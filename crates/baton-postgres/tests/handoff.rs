@@ -18,7 +18,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::{Fence, Holder, LockOptions, Locks, StoreKey, Ttl};
 use baton_postgres::sql;
 use baton_testkit::postgres::{PostgresOptions as ServerOptions, PostgresServer, Stop};
@@ -179,7 +179,7 @@ async fn releases_commit_asynchronously_and_grants_durably_unless_relaxed() {
     let renew = async || {
         assert_eq!(
             durable.renew(&key, &a, ttl(t)).await.unwrap(),
-            Renew::Renewed
+            Renewal::Renewed
         );
     };
     let release = async || {
@@ -210,7 +210,7 @@ async fn releases_commit_asynchronously_and_grants_durably_unless_relaxed() {
     let renew = async || {
         assert_eq!(
             relaxed.renew(&key, &b, ttl(t)).await.unwrap(),
-            Renew::Renewed
+            Renewal::Renewed
         );
     };
     assert_asynchronous("a relaxed claim", &mut conn, free, claim).await;

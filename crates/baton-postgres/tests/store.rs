@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::store::{Claim, LeaseStore};
-use baton_core::{ClaimResult, ErrorKind, Holder, Leases, LockOptions, Locks, RemoveResult, Ttl};
+use baton_core::{
+    ClaimResult, ErrorKind, Holder, LeaseOptions, Leases, LockOptions, Locks, RemoveResult, Ttl,
+};
 use baton_postgres::{PostgresOptions, PostgresStore, sql};
 
 use common::*;
@@ -248,14 +250,23 @@ async fn stream_locks_as_leases_skip_when_held_and_keep_alive() {
     };
     // Keep-alive options are validated: interval < ttl / 2.
     let bad = leases
-        .keep_alive(&key, "instance-a", ttl, Duration::from_millis(1500))
+        .keep_alive(
+            &key,
+            "instance-a",
+            &LeaseOptions::new(ttl).keep_alive(Duration::from_millis(1500)),
+        )
         .await
         .unwrap_err();
     assert!(bad.is_invalid_input(), "{bad}");
     let keep = leases
-        .keep_alive(&key, "instance-a", ttl, interval)
+        .keep_alive(
+            &key,
+            "instance-a",
+            &LeaseOptions::new(ttl).keep_alive(interval),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .expect("the lease is held");
     assert_eq!(keep.fence(), fence);
     // Longer than the TTL: the keep-alive holds the lock, another instance skips it.
     tokio::time::sleep(secs(4)).await;

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{ClaimResult, ErrorKind, RemoveResult, RenewResult};
+use baton_core::{ClaimResult, ErrorKind, LeaseOptions, RemoveResult, Renewal};
 use baton_postgres::{PostgresStore, TableLeaseColumns, TableLeases};
 use sqlx::Row;
 use tokio::sync::Barrier;
@@ -136,11 +136,11 @@ async fn the_lock_lives_in_the_users_row() {
     assert_eq!(again, fence);
     assert_eq!(
         locks.renew(&KEY, INSTANCE_A, ttl).await.unwrap(),
-        RenewResult::Renewed
+        Renewal::Renewed
     );
     assert_eq!(
         locks.renew(&KEY, INSTANCE_B, ttl).await.unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
     let info = locks.inspect(&KEY).await.unwrap().expect("locked");
     assert_eq!(info.holder, INSTANCE_A);
@@ -210,7 +210,7 @@ async fn an_expired_lock_is_taken_over() {
             .renew(&KEY, INSTANCE_A, Duration::from_secs(30))
             .await
             .unwrap(),
-        RenewResult::NotHolder
+        Renewal::NotHeld
     );
 }
 
@@ -223,7 +223,11 @@ async fn keep_alive_holds_and_reports_loss() {
     let ttl = Duration::from_millis(1500);
     claimed(locks.claim(&KEY, INSTANCE_A, ttl, "rewind").await.unwrap());
     let invalid = locks
-        .keep_alive(&KEY, INSTANCE_A, ttl, Duration::from_millis(750))
+        .keep_alive(
+            &KEY,
+            INSTANCE_A,
+            &LeaseOptions::new(ttl).keep_alive(Duration::from_millis(750)),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -231,9 +235,14 @@ async fn keep_alive_holds_and_reports_loss() {
         "interval must be < ttl / 2: {invalid}"
     );
     let keep = locks
-        .keep_alive(&KEY, INSTANCE_A, ttl, Duration::from_millis(250))
+        .keep_alive(
+            &KEY,
+            INSTANCE_A,
+            &LeaseOptions::new(ttl).keep_alive(Duration::from_millis(250)),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .expect("the lease is held");
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!keep.is_lost(), "renewed across TTLs");
     assert!(matches!(
@@ -250,7 +259,7 @@ async fn keep_alive_holds_and_reports_loss() {
     .execute(&mut conn)
     .await
     .unwrap();
-    within("lost", keep.lost().cancelled()).await;
+    within("lost", keep.lost()).await;
 }
 
 /// Exactly one of many instances claiming one row at the same moment gets it.

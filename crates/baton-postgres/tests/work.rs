@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::work::conformance::WorkHarness;
 use baton_core::work::store::{
     Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, MigrationClaim, MigrationStore,
@@ -224,7 +224,7 @@ async fn a_zombie_token_is_not_owner_and_changes_nothing() {
     );
     assert_eq!(
         store.extend(&q, id, &zombie, ttl(MINUTE)).await.unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         store.release(&q, id, &zombie).await.unwrap(),
@@ -237,7 +237,7 @@ async fn a_zombie_token_is_not_owner_and_changes_nothing() {
     );
     assert_eq!(
         store.extend(&q, id, &owner, ttl(MINUTE)).await.unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     assert_eq!(
         store.complete(&q, id, &owner).await.unwrap(),
@@ -501,7 +501,7 @@ async fn items_survive_server_restarts_and_faults_are_unavailable() {
         );
         assert_eq!(
             store.extend(&q, ids[0], &token, ttl(MINUTE)).await.unwrap(),
-            Renew::Renewed
+            Renewal::Renewed
         );
     }
 

@@ -34,6 +34,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_core::broadcast::RawSubscription;
 use baton_core::broadcast::fanout::Fanout;
+use baton_core::retry::RECONNECT;
 use baton_core::{BroadcastStore, Error, Result, StoreKey};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
@@ -47,9 +48,6 @@ use crate::error::{redis_error, timed_out};
 use crate::locks::RedisStore;
 use crate::options::RedisOptions;
 pub use crate::wakeups::PING_EVERY;
-
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The Redis channel of the qualified channel `key` on database `db`: `Q:db<N>`.
 pub fn redis_channel(key: &StoreKey, db: i64) -> String {
@@ -226,7 +224,7 @@ fn lost(e: &RedisError) -> bool {
 /// works: at once, then with a doubling backoff. Subscribe commands that arrive meanwhile
 /// wait for the connection.
 async fn reconnect(task: &mut Task) -> Connection {
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = RECONNECT.attempts();
     loop {
         match connect(&task.endpoint, &task.options, &task.server).await {
             Ok(mut connection) => {
@@ -247,10 +245,10 @@ async fn reconnect(task: &mut Task) -> Connection {
             }
             Err(e) => {
                 let e = e.into_error("reconnecting the broadcast connection", &task.server);
-                tracing::debug!(error = %e, retry_in = ?backoff, "broadcast reconnect failed");
+                tracing::debug!(error = %e, retry_in = ?backoff.peek(), "broadcast reconnect failed");
             }
         }
-        let pause = sleep(backoff);
+        let pause = sleep(backoff.next_delay());
         tokio::pin!(pause);
         loop {
             tokio::select! {
@@ -263,7 +261,6 @@ async fn reconnect(task: &mut Task) -> Connection {
                 },
             }
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

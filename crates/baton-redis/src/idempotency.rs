@@ -27,7 +27,7 @@ use baton_core::idempotency::store::{
     AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
 use baton_core::idempotency::{Outcome, Status};
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::{Holder, Result, StoreKey, Ttl};
 use redis::{Script, Value};
 
@@ -73,7 +73,7 @@ impl IdempotencyStore for RedisStore {
         self.call(what, &invocation, parse_acquire, |_| true).await
     }
 
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         let mut invocation = Evalsha::new(&SCRIPTS.renew, 1, 128);
         invocation
             .arg(keys::grant(key))
@@ -81,8 +81,8 @@ impl IdempotencyStore for RedisStore {
             .arg(lease.as_millis());
         let what = || format!("idempotency renewal of {key}");
         let parse = |v: &Value| match int(v)? {
-            1 => Some(Renew::Renewed),
-            0 => Some(Renew::NotHolder),
+            1 => Some(Renewal::Renewed),
+            0 => Some(Renewal::NotHeld),
             _ => None,
         };
         self.call(what, &invocation, parse, |_| true).await

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::telemetry::{self, events};
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -433,7 +433,7 @@ impl LeaseStore for RedisStore {
         Ok(claim)
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let mut invocation = Evalsha::new(&SCRIPTS.renew, 1, key.as_str().len() + 64);
         invocation
             .arg(keys::grant(key))
@@ -441,15 +441,15 @@ impl LeaseStore for RedisStore {
             .arg(ttl.as_millis());
         let what = || format!("renewal of {key}");
         let parse = |v: &Value| match int(v)? {
-            1 => Some(Renew::Renewed),
-            0 => Some(Renew::NotHolder),
+            1 => Some(Renewal::Renewed),
+            0 => Some(Renewal::NotHeld),
             _ => None,
         };
         self.confirm(&mut invocation);
         let (renew, replicas) = self
             .call_confirmed(what, &invocation, parse, |_| true)
             .await?;
-        if renew == Renew::Renewed
+        if renew == Renewal::Renewed
             && let Some(e) = self.unconfirmed(&what(), replicas)
         {
             return Err(e);

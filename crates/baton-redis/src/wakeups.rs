@@ -31,7 +31,7 @@
 //! - When it is lost, the task emits
 //!   [`baton.store.push_lost`](baton_core::telemetry::events::STORE_PUSH_LOST), wakes every
 //!   waiter of this process ([`ReleaseHub::notify_all`]) so they re-check, and reconnects:
-//!   at once, then with a backoff doubling from 50ms to 2s. Releases skip the store while it
+//!   at once, then with a jittered backoff doubling from 50ms to 2s. Releases skip the store while it
 //!   is disconnected; its waiters queue again when they re-check.
 //! - Once subscribed again it emits
 //!   [`baton.store.push_restored`](baton_core::telemetry::events::STORE_PUSH_RESTORED) and
@@ -47,6 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use baton_core::StoreKey;
+use baton_core::retry::RECONNECT;
 use baton_core::signals::ReleaseHub;
 use baton_core::telemetry::{self, events};
 use futures_util::StreamExt;
@@ -76,9 +77,6 @@ pub const QUEUE_GRACE: Duration = Duration::from_secs(5);
 /// How much later than the end it was told of a watch timer fires, so that on the server
 /// that end has passed.
 pub const WATCH_SLACK: Duration = Duration::from_millis(10);
-
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The store's pub/sub connection and its task. Dropping it stops the task and closes the
 /// connection.
@@ -336,7 +334,7 @@ fn moved_away(listener: &Listener, address: &str) -> Option<String> {
 
 /// Subscribes again, retrying until it works: at once, then with a doubling backoff.
 async fn reconnect(listener: &Listener) -> Connection {
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = RECONNECT.attempts();
     loop {
         match subscribe(
             &listener.endpoint,
@@ -349,14 +347,14 @@ async fn reconnect(listener: &Listener) -> Connection {
             Ok(connection) => return connection,
             Err(e) => {
                 let e = e.into_error(&listener.channel, &listener.identity.server);
-                tracing::debug!(error = %e, retry_in = ?backoff, "pub/sub reconnect failed");
+                tracing::debug!(error = %e, retry_in = ?backoff.peek(), "pub/sub reconnect failed");
             }
         }
         // Through Sentinel, the store's connection finding the new primary is the moment
         // to try again.
         tokio::select! {
-            _ = sleep(backoff) => backoff = (backoff * 2).min(MAX_BACKOFF),
-            _ = listener.identity.link.moved() => backoff = FIRST_BACKOFF,
+            _ = sleep(backoff.next_delay()) => {}
+            _ = listener.identity.link.moved() => backoff.reset(),
         }
     }
 }

@@ -14,7 +14,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{AcquireError, Fence, Holder, LockOptions, Locks, ReleaseOutcome, Ttl};
 use baton_testkit::FencedRegister;
@@ -279,7 +279,7 @@ async fn paused_holder_child() {
     })
     .await;
 
-    within("lost() to fire after the pause", guard.lost().cancelled()).await;
+    within("lost() to fire after the pause", guard.lost()).await;
     assert!(guard.is_lost());
     let late = register.write(guard.fence(), 3);
     assert!(
@@ -314,7 +314,7 @@ async fn flushed_scripts_are_reloaded_and_never_read_as_not_holder() {
     flush();
     assert_eq!(
         store.renew(&key, &a, ttl(secs(30))).await.expect("renew"),
-        Renew::Renewed
+        Renewal::Renewed
     );
     flush();
     match store
@@ -328,7 +328,7 @@ async fn flushed_scripts_are_reloaded_and_never_read_as_not_holder() {
     flush();
     assert_eq!(
         store.renew(&key, &b, ttl(secs(30))).await.expect("renew"),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     flush();
     assert_eq!(
@@ -489,7 +489,7 @@ async fn keep_alive_under_a_blackhole_loses_by_valid_until_and_late_renewals_rev
     assert!(!kept.is_lost(), "keep-alive lost the lock before any fault");
 
     proxy.blackhole();
-    within("lost() under the blackhole", kept.lost().cancelled()).await;
+    within("lost() under the blackhole", kept.lost()).await;
     let lost_at = Instant::now();
     let valid_until = kept.valid_until();
     assert!(

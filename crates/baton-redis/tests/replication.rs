@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_redis::RedisStore;
@@ -99,7 +99,7 @@ async fn with_min_replicas_an_acknowledged_grant_survives_the_promotion() {
     };
     assert_eq!(
         store.renew(&key, &holder, ttl()).await.unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     // No WAIT of the test's own: the store's acknowledgement alone says the replica has it.
     replica.cut_off_replication().unwrap();

@@ -489,7 +489,7 @@ async fn a_keep_alive_that_cannot_renew_on_the_new_primary_fires_lost() {
     );
     let failed_over = Instant::now();
 
-    let lost = guard.lost();
+    let lost = guard.lost_token();
     timeout(Duration::from_secs(20), lost.cancelled())
         .await
         .expect("lost() fired after the failover");

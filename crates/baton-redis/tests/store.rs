@@ -7,7 +7,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renew};
+use baton_core::store::{Claim, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_redis::{RedisOptions, RedisStore};
@@ -148,7 +148,7 @@ async fn a_paused_server_times_out_and_the_store_recovers() {
     );
     assert_eq!(
         store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
 }
 
@@ -250,7 +250,7 @@ async fn script_flush_between_calls_is_not_mistaken_for_not_holder() {
     server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
     assert_eq!(
         store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
     match store.claim(&k, &b, ttl(TEN_S), "").await.unwrap() {
@@ -812,7 +812,7 @@ async fn a_least_privilege_acl_user_is_enough() {
     granted(&store, &k, &a).await;
     assert_eq!(
         store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     assert_eq!(store.list("t:lock:", 10).await.unwrap().len(), 1);
     assert_eq!(store.release(&k, &a).await.unwrap(), Release::Removed);
@@ -853,7 +853,7 @@ async fn calls_after_a_connection_reset_run_on_a_new_connection() {
             }
             "renew" => assert_eq!(
                 store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
-                Renew::NotHolder
+                Renewal::NotHeld
             ),
             "claim" => {
                 granted(&store, &k, &a).await;

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::idempotency::{Acquire, AcquireOptions, Finalize, Outcome, Scope};
-use baton::lease::{ClaimResult, RemoveResult, RenewResult};
+use baton::lease::{ClaimResult, RemoveResult, Renewal};
 use baton::lock::{AcquireError, LockOptions, ReleaseOutcome};
 use baton::{Baton, Fence};
 use baton_testkit::{FencedRegister, MonoTime};
@@ -443,7 +443,7 @@ async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
         let key = LEASE_KEYS[k];
         let call = journal.invoke(c, Op::LeaseClaim, key, Detail::default());
         let (fence, mut valid_until) = match leases.claim(key, &holder, LEASE_TTL, "soak").await {
-            Ok(ClaimResult::Claimed { fence, until }) => {
+            Ok(ClaimResult::Claimed { fence, until, .. }) => {
                 let valid_until = mono(until);
                 journal.complete(
                     call,
@@ -503,7 +503,7 @@ async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
             );
             let sent = call.at;
             match leases.renew(key, &holder, LEASE_TTL).await {
-                Ok(RenewResult::Renewed) => {
+                Ok(Renewal::Renewed) => {
                     valid_until = valid_until.max(sent + LEASE_TTL);
                     journal.complete(
                         call,
@@ -514,7 +514,7 @@ async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
                         },
                     );
                 }
-                Ok(RenewResult::NotHolder) => {
+                Ok(Renewal::NotHeld) => {
                     journal.complete(call, Phase::Fail, outcome("not_holder"));
                     break;
                 }

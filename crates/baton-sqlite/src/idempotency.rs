@@ -31,7 +31,7 @@ use baton_core::idempotency::store::{
     AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
 use baton_core::idempotency::{Outcome, Status};
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::time::MAX_TTL;
 use baton_core::{Holder, Result, StoreKey, Ttl};
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -364,7 +364,7 @@ impl IdempotencyStore for SqliteStore {
             .await
     }
 
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         let (key, owner) = (key.clone(), owner.clone());
         self.database()
             .run(Role::Write, "idempotency renewal", move |conn, _| {
@@ -378,9 +378,9 @@ impl IdempotencyStore for SqliteStore {
                         wall_ms()
                     ])?;
                     Ok(if changed == 1 {
-                        Renew::Renewed
+                        Renewal::Renewed
                     } else {
-                        Renew::NotHolder
+                        Renewal::NotHeld
                     })
                 })
             })

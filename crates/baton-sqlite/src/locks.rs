@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl, prefix_upper_bound};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -315,16 +315,16 @@ fn claim(
     })
 }
 
-fn renew(conn: &Connection, key: &str, holder: &str, ttl: i64) -> Result<Renew, OpError> {
+fn renew(conn: &Connection, key: &str, holder: &str, ttl: i64) -> Result<Renewal, OpError> {
     immediate(conn, |conn| {
         let now = clock::now();
         let renewed = conn
             .prepare_cached(sql::RENEW)?
             .execute(params![key, holder, now, ttl])?;
         Ok(if renewed == 1 {
-            Renew::Renewed
+            Renewal::Renewed
         } else {
-            Renew::NotHolder
+            Renewal::NotHeld
         })
     })
 }
@@ -432,7 +432,7 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let (key, holder) = (key.clone(), holder.clone());
         self.db
             .run(Role::Write, "renew", move |conn, _| {

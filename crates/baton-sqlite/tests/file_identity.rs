@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Renew};
+use baton_core::store::{Claim, LeaseStore, Renewal};
 use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use tokio::time::timeout;
@@ -84,7 +84,7 @@ async fn a_holder_learns_that_its_file_was_deleted_and_fences_do_not_restart() {
             .renew(&k, &holder, ttl(Duration::from_secs(60)))
             .await
             .unwrap(),
-        Renew::NotHolder,
+        Renewal::NotHeld,
         "the holder of a deleted file still renewed"
     );
     // The first store now works on the file at the path, as a new store would.
@@ -123,7 +123,7 @@ async fn a_holder_learns_that_its_file_was_replaced() {
             .renew(&k, &holder, ttl(Duration::from_secs(60)))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert!(store.inspect(&k).await.unwrap().is_none());
     let next = grant(&store, &k, &Holder::random()).await;
@@ -158,9 +158,9 @@ async fn a_kept_alive_lock_is_lost_when_its_file_is_deleted() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
-    assert!(!guard.lost().is_cancelled(), "renewals succeed at first");
+    assert!(!guard.is_lost(), "renewals succeed at first");
     delete_all(&path);
-    timeout(Duration::from_secs(5), guard.lost().cancelled())
+    timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost() fired at the next renewal after the file was deleted");
 }
@@ -203,7 +203,7 @@ async fn deleting_only_the_main_file_is_noticed_and_no_file_is_built_on_its_log(
             .renew(&k, &holder, ttl(Duration::from_secs(60)))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
 }
 
@@ -268,7 +268,7 @@ async fn a_lock_whose_renewals_fail_is_lost_by_valid_until() {
         .await
         .unwrap();
     std::fs::remove_file(&path).unwrap();
-    timeout(Duration::from_secs(10), guard.lost().cancelled())
+    timeout(Duration::from_secs(10), guard.lost())
         .await
         .expect("lost() fired by valid_until");
     assert!(tokio::time::Instant::now() >= guard.valid_until());

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::work::store::{
     Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, MigrationClaim, MigrationState,
     NewItem, Settle,
@@ -341,7 +341,7 @@ async fn a_lapsed_lease_returns_the_item_and_the_zombie_is_not_owner() {
     }
     assert_eq!(
         f.store.extend(&f.q, id, &zombie, ttl(LONG)).await.unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     let stats = &f.store.stats(f.q.as_str()).await.unwrap()[0];
     assert_eq!(
@@ -368,7 +368,7 @@ async fn a_late_complete_without_a_claim_in_between_is_accepted() {
     assert!(stats.oldest_due.unwrap() > Duration::ZERO);
     assert_eq!(
         f.store.extend(&f.q, id, &token, ttl(LONG)).await.unwrap(),
-        Renew::Renewed,
+        Renewal::Renewed,
         "a lapsed lease of the last claimer can be extended"
     );
     assert!(
@@ -395,7 +395,7 @@ async fn extend_restarts_the_lease() {
                 .extend(&f.q, id, &token, ttl(Duration::from_millis(300)))
                 .await
                 .unwrap(),
-            Renew::Renewed
+            Renewal::Renewed
         );
     }
     // 400 ms after a 300 ms claim: only the extensions kept it.
@@ -409,7 +409,7 @@ async fn extend_restarts_the_lease() {
             .extend(&f.q, id, &Holder::random(), ttl(LONG))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
 }
 
@@ -1211,14 +1211,14 @@ async fn a_migration_is_claimed_once_and_then_completed() {
             .heartbeat_migration(&set, "001-init", &w2, ttl(LONG))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         f.store
             .heartbeat_migration(&set, "001-init", &w1, ttl(LONG))
             .await
             .unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     assert_eq!(
         f.store
@@ -1310,7 +1310,7 @@ async fn failed_rolled_back_and_lapsed_migrations_are_taken_over() {
             .heartbeat_migration(&set, "c", &w1, ttl(LONG))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         f.store
@@ -1344,7 +1344,7 @@ async fn a_lapsed_writer_may_still_finish_without_a_takeover() {
             .heartbeat_migration(&set, "m", &w, ttl(LONG))
             .await
             .unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     assert_eq!(
         f.store

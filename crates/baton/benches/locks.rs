@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use baton::lock::{LockOptions, Locks};
 use baton::store::MemoryStore;
-use baton::store::{Claim, HolderInfo, LeaseStore, Release, Renew, Wakeups};
+use baton::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
 use baton::{Baton, Namespace};
 use baton_core::time::Ttl;
 use baton_core::{Holder, Key, KeyKind, StoreKey};
@@ -363,7 +363,7 @@ impl LeaseStore for Counting {
         self.inner.claim(key, holder, ttl, reason).await
     }
 
-    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> baton::Result<Renew> {
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> baton::Result<Renewal> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.renew(key, holder, ttl).await
     }

@@ -6,8 +6,8 @@
 //! by [`check_reason`]. See `docs/locks-and-leases.md`.
 
 pub use baton_core::{
-    ClaimResult, Holder, LeaseInfo, LeaseKeepAlive, Leases, MAX_HOLDER_BYTES, MAX_REASON_BYTES,
-    RemoveResult, RenewResult, check_reason, stream_key,
+    ClaimResult, Holder, KeptClaim, LeaseInfo, LeaseKeepAlive, LeaseOptions, Leases,
+    MAX_HOLDER_BYTES, MAX_REASON_BYTES, RemoveResult, Renewal, check_reason, stream_key,
 };
 #[cfg(feature = "postgres")]
 pub use baton_postgres::{TableLeaseColumns, TableLeases, TableStatements};

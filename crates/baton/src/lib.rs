@@ -55,7 +55,10 @@
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
-pub use baton_core::{Error, ErrorKind, Fence, Key, Namespace, Result, Ttl, telemetry, time};
+pub use baton_core::{
+    CancellationToken, Error, ErrorKind, Fence, Key, Namespace, Result, Ttl,
+    WaitForCancellationFutureOwned, telemetry, time,
+};
 
 pub mod broadcast;
 pub mod cache;
@@ -183,7 +186,7 @@ mod testing {
     use baton_core::{Holder, StoreKey};
 
     use crate::store::{
-        Claim, HolderInfo, LeaseStore, MemoryStore, Release, Renew, Store, Wakeups,
+        Claim, HolderInfo, LeaseStore, MemoryStore, Release, Renewal, Store, Wakeups,
     };
     use crate::{Baton, Namespace, Result, Ttl};
 
@@ -196,7 +199,7 @@ mod testing {
         async fn claim(&self, k: &StoreKey, h: &Holder, ttl: Ttl, r: &str) -> Result<Claim> {
             self.0.claim(k, h, ttl, r).await
         }
-        async fn renew(&self, k: &StoreKey, h: &Holder, ttl: Ttl) -> Result<Renew> {
+        async fn renew(&self, k: &StoreKey, h: &Holder, ttl: Ttl) -> Result<Renewal> {
             self.0.renew(k, h, ttl).await
         }
         async fn release(&self, k: &StoreKey, h: &Holder) -> Result<Release> {

@@ -6,6 +6,6 @@
 //! `docs/locks-and-leases.md`.
 
 pub use baton_core::{
-    AcquireError, KeepOutcome, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT, MAX_LABEL_BYTES,
-    ReleaseOutcome,
+    AcquireError, KeepOutcome, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT,
+    MAX_LABEL_BYTES, ReleaseOutcome,
 };

@@ -19,13 +19,13 @@ use crate::conformance::{Faulty, eventually, fresh_namespace, ms};
 use crate::error::{ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::{Namespace, StoreKey};
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::Ttl;
 
 use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
 use super::{
     Acquire, AcquireOptions, Attempt, Finalize, IdempotencyLog, MAX_METADATA_BYTES, Outcome,
-    Record, Renewal, Scope, Status, Takeover,
+    Record, Scope, Status, Takeover,
 };
 
 /// What a store's test target provides to the rules.
@@ -54,6 +54,7 @@ macro_rules! idempotency_conformance_tests {
             exactly_one_of_many_takes_over,
             late_finalize_without_takeover_is_accepted,
             renew_keeps_duplicates_out,
+            keep_alive_holds_the_lease_and_signals_a_finalize_elsewhere,
             failed_records_are_retried_only_when_asked,
             different_fingerprint_never_takes_over,
             records_expire_after_their_ttl,
@@ -316,7 +317,7 @@ pub async fn finalize_is_idempotent_for_its_owner(h: &dyn IdempotencyHarness) {
     assert_eq!(again.status(), Status::Completed);
     assert_eq!(again.metadata(), b"first");
     assert!(
-        log.renew(&attempt).await.unwrap() == Renewal::NotOwner,
+        log.renew(&attempt).await.unwrap() == Renewal::NotHeld,
         "a finalized record has no lease"
     );
 }
@@ -337,7 +338,7 @@ pub async fn stale_finalize_is_not_owner_and_changes_nothing(h: &dyn Idempotency
             .unwrap(),
         Finalize::NotOwner
     );
-    assert_eq!(log.renew(&zombie).await.unwrap(), Renewal::NotOwner);
+    assert_eq!(log.renew(&zombie).await.unwrap(), Renewal::NotHeld);
     let record = log.get(&scope).await.unwrap().unwrap();
     assert_eq!((record.status(), record.attempt()), (Status::Pending, 2));
     assert!(record.metadata().is_empty());
@@ -426,6 +427,41 @@ pub async fn late_finalize_without_takeover_is_accepted(h: &dyn IdempotencyHarne
         (record.status(), record.metadata()),
         (Status::Completed, &b"late"[..])
     );
+}
+
+/// The log's keep-alive renews an attempt's lease past its length, so duplicates keep out and
+/// nobody takes over; once the attempt no longer owns its record, the lost signal fires.
+pub async fn keep_alive_holds_the_lease_and_signals_a_finalize_elsewhere(
+    h: &dyn IdempotencyHarness,
+) {
+    let ns = fresh_namespace();
+    let log = log(h.open().await, &ns);
+    let scope = scope("kept");
+    // A lease of 1.5 s renewed every 500 ms, held for three leases.
+    let lease = ms(1500);
+    let attempt = acquired(&log, &scope, &AcquireOptions::new(DAY).lease(lease)).await;
+    let kept = log.keep_alive(&attempt);
+    sleep(lease * 3).await;
+    assert!(!kept.is_lost(), "renewed across three leases");
+    let record = duplicate(&log, &scope, &AcquireOptions::new(DAY).lease(lease)).await;
+    assert_eq!(
+        record.status(),
+        Status::Pending,
+        "still the attempt's, pending"
+    );
+    assert!(
+        record.lease_remaining() > Duration::ZERO,
+        "no takeover possible"
+    );
+    assert!(kept.valid_until() > Instant::now());
+    // Finalized while the keep-alive still runs: the next renewal finds the record no longer
+    // the attempt's pending one, and the keep-alive reports it.
+    log.finalize(&attempt, Outcome::Completed, b"done")
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, kept.lost())
+        .await
+        .expect("lost fires once the record is not the attempt's pending record");
 }
 
 /// Renewing restarts the owner's lease from now, so duplicates keep out while it is renewed.
@@ -556,7 +592,7 @@ pub async fn records_expire_after_their_ttl(h: &dyn IdempotencyHarness) {
         log.finalize(&fresh, Outcome::Completed, b"").await.unwrap(),
         Finalize::NotOwner
     );
-    assert_eq!(log.renew(&fresh).await.unwrap(), Renewal::NotOwner);
+    assert_eq!(log.renew(&fresh).await.unwrap(), Renewal::NotHeld);
 }
 
 /// Scopes differing in any part, and namespaces, never see each other's records.
@@ -745,7 +781,7 @@ impl IdempotencyStore for FaultyIdempotencyStore {
         self.inner.acquire(key, request).await
     }
 
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         self.enter()?;
         self.inner.renew(key, owner, lease).await
     }

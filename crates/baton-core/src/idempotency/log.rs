@@ -5,14 +5,20 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
 use crate::error::{Error, Result};
+use crate::grant::now;
 use crate::holder::Holder;
-use crate::key::Namespace;
-use crate::store::Renew;
+use crate::keepalive::{self, Events, Lifeline, Plan, RenewAtom};
+use crate::key::{Namespace, StoreKey};
+use crate::store::Renewal;
 use crate::telemetry::{self, events};
+use crate::time::Ttl;
 
 use super::options::{AcquireOptions, check_metadata};
-use super::record::{Acquire, Attempt, Finalize, Outcome, Record, Renewal, Status, Takeover};
+use super::record::{Acquire, Attempt, Finalize, Outcome, Record, Status, Takeover};
 use super::scope::Scope;
 use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
 
@@ -141,6 +147,7 @@ impl IdempotencyLog {
             lease: valid.lease,
             retry_failed: valid.retry_failed,
         };
+        let sent = now();
         let answer = self.store.acquire(&key, request).await.map_err(|error| {
             telemetry::emit(
                 &events::IDEMPOTENCY_UNAVAILABLE,
@@ -182,6 +189,7 @@ impl IdempotencyLog {
                     token,
                     lease: valid.lease,
                     takeover,
+                    granted_at: sent,
                 }))
             }
             AcquireAnswer::Duplicate(record) => Ok(Acquire::Duplicate(to_record(scope, record))),
@@ -244,32 +252,77 @@ impl IdempotencyLog {
     /// `Unavailable` when the store faulted (emits
     /// [`baton.idempotency.unavailable`](crate::telemetry::events::IDEMPOTENCY_UNAVAILABLE)).
     pub async fn renew(&self, attempt: &Attempt) -> Result<Renewal> {
-        let answer = self
-            .store
-            .renew(&attempt.key, &attempt.token, attempt.lease)
-            .await
-            .map_err(|error| {
-                telemetry::emit(
-                    &events::IDEMPOTENCY_UNAVAILABLE,
-                    Some(attempt.key.as_str()),
-                    format_args!("renewal of attempt {} failed: {error}", attempt.number()),
-                );
-                error
-            })?;
-        Ok(match answer {
-            Renew::Renewed => Renewal::Renewed,
-            Renew::NotHolder => {
-                telemetry::emit(
-                    &events::IDEMPOTENCY_NOT_OWNER,
-                    Some(attempt.key.as_str()),
-                    format_args!(
-                        "attempt {} renewed a record it no longer owns (taken over, finalized or expired)",
-                        attempt.number()
-                    ),
-                );
-                Renewal::NotOwner
-            }
-        })
+        renew(
+            &*self.store,
+            &attempt.key,
+            &attempt.token,
+            attempt.lease,
+            attempt.number(),
+        )
+        .await
+    }
+
+    /// Keeps `attempt`'s lease alive with baton's keep-alive engine: renews it every third of
+    /// the lease until the handle is stopped or dropped (it never finalizes the attempt).
+    ///
+    /// ## Behavior
+    /// - A renewal that finds the record no longer owned by the attempt (taken over,
+    ///   finalized, expired) fires the handle's [`lost`](AttemptKeepAlive::lost) signal at
+    ///   once and stops (emits
+    ///   [`baton.idempotency.not_owner`](crate::telemetry::events::IDEMPOTENCY_NOT_OWNER)).
+    /// - A renewal that faults is retried sooner than the interval (each fault emits
+    ///   [`baton.idempotency.unavailable`](crate::telemetry::events::IDEMPOTENCY_UNAVAILABLE));
+    ///   when the lease passes without a successful renewal the attempt is presumed taken
+    ///   over and `lost` fires.
+    /// - [`valid_until`](AttemptKeepAlive::valid_until) is measured from before each request
+    ///   was sent, so it never outlasts the store's lease.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use baton_core::MemoryStore;
+    /// use baton_core::idempotency::{Acquire, IdempotencyLog, Outcome, Scope};
+    /// # async fn charge() {}
+    ///
+    /// let log = IdempotencyLog::new(Arc::new(MemoryStore::new()));
+    /// let scope = Scope::new("org-42", "payments.charge", "order-7")?;
+    /// if let Acquire::Acquired(attempt) = log.try_acquire(&scope, Duration::from_secs(3600)).await? {
+    ///     let kept = log.keep_alive(&attempt);
+    ///     tokio::select! {
+    ///         () = charge() => {}
+    ///         _ = kept.lost() => return Ok(()), // taken over: do not record our outcome
+    ///     }
+    ///     kept.stop();
+    ///     log.finalize(&attempt, Outcome::Completed, b"charged").await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_alive(&self, attempt: &Attempt) -> AttemptKeepAlive {
+        let life = Lifeline::new(
+            attempt.key.as_str(),
+            format!("attempt {}", attempt.number()),
+            attempt.granted_at,
+            attempt.lease.get(),
+        );
+        let (store, key, token, lease, number) = (
+            Arc::clone(&self.store),
+            attempt.key.clone(),
+            attempt.token.clone(),
+            attempt.lease,
+            attempt.number(),
+        );
+        let renew: RenewAtom = Box::new(move || {
+            let (store, key, token) = (Arc::clone(&store), key.clone(), token.clone());
+            Box::pin(async move { renew(&*store, &key, &token, lease, number).await })
+        });
+        // `renew` reports a not-owner answer and a fault itself.
+        keepalive::spawn(
+            Arc::clone(&life),
+            Plan::new(lease.get(), lease.get() / 3, Events::default()),
+            renew,
+        );
+        AttemptKeepAlive { life }
     }
 
     /// The live record of `scope`, if any.
@@ -299,5 +352,83 @@ fn to_record(scope: &Scope, stored: StoredRecord) -> Record {
         } else {
             Duration::ZERO
         },
+    }
+}
+
+/// One renewal of an attempt's lease, reported through telemetry.
+async fn renew(
+    store: &dyn IdempotencyStore,
+    key: &StoreKey,
+    token: &Holder,
+    lease: Ttl,
+    number: u32,
+) -> Result<Renewal> {
+    let answer = store.renew(key, token, lease).await.map_err(|error| {
+        telemetry::emit(
+            &events::IDEMPOTENCY_UNAVAILABLE,
+            Some(key.as_str()),
+            format_args!("renewal of attempt {number} failed: {error}"),
+        );
+        error
+    })?;
+    if answer == Renewal::NotHeld {
+        telemetry::emit(
+            &events::IDEMPOTENCY_NOT_OWNER,
+            Some(key.as_str()),
+            format_args!(
+                "attempt {number} renewed a record it no longer owns (taken over, finalized or expired)"
+            ),
+        );
+    }
+    Ok(answer)
+}
+
+/// A running keep-alive of an idempotency [`Attempt`]'s lease, from
+/// [`IdempotencyLog::keep_alive`]. Stops renewing when stopped or dropped; it never
+/// finalizes the attempt.
+#[must_use = "dropping the handle stops the keep-alive at once"]
+pub struct AttemptKeepAlive {
+    life: Arc<Lifeline>,
+}
+
+impl AttemptKeepAlive {
+    /// Resolves when the attempt is known or presumed to have lost its record (taken over,
+    /// finalized elsewhere, or its lease passed without a renewal). An owned future: await
+    /// it, or use it as a `tokio::select!` branch.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.life.lost().clone().cancelled_owned()
+    }
+
+    /// The lost signal as a token (a child of the attempt's own: cancelling it changes
+    /// nothing for the attempt).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.life.lost().child_token()
+    }
+
+    /// Whether the lost signal has fired.
+    pub fn is_lost(&self) -> bool {
+        self.life.lost().is_cancelled()
+    }
+
+    /// The monotonic deadline of the lease as last renewed.
+    pub fn valid_until(&self) -> Instant {
+        self.life.valid_until()
+    }
+
+    /// Stops renewing.
+    pub fn stop(self) {}
+}
+
+impl Drop for AttemptKeepAlive {
+    fn drop(&mut self) {
+        self.life.stop();
+    }
+}
+
+impl fmt::Debug for AttemptKeepAlive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttemptKeepAlive")
+            .field("life", &self.life)
+            .finish()
     }
 }

@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
 use crate::memory::{MemoryStore, Sweep};
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::Ttl;
 
 use super::record::{Outcome, Status};
@@ -138,15 +138,15 @@ impl IdempotencyStore for MemoryStore {
         Ok(answer)
     }
 
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew> {
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.records.state();
         Ok(match state.live(key, now) {
             Some(entry) if entry.owner == *owner && entry.status == Status::Pending => {
                 entry.lease_until = now + lease.get();
-                Renew::Renewed
+                Renewal::Renewed
             }
-            _ => Renew::NotHolder,
+            _ => Renewal::NotHeld,
         })
     }
 

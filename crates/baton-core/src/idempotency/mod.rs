@@ -5,7 +5,7 @@
 //!   [`get`](IdempotencyLog::get). Start here.
 //! - [`Scope`]: the validated `(org, domain, key)`; [`AcquireOptions`]: TTL, lease,
 //!   fingerprint, retrying failures.
-//! - [`Acquire`], [`Attempt`], [`Record`], [`Finalize`], [`Renewal`]: what the calls answer.
+//! - [`Acquire`], [`Attempt`], [`Record`], [`Finalize`], [`Renewal`](crate::Renewal): what the calls answer.
 //! - [`store`]: the four atoms a store implements ([`IdempotencyStore`]);
 //!   [`MemoryStore`](crate::MemoryStore) is the in-process one.
 //!
@@ -21,10 +21,10 @@ mod record;
 mod scope;
 pub mod store;
 
-pub use log::IdempotencyLog;
+pub use log::{AttemptKeepAlive, IdempotencyLog};
 pub(crate) use memory::MemoryRecords;
 pub use options::{AcquireOptions, DEFAULT_LEASE, MAX_FINGERPRINT_BYTES, MAX_METADATA_BYTES};
-pub use record::{Acquire, Attempt, Finalize, Outcome, Record, Renewal, Status, Takeover};
+pub use record::{Acquire, Attempt, Finalize, Outcome, Record, Status, Takeover};
 pub use scope::{MAX_DOMAIN_BYTES, MAX_IDEMPOTENCY_KEY_BYTES, MAX_ORG_BYTES, Scope};
 pub use store::IdempotencyStore;
 

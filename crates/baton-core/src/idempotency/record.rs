@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::holder::Holder;
 use crate::key::StoreKey;
 use crate::time::Ttl;
@@ -168,8 +170,9 @@ pub enum Takeover {
 /// side effect is done (or failed). An attempt that is never finalized leaves the record
 /// pending: duplicates keep answering "in progress" until the attempt's lease lapses, and
 /// then the next acquire takes over and runs the side effect again. Keep the lease alive
-/// with [`IdempotencyLog::renew`](super::IdempotencyLog::renew) while the work runs longer
-/// than the lease.
+/// with [`IdempotencyLog::keep_alive`](super::IdempotencyLog::keep_alive) (or
+/// [`IdempotencyLog::renew`](super::IdempotencyLog::renew) by hand) while the work runs
+/// longer than the lease.
 ///
 /// Ownership is per attempt, not per process: the attempt holds a fresh random 128-bit
 /// token, and every finalize or renew is checked against the token the store holds, so an
@@ -181,6 +184,8 @@ pub struct Attempt {
     pub(crate) token: Holder,
     pub(crate) lease: Ttl,
     pub(crate) takeover: Option<Takeover>,
+    /// The instant before the acquire that granted the lease was sent.
+    pub(crate) granted_at: Instant,
 }
 
 impl Attempt {
@@ -250,15 +255,5 @@ pub enum Finalize {
     /// The attempt no longer owns the record: a later attempt took it over, or the record
     /// expired. Nothing was changed. Emits
     /// [`baton.idempotency.not_owner`](crate::telemetry::events::IDEMPOTENCY_NOT_OWNER).
-    NotOwner,
-}
-
-/// The answer of [`IdempotencyLog::renew`](super::IdempotencyLog::renew).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Renewal {
-    /// The attempt still owns the pending record; its lease starts again.
-    Renewed,
-    /// The attempt no longer owns a pending record (taken over, finalized, or expired).
-    /// Nothing was changed.
     NotOwner,
 }

@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::Ttl;
 
 use super::record::{Outcome, Status};
@@ -122,7 +122,7 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
     async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer>;
 
     /// Restarts the lease of `owner`'s pending record.
-    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renew>;
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal>;
 
     /// Finalizes `owner`'s pending record with `outcome` and `metadata`.
     async fn finalize(

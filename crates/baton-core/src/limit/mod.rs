@@ -35,7 +35,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::time::sleep_until;
 
 pub(crate) use memory::MemoryLimits;
@@ -45,6 +44,7 @@ pub use store::{Decision, RateStore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::grant::now;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
+use crate::retry::jitter;
 use crate::telemetry::{self, events};
 use crate::time::{WaitTime, format_duration};
 
@@ -258,9 +258,8 @@ impl RateLimiter {
                 });
             }
             // A little jitter, so waiters in many processes do not all retry at once.
-            let spread = (decision.retry_after / 8).min(Duration::from_millis(20));
-            let jitter = spread.mul_f64(rand::rng().random_range(0.0..1.0));
-            sleep_until((fits_at + jitter).min(deadline)).await;
+            let spread = jitter((decision.retry_after / 8).min(Duration::from_millis(20)));
+            sleep_until((fits_at + spread).min(deadline)).await;
         }
     }
 

@@ -4,11 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::fence::Fence;
 use crate::grant::{GrantState, now};
-use crate::store::{Release, Renew};
+use crate::store::{Release, Renewal};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};
 
@@ -83,10 +83,35 @@ impl LockHandle {
         self.grant.valid_until()
     }
 
-    /// A token cancelled when the grant is known or presumed gone: the store reported another
-    /// holder, or `valid_until` passed without a successful renewal. Select on
-    /// `lost().cancelled()` to stop work that is no longer exclusive.
-    pub fn lost(&self) -> CancellationToken {
+    /// Resolves when the grant is known or presumed gone: the store reported another holder,
+    /// or `valid_until` passed without a successful renewal. An owned future (it borrows
+    /// nothing): await it, or make it a `tokio::select!` branch to stop work that is no
+    /// longer exclusive.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::{sync::Arc, time::Duration};
+    /// use baton_core::{LockOptions, Locks, MemoryStore};
+    /// # async fn reindex() {}
+    ///
+    /// let locks = Locks::new(Arc::new(MemoryStore::new()));
+    /// let options = LockOptions::new(Duration::from_secs(30)).keep_alive(Duration::from_secs(10));
+    /// let guard = locks.acquire("reindex", &options).await?;
+    /// tokio::select! {
+    ///     () = reindex() => {}
+    ///     _ = guard.lost() => return Err("lost the reindex lock; stopping".into()),
+    /// }
+    /// guard.release().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.grant.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a [`CancellationToken`], to hand to code that takes one (a child
+    /// of the grant's own: cancelling it changes nothing for the grant).
+    pub fn lost_token(&self) -> CancellationToken {
         self.grant.lost.child_token()
     }
 
@@ -148,8 +173,13 @@ impl LockGuard {
     }
 
     /// See [`LockHandle::lost`].
-    pub fn lost(&self) -> CancellationToken {
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.handle.lost()
+    }
+
+    /// See [`LockHandle::lost_token`].
+    pub fn lost_token(&self) -> CancellationToken {
+        self.handle.lost_token()
     }
 
     /// See [`LockHandle::is_lost`].
@@ -247,7 +277,7 @@ impl LockGuard {
         let key = grant.key.as_str();
         let sent = now();
         match grant.store.renew(&grant.key, &grant.holder, ttl).await {
-            Ok(Renew::Renewed) => {
+            Ok(Renewal::Renewed) => {
                 telemetry::emit(
                     &events::LOCK_KEPT_UNTIL_EXPIRY,
                     Some(key),
@@ -261,7 +291,7 @@ impl LockGuard {
                     until: sent + ttl.get(),
                 }
             }
-            Ok(Renew::NotHolder) => {
+            Ok(Renewal::NotHeld) => {
                 telemetry::emit(
                     &events::LOCK_RELEASE_AFTER_EXPIRY,
                     Some(key),

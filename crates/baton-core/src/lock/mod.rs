@@ -18,7 +18,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::time::{Instant, sleep_until};
 
 pub use guard::{KeepOutcome, LockGuard, LockHandle, ReleaseOutcome};
@@ -28,6 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::grant::{Deadlines, GrantState, Watch, now, spawn_watchdog};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
+use crate::retry::{Backoff, jitter};
 use crate::store::{Claim, LeaseStore};
 use crate::telemetry::{self, events};
 use options::ValidOptions;
@@ -361,17 +361,19 @@ impl Locks {
         // that come after an answer (a failover, a restart, a replaced connection) until its
         // wait ends, while a first claim that faults fails at once.
         let mut answered = false;
-        let mut retry_in = FAULT_RETRY_FIRST;
+        let mut faults = FAULT_BACKOFF.attempts();
         loop {
             let seen = match self.attempt(&key, &holder, options).await {
                 Ok(Ok(granted)) => return Ok(self.guard(key, holder, granted, options)),
                 Ok(Err(seen)) => {
                     answered = true;
-                    retry_in = FAULT_RETRY_FIRST;
+                    faults.reset();
                     Some(seen)
                 }
-                Err(error) if answered && error.is_retryable() && now() + retry_in < deadline => {
-                    if retry_in == FAULT_RETRY_FIRST {
+                Err(error)
+                    if answered && error.is_retryable() && now() + faults.peek() < deadline =>
+                {
+                    if faults.is_fresh() {
                         telemetry::emit(
                             &events::LOCK_WAIT_FAULTED,
                             Some(key.as_str()),
@@ -394,16 +396,12 @@ impl Locks {
                     let mut wake_at =
                         (now + seen.remaining + Duration::from_millis(1)).min(deadline);
                     if let Some(poll) = wakeups.poll {
-                        wake_at = wake_at.min(now + jittered(poll));
+                        wake_at = wake_at.min(now + jitter(poll));
                     }
                     wake_at
                 }
                 // A fault: claim again after a backoff (a release signal still wakes sooner).
-                None => {
-                    let wake_at = now + jittered(retry_in);
-                    retry_in = (retry_in * 2).min(FAULT_RETRY_MAX);
-                    wake_at
-                }
+                None => now + faults.next_delay(),
             };
             tokio::select! {
                 _ = released.released() => {}
@@ -475,10 +473,9 @@ impl Locks {
     }
 }
 
-/// How long a waiter that met a store fault waits before it claims again: at first, and at
-/// most (the backoff doubles in between, with jitter).
-const FAULT_RETRY_FIRST: Duration = Duration::from_millis(50);
-const FAULT_RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long a waiter that met a store fault waits before it claims again: 50 ms, doubling to
+/// 1 s, jittered.
+const FAULT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 /// The store's fault as the answer of an acquire, reported as `baton.lock.unavailable`.
 fn unavailable(key: &StoreKey, error: Error) -> AcquireError {
@@ -501,11 +498,6 @@ fn contended(seen: Option<Seen>) -> AcquireError {
             remaining: None,
         },
     }
-}
-
-/// `interval` scaled by a random factor in [0.5, 1.0), so pollers in many processes spread out.
-fn jittered(interval: Duration) -> Duration {
-    interval.mul_f64(rand::rng().random_range(0.5..1.0))
 }
 
 /// Releases, in the background, what an in-flight claim may have granted if the acquire

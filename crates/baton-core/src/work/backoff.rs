@@ -1,14 +1,13 @@
 //! [`Backoff`]: how long a failed item waits before its next attempt.
 //!
 //! Exponential with a cap and jitter by default (1 s, 2 s, 4 s, … up to 5 minutes, each
-//! scaled by a random factor in [0.5, 1.0]) so that items failing together do not come back
-//! together.
+//! jittered by baton's one rule, to between half and all of it) so that items failing
+//! together do not come back together. The schedule is a [`retry::Backoff`] underneath.
 
 use std::time::Duration;
 
-use rand::Rng;
-
 use crate::error::{Error, Result};
+use crate::retry;
 use crate::time::format_duration;
 
 use super::options::MAX_DELAY;
@@ -28,9 +27,7 @@ use super::options::MAX_DELAY;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub struct Backoff {
-    base: Duration,
-    cap: Duration,
-    jitter: bool,
+    schedule: retry::Backoff,
 }
 
 impl Backoff {
@@ -38,51 +35,37 @@ impl Backoff {
     /// than `cap`; with jitter.
     pub const fn exponential(base: Duration, cap: Duration) -> Self {
         Backoff {
-            base,
-            cap,
-            jitter: true,
+            schedule: retry::Backoff::new(base, cap),
         }
     }
 
     /// The same delay after every failed attempt (zero: retry at once); without jitter.
     pub const fn fixed(delay: Duration) -> Self {
         Backoff {
-            base: delay,
-            cap: delay,
-            jitter: false,
+            schedule: retry::Backoff::new(delay, delay).without_jitter(),
         }
     }
 
     /// The same, but every delay exactly as computed (for tests and tight schedules).
     pub const fn without_jitter(mut self) -> Self {
-        self.jitter = false;
+        self.schedule = self.schedule.without_jitter();
         self
     }
 
     /// The delay after the first failed attempt.
     pub fn base(&self) -> Duration {
-        self.base
+        self.schedule.initial()
     }
 
     /// The longest delay.
     pub fn cap(&self) -> Duration {
-        self.cap
+        self.schedule.cap()
     }
 
     /// The delay after failed attempt number `attempt` (from 1): `base · 2^(attempt-1)`, at
     /// most `cap`, scaled by a random factor in [0.5, 1.0] when jittered.
     pub fn delay(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(40);
-        let full = self
-            .base
-            .checked_mul(1u32 << doublings.min(31))
-            .map_or(self.cap, |d| d.min(self.cap));
-        let full = if doublings > 31 { self.cap } else { full };
-        if self.jitter && !full.is_zero() {
-            full.mul_f64(rand::rng().random_range(0.5..=1.0))
-        } else {
-            full
-        }
+        self.schedule.delay(attempt.saturating_sub(1))
     }
 
     /// Checks that `base <= cap <= 30 days`.
@@ -90,17 +73,17 @@ impl Backoff {
     /// # Errors
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) naming the values.
     pub fn validate(&self) -> Result<()> {
-        if self.base > self.cap {
+        if self.base() > self.cap() {
             return Err(Error::invalid_input(format!(
                 "backoff base {} is above its cap {}",
-                format_duration(self.base),
-                format_duration(self.cap)
+                format_duration(self.base()),
+                format_duration(self.cap())
             )));
         }
-        if self.cap > MAX_DELAY {
+        if self.cap() > MAX_DELAY {
             return Err(Error::invalid_input(format!(
                 "backoff cap {} is above the maximum of {}",
-                format_duration(self.cap),
+                format_duration(self.cap()),
                 format_duration(MAX_DELAY)
             )));
         }

@@ -29,7 +29,7 @@ use crate::conformance::{Faulty, eventually, fresh_namespace, ms};
 use crate::error::{ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::Ttl;
 
 mod policy;
@@ -541,7 +541,7 @@ pub async fn settling_requires_the_token(h: &dyn WorkHarness) {
             .extend(&key, id, &stranger, ttl(ms(10)))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         store.release(&key, id, &stranger).await.unwrap(),
@@ -598,7 +598,7 @@ pub async fn zombie_after_a_reclaim_is_not_owner(h: &dyn WorkHarness) {
     );
     assert_eq!(
         store.extend(&key, id, &zombie, ttl(LONG)).await.unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         store.release(&key, id, &zombie).await.unwrap(),
@@ -639,7 +639,7 @@ pub async fn late_settle_without_a_reclaim_is_accepted(h: &dyn WorkHarness) {
     .await;
     assert_eq!(
         store.extend(&key, b, &token, ttl(LONG)).await.unwrap(),
-        Renew::Renewed,
+        Renewal::Renewed,
         "a lapsed lease is extended by its owner while nobody took it"
     );
     assert_eq!(
@@ -686,7 +686,7 @@ pub async fn extend_restarts_the_lease(h: &dyn WorkHarness) {
     claim_one(&*store, &key, &token, Duration::from_secs(2)).await;
     assert_eq!(
         store.extend(&key, id, &token, ttl(LONG)).await.unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     sleep(Duration::from_millis(2_500)).await;
     assert!(
@@ -697,7 +697,7 @@ pub async fn extend_restarts_the_lease(h: &dyn WorkHarness) {
     );
     assert_eq!(
         store.extend(&key, id, &token, ttl(ms(20))).await.unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     let again = claim_eventually(&*store, &key, &Holder::random(), LONG).await;
     assert_eq!((again.id, again.attempt), (id, 2));
@@ -1322,7 +1322,7 @@ pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &dyn WorkHarne
             .heartbeat_migration(&set, "001", &a, ttl(LONG))
             .await
             .unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     assert_eq!(
         store
@@ -1382,7 +1382,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
             .heartbeat_migration(&set, "001", &b, ttl(LONG))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         store
@@ -1396,7 +1396,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
             .heartbeat_migration(&set, "001", &a, ttl(LONG))
             .await
             .unwrap(),
-        Renew::Renewed
+        Renewal::Renewed
     );
     sleep(ms(400)).await;
     assert!(
@@ -1415,7 +1415,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
             .heartbeat_migration(&set, "absent", &a, ttl(LONG))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
 
     // A zombie: its lease lapses, another writer takes over.
@@ -1436,7 +1436,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
             .heartbeat_migration(&set, "002", &a, ttl(LONG))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         store
@@ -1463,7 +1463,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
             .heartbeat_migration(&set, "002", &b, ttl(LONG))
             .await
             .unwrap(),
-        Renew::NotHolder
+        Renewal::NotHeld
     );
     assert_eq!(
         store
@@ -1642,7 +1642,7 @@ impl QueueStore for FaultyWorkStore {
         id: ItemId,
         token: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         self.enter()?;
         self.inner.extend(queue, id, token, lease).await
     }
@@ -1729,7 +1729,7 @@ impl MigrationStore for FaultyWorkStore {
         name: &str,
         writer: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         self.enter()?;
         self.inner
             .heartbeat_migration(set, name, writer, lease)

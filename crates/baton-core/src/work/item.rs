@@ -1,5 +1,5 @@
 //! [`Item`]: one claimed work item, and what settling it answers ([`Failure`],
-//! [`Extension`], [`Settle`](super::Settle)).
+//! [`Renewal`](crate::Renewal), [`Settle`](super::Settle)).
 //!
 //! An item is owned by the claim that returned it until another claim takes it. Only the
 //! owner can complete, fail, extend or release it; a claimer that lost it (a zombie whose
@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use crate::error::Result;
 use crate::grant::now;
 use crate::holder::Holder;
-use crate::store::Renew;
+use crate::key::StoreKey;
+use crate::store::Renewal;
 use crate::telemetry::{self, events};
 
 use super::options::error_text;
@@ -31,15 +32,6 @@ pub enum Failure {
     },
     /// That was its last attempt (or it was failed permanently): it is dead-lettered.
     DeadLettered,
-    /// The claim no longer owns the item (another claim took it); nothing changed.
-    NotOwner,
-}
-
-/// The answer of [`Item::extend`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Extension {
-    /// The lease starts again: the item is this claim's for another full lease.
-    Extended,
     /// The claim no longer owns the item (another claim took it); nothing changed.
     NotOwner,
 }
@@ -136,6 +128,11 @@ impl Item {
     /// item is surely this claim's. After it, another claim may take it.
     pub fn valid_until(&self) -> Instant {
         *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The qualified key of the item's queue.
+    pub(crate) fn queue_key(&self) -> &StoreKey {
+        &self.queue.key
     }
 
     pub(crate) fn data(&self) -> &ClaimedItem {
@@ -241,7 +238,7 @@ impl Item {
     /// # Errors
     /// `Unavailable` when the store faulted (the lease runs on; try again before
     /// [`valid_until`](Item::valid_until)).
-    pub async fn extend(&self) -> Result<Extension> {
+    pub async fn extend(&self) -> Result<Renewal> {
         let q = &self.queue;
         let sent = now();
         let answer = q
@@ -250,14 +247,14 @@ impl Item {
             .await
             .map_err(|e| q.fault("extend", e))?;
         Ok(match answer {
-            Renew::Renewed => {
+            Renewal::Renewed => {
                 *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) =
                     sent + q.options.lease.get();
-                Extension::Extended
+                Renewal::Renewed
             }
-            Renew::NotHolder => {
+            Renewal::NotHeld => {
                 self.lost("extend");
-                Extension::NotOwner
+                Renewal::NotHeld
             }
         })
     }

@@ -28,7 +28,7 @@ use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
 use crate::memory::MemoryStore;
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::{Clock, Ttl};
 
 use super::store::{
@@ -255,7 +255,7 @@ impl QueueStore for MemoryStore {
         id: ItemId,
         token: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.work.state();
         match state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) {
@@ -263,9 +263,9 @@ impl QueueStore for MemoryStore {
                 if let ItemState::Running { locked_until, .. } = &mut item.state {
                     *locked_until = now + lease.get();
                 }
-                Ok(Renew::Renewed)
+                Ok(Renewal::Renewed)
             }
-            None => Ok(Renew::NotHolder),
+            None => Ok(Renewal::NotHeld),
         }
     }
 
@@ -494,7 +494,7 @@ impl MigrationStore for MemoryStore {
         name: &str,
         writer: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let now = self.clock.now();
         let mut state = self.work.state();
         match state
@@ -506,9 +506,9 @@ impl MigrationStore for MemoryStore {
                 if record.state == MigrationState::Pending && record.claimed_by == *writer =>
             {
                 record.lease_until = now + lease.get();
-                Ok(Renew::Renewed)
+                Ok(Renewal::Renewed)
             }
-            _ => Ok(Renew::NotHolder),
+            _ => Ok(Renewal::NotHeld),
         }
     }
 

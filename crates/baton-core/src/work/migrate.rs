@@ -36,21 +36,18 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::grant::now;
 use crate::holder::Holder;
+use crate::keepalive::{self, Events, Lifeline, Plan, RenewAtom};
 use crate::key::{Key, KeyKind, StoreKey, check_text};
 use crate::lock::{AcquireError, LockOptions, Locks};
-use crate::store::Renew;
+use crate::retry::{self, Backoff, jitter};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};
 
@@ -63,6 +60,10 @@ pub const MAX_MIGRATION_NAME_BYTES: usize = 200;
 pub const MAX_CONVERGENCE_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// How many times a finish is tried while it hits store faults.
 const FINISH_TRIES: u32 = 5;
+/// The waits between those tries.
+const FINISH_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+/// The waits between the retries of a run that met a store or lock fault.
+const RUN_BACKOFF: Backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
 
 mod sealed {
     #[allow(unreachable_pub)]
@@ -391,7 +392,7 @@ impl Migrations {
         // when a fault cut an attempt short is taken over at once (the claim takes the
         // writer's own pending record), not after its lease.
         let writer = Holder::random();
-        let mut backoff = Duration::from_millis(250);
+        let mut backoff = RUN_BACKOFF.attempts();
         let mut retries = 0;
         loop {
             match self
@@ -404,13 +405,12 @@ impl Migrations {
                         &events::MIGRATION_UNAVAILABLE,
                         Some(self.set.as_str()),
                         format_args!(
-                            "migration run failed ({e}); retry {retries} of {} in about {}ms",
+                            "migration run failed ({e}); retry {retries} of {} in at most {}ms",
                             self.retries,
-                            backoff.as_millis()
+                            backoff.peek().as_millis()
                         ),
                     );
-                    sleep(jittered(backoff)).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    sleep(backoff.next_delay()).await;
                 }
                 Err(e) => {
                     if e.is_unavailable() {
@@ -517,7 +517,7 @@ impl Migrations {
                     ),
                 ));
             }
-            sleep(jittered(self.poll)).await;
+            sleep(jitter(self.poll)).await;
         }
     }
 
@@ -547,6 +547,7 @@ impl Migrations {
         for m in &self.steps {
             let name = m.name();
             loop {
+                let sent = now();
                 let claim = self
                     .store
                     .claim_migration(&self.set, name, writer, lease)
@@ -577,8 +578,7 @@ impl Migrations {
                                 ),
                             ));
                         }
-                        sleep(jittered(remaining.min(self.poll)).max(Duration::from_millis(5)))
-                            .await;
+                        sleep(jitter(remaining.min(self.poll)).max(Duration::from_millis(5))).await;
                         continue;
                     }
                     MigrationClaim::Claimed { attempt, previous } => (attempt, previous),
@@ -592,16 +592,16 @@ impl Migrations {
                         ),
                     );
                 }
-                let lost = CancellationToken::new();
-                let context = MigrationContext::new(name, attempt, previous, lost.clone());
                 let heartbeat = Heartbeat::start(
                     Arc::clone(&self.store),
                     self.set.clone(),
                     name.to_owned(),
                     writer.clone(),
                     lease,
-                    lost,
+                    sent,
                 );
+                let context =
+                    MigrationContext::new(name, attempt, previous, heartbeat.life.lost().clone());
                 let (state, error) = match m.up(&context).await {
                     Ok(()) => (MigrationState::Completed, String::new()),
                     Err(up) if m.reversible() => match m.down(&context).await {
@@ -659,7 +659,7 @@ impl Migrations {
         state: MigrationState,
         error: &str,
     ) -> Result<Settle> {
-        retry(FINISH_TRIES, || {
+        retry::retry(FINISH_BACKOFF, FINISH_TRIES, || {
             self.store
                 .finish_migration(&self.set, name, writer, state, error)
         })
@@ -667,54 +667,50 @@ impl Migrations {
     }
 }
 
-/// Renews a record's lease every third of it while `up()` / `down()` run; aborted when
-/// stopped or dropped (so a killed run stops renewing at once).
+/// Renews a record's lease every third of it while `up()` / `down()` run, with the
+/// keep-alive engine; stopped when stopped or dropped (so a killed run stops renewing at
+/// once).
 struct Heartbeat {
-    task: JoinHandle<()>,
+    life: Arc<Lifeline>,
 }
 
 impl Heartbeat {
+    /// Keeps the record claimed by a request sent at `sent`.
     fn start(
         store: Arc<dyn MigrationStore>,
         set: StoreKey,
         name: String,
         writer: Holder,
         lease: Ttl,
-        lost: CancellationToken,
+        sent: Instant,
     ) -> Self {
-        let task = tokio::spawn(async move {
-            let every = lease.get() / 3;
-            let mut valid_until = now() + lease.get();
-            loop {
-                sleep(every).await;
-                let sent = now();
-                match store.heartbeat_migration(&set, &name, &writer, lease).await {
-                    Ok(Renew::Renewed) => valid_until = sent + lease.get(),
-                    Ok(Renew::NotHolder) => {
-                        telemetry::emit(
-                            &events::MIGRATION_LEASE_LOST,
-                            Some(set.as_str()),
-                            format_args!(
-                                "migration {name:?}: another writer took the record over while this one ran it"
-                            ),
-                        );
-                        lost.cancel();
-                        return;
-                    }
-                    Err(e) => {
-                        telemetry::emit(
-                            &events::MIGRATION_UNAVAILABLE,
-                            Some(set.as_str()),
-                            format_args!("heartbeat of migration {name:?} failed: {e}"),
-                        );
-                        if now() >= valid_until {
-                            lost.cancel();
-                        }
-                    }
-                }
-            }
+        let life = Lifeline::new(
+            set.as_str(),
+            format!("the claim on migration {name:?}"),
+            sent,
+            lease.get(),
+        );
+        let renew: RenewAtom = Box::new(move || {
+            let (store, set, name, writer) = (
+                Arc::clone(&store),
+                set.clone(),
+                name.clone(),
+                writer.clone(),
+            );
+            Box::pin(async move { store.heartbeat_migration(&set, &name, &writer, lease).await })
         });
-        Heartbeat { task }
+        let events = Events {
+            not_held: Some(&events::MIGRATION_LEASE_LOST),
+            expired: Some(&events::MIGRATION_LEASE_LOST),
+            renew_failed: Some(&events::MIGRATION_UNAVAILABLE),
+            max_hold: None,
+        };
+        keepalive::spawn(
+            Arc::clone(&life),
+            Plan::new(lease.get(), lease.get() / 3, events),
+            renew,
+        );
+        Heartbeat { life }
     }
 
     fn stop(self) {}
@@ -722,31 +718,6 @@ impl Heartbeat {
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
-        self.task.abort();
+        self.life.stop();
     }
-}
-
-/// Runs `call` up to `tries` times while it answers `Unavailable`.
-async fn retry<T, F, Fut>(tries: u32, mut call: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut wait = Duration::from_millis(100);
-    let mut attempt = 1;
-    loop {
-        match call().await {
-            Err(e) if e.is_unavailable() && attempt < tries => {
-                sleep(jittered(wait)).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// `d` scaled by a random factor in [0.5, 1.0].
-fn jittered(d: Duration) -> Duration {
-    d.mul_f64(rand::rng().random_range(0.5..=1.0))
 }

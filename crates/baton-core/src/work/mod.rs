@@ -35,7 +35,7 @@ mod worker;
 pub use backoff::Backoff;
 pub use cron::{CronSpec, MAX_CRON_SPEC_BYTES};
 pub use fanout::{FAN_OUT_CHUNK, FanOut};
-pub use item::{Extension, Failure, Item};
+pub use item::{Failure, Item};
 pub(crate) use memory::MemoryWork;
 pub use migrate::{
     Contended, LoserPolicy, MAX_CONVERGENCE_WAIT, MAX_MIGRATION_NAME_BYTES, MigrationFailure,

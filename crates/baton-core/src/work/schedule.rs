@@ -34,7 +34,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::sleep_until;
@@ -44,6 +43,7 @@ use crate::error::{Error, Result};
 use crate::grant::now;
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
+use crate::retry::{Backoff, jitter};
 use crate::telemetry::{self, events};
 
 use super::cron::CronSpec;
@@ -370,7 +370,7 @@ impl Scheduler {
     pub async fn run(&self, shutdown: CancellationToken) -> Result<SchedulerReport> {
         let mut report = SchedulerReport::default();
         let mut running: JoinSet<Ran> = JoinSet::new();
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = FAULT_BACKOFF.attempts();
         loop {
             while let Some(done) = running.try_join_next() {
                 finished(&mut report, done);
@@ -387,14 +387,12 @@ impl Scheduler {
             } else {
                 match self.pass(&entries, &mut running, &mut report).await {
                     Ok(wait) => {
-                        backoff = Duration::from_millis(100);
+                        backoff.reset();
                         wait.min(MAX_IDLE) + jitter(Duration::from_millis(25))
                     }
                     Err(_) => {
                         report.store_faults += 1;
-                        let wait = backoff;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                        wait / 2 + jitter(wait / 2)
+                        backoff.next_delay()
                     }
                 }
             };
@@ -567,12 +565,8 @@ fn fault(key: &StoreKey, error: Error) -> Error {
     error
 }
 
-fn jitter(up_to: Duration) -> Duration {
-    if up_to.is_zero() {
-        return up_to;
-    }
-    up_to.mul_f64(rand::rng().random_range(0.0..=1.0))
-}
+/// How long the scheduler waits after a store fault: 100 ms, doubling to 5 s, jittered.
+const FAULT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
 
 fn at_ms(ms: i64) -> SystemTime {
     if ms >= 0 {

@@ -83,7 +83,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::holder::Holder;
 use crate::key::StoreKey;
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::Ttl;
 
 /// An item's id, assigned by the store: unique per store, increasing in enqueue order.
@@ -266,7 +266,7 @@ pub trait QueueStore: Send + Sync + fmt::Debug + 'static {
         id: ItemId,
         token: &Holder,
         lease: Ttl,
-    ) -> Result<Renew>;
+    ) -> Result<Renewal>;
 
     /// Returns the item to the queue at once, not counting the attempt, if `token` owns it.
     async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle>;
@@ -433,7 +433,7 @@ pub trait MigrationStore: Send + Sync + fmt::Debug + 'static {
         name: &str,
         writer: &Holder,
         lease: Ttl,
-    ) -> Result<Renew>;
+    ) -> Result<Renewal>;
 
     /// Moves `writer`'s pending record to `state` (never `Pending`), storing `error`.
     async fn finish_migration(

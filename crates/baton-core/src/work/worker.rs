@@ -37,16 +37,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use tokio::time::{sleep, sleep_until};
-use tokio_util::sync::CancellationToken;
+use tokio::time::sleep_until;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{Error, Result};
 use crate::grant::now;
+use crate::keepalive::{self, Events, Lifeline, Loss, Plan, RenewAtom};
+use crate::retry::{self, Backoff};
+use crate::telemetry::events;
 
-use super::item::{Extension, Failure, Item};
+use super::item::{Failure, Item};
 use super::options::{MAX_BATCH, error_text};
 use super::queue::Queue;
 use super::store::{ItemId, Settle};
@@ -55,6 +57,9 @@ use super::store::{ItemId, Settle};
 pub const MAX_CONCURRENCY: usize = 1024;
 /// How many times a worker tries to settle an item whose settle hit a store fault.
 const SETTLE_TRIES: u32 = 3;
+/// The waits between those tries.
+const SETTLE_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_millis(200));
 
 /// What a handler receives: the item's payload and attempt, and a signal that fires when the
 /// item is known or presumed lost. Cheap to clone.
@@ -92,7 +97,7 @@ impl fmt::Debug for Job {
 }
 
 impl Job {
-    fn of(item: &Item) -> Job {
+    fn of(item: &Item, lost: CancellationToken) -> Job {
         let data = item.data();
         Job {
             inner: Arc::new(JobInner {
@@ -102,7 +107,7 @@ impl Job {
                 max_attempts: data.max_attempts,
                 dedup_id: data.dedup_id.clone(),
                 last_error: data.last_error.clone(),
-                lost: CancellationToken::new(),
+                lost,
                 release: AtomicBool::new(false),
             }),
         }
@@ -146,8 +151,16 @@ impl Job {
     /// Fires when the item is known lost (an extension answered that another claim owns it)
     /// or presumed lost (no extension landed before the lease ran out). The handler's result
     /// will then most likely be discarded: stop early, and do not make further side effects.
-    pub fn lost(&self) -> CancellationToken {
-        self.inner.lost.clone()
+    ///
+    /// An owned future: await it, or make it a `tokio::select!` branch.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.inner.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a [`CancellationToken`] (a child of the item's own: cancelling it
+    /// changes nothing for the item).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.inner.lost.child_token()
     }
 
     /// Whether [`lost`](Job::lost) has fired.
@@ -351,9 +364,10 @@ impl Worker {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
     /// use std::{sync::Arc, time::Duration};
-    /// use baton_core::work::{Backoff, EnqueueOptions, Job, MemoryWorkStore, Queue, QueueOptions, Worker};
+    /// use baton_core::MemoryStore;
+    /// use baton_core::work::{Backoff, EnqueueOptions, Job, Queue, QueueOptions, Worker};
     ///
-    /// let queue = Queue::new(Arc::new(MemoryWorkStore::new()), "imports")?
+    /// let queue = Queue::new(Arc::new(MemoryStore::new()), "imports")?
     ///     .with_options(QueueOptions::new().backoff(Backoff::fixed(Duration::from_millis(50))))?;
     /// queue.enqueue(b"file-1.csv", EnqueueOptions::new()).await?;
     /// let report = Worker::new(queue)
@@ -456,7 +470,7 @@ impl Worker {
         // aborts its handler's task (`AbortOnDrop`).
         let mut tasks: JoinSet<Outcome> = JoinSet::new();
         let mut report = WorkerReport::default();
-        let mut idle = self.poll_min;
+        let mut idle = Backoff::new(self.poll_min, self.poll_max).attempts();
         loop {
             while let Some(done) = tasks.try_join_next() {
                 tally(&mut report, done);
@@ -478,8 +492,7 @@ impl Worker {
                 Err(e) if e.is_invalid_input() => return Err(e),
                 Err(_) => {
                     report.store_faults += 1;
-                    self.pause(&mut tasks, &mut report, idle).await;
-                    idle = (idle * 2).min(self.poll_max);
+                    self.pause(&mut tasks, &mut report, idle.next_delay()).await;
                     continue;
                 }
             };
@@ -494,11 +507,10 @@ impl Worker {
                         Err(_) => report.store_faults += 1,
                     }
                 }
-                self.pause(&mut tasks, &mut report, idle).await;
-                idle = (idle * 2).min(self.poll_max);
+                self.pause(&mut tasks, &mut report, idle.next_delay()).await;
                 continue;
             }
-            idle = self.poll_min;
+            idle.reset();
             report.claimed += items.len() as u64;
             for item in items {
                 let permit = Arc::clone(&slots)
@@ -508,9 +520,11 @@ impl Worker {
                 let lease = self.queue.lease();
                 let abort = abort.clone();
                 tasks.spawn(async move {
-                    let job = Job::of(&item);
+                    let item = Arc::new(item);
+                    let life = keep_extended(&item, lease);
+                    let job = Job::of(&item, life.lost().clone());
                     let work = AbortOnDrop(tokio::spawn(handler(job.clone())));
-                    run_one(item, job, work, lease, abort, permit).await
+                    run_one(item, job, life, work, abort, permit).await
                 });
             }
         }
@@ -534,9 +548,8 @@ impl Worker {
         Ok(report)
     }
 
-    /// Waits a jittered `idle`, waking early for shutdown or a finished handler.
-    async fn pause(&self, tasks: &mut JoinSet<Outcome>, report: &mut WorkerReport, idle: Duration) {
-        let wait = idle.mul_f64(rand::rng().random_range(0.5..=1.0));
+    /// Waits `wait` (already jittered), waking early for shutdown or a finished handler.
+    async fn pause(&self, tasks: &mut JoinSet<Outcome>, report: &mut WorkerReport, wait: Duration) {
         let until = now() + wait;
         tokio::select! {
             Some(done) = tasks.join_next(), if !tasks.is_empty() => tally(report, done),
@@ -590,45 +603,56 @@ fn tally(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
     }
 }
 
-/// Keeps `item` extended while `work` (the handler's task) runs, then settles it by the
-/// handler's answer, or releases it when the handler asked so; releases it if `abort` fires
-/// first.
+/// Starts the keep-alive engine on `item`'s lease: extended every third of it, from the
+/// instant before the claim that took it was sent.
+fn keep_extended(item: &Arc<Item>, lease: Duration) -> Arc<Lifeline> {
+    let granted_at = item.valid_until().checked_sub(lease).unwrap_or_else(now);
+    let life = Lifeline::new(
+        item.queue_key().as_str(),
+        format!("item {} (attempt {})", item.id(), item.attempt()),
+        granted_at,
+        lease,
+    );
+    let kept = Arc::clone(item);
+    let renew: RenewAtom = Box::new(move || {
+        let item = Arc::clone(&kept);
+        Box::pin(async move { item.extend().await })
+    });
+    // Item::extend reports a not-owner answer and a fault itself.
+    let events = Events {
+        expired: Some(&events::WORK_LEASE_LOST),
+        ..Events::default()
+    };
+    keepalive::spawn(
+        Arc::clone(&life),
+        Plan::new(lease, lease / 3, events),
+        renew,
+    );
+    life
+}
+
+/// Waits for `work` (the handler's task) while the keep-alive engine keeps `item` extended,
+/// then settles the item by the handler's answer, or releases it when the handler asked so;
+/// releases it if `abort` fires first.
 async fn run_one<E: fmt::Display + Send + 'static>(
-    item: Item,
+    item: Arc<Item>,
     job: Job,
+    life: Arc<Lifeline>,
     mut work: AbortOnDrop<std::result::Result<(), E>>,
-    lease: Duration,
     abort: CancellationToken,
     _permit: OwnedSemaphorePermit,
 ) -> Outcome {
-    let every = lease / 3;
-    let mut next_extension = now() + every;
-    let mut known_lost = false;
-    let result = loop {
-        tokio::select! {
-            done = &mut work.0 => break Some(done),
-            _ = sleep_until(next_extension), if !known_lost => {
-                match item.extend().await {
-                    Ok(Extension::Extended) => next_extension = now() + every,
-                    Ok(Extension::NotOwner) => {
-                        known_lost = true;
-                        job.inner.lost.cancel();
-                    }
-                    Err(_) => {
-                        if now() >= item.valid_until() {
-                            job.inner.lost.cancel();
-                        }
-                        // Try again soon, but not in a tight loop.
-                        next_extension = now() + (every / 4).max(Duration::from_millis(10));
-                    }
-                }
-            }
-            _ = abort.cancelled() => {
-                work.0.abort();
-                break None;
-            }
+    let result = tokio::select! {
+        done = &mut work.0 => Some(done),
+        _ = abort.cancelled() => {
+            work.0.abort();
+            None
         }
     };
+    life.stop();
+    // Known lost: an extension answered that another claim owns it. An item only presumed
+    // lost (no extension landed in time) is still settled: the store decides.
+    let known_lost = life.loss() == Some(Loss::NotHeld);
     let Some(done) = result else {
         if known_lost {
             return Outcome::LeaseLost;
@@ -678,21 +702,10 @@ async fn fail(item: &Item, error: &str) -> Outcome {
 
 /// Runs a settle up to [`SETTLE_TRIES`] times while it hits store faults; `None` when every
 /// try faulted (the item is left to its lease).
-async fn settle<T, F, Fut>(mut call: F) -> Option<T>
+async fn settle<T, F, Fut>(call: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let mut wait = Duration::from_millis(100);
-    for attempt in 1..=SETTLE_TRIES {
-        match call().await {
-            Ok(answer) => return Some(answer),
-            Err(_) if attempt < SETTLE_TRIES => {
-                sleep(wait).await;
-                wait *= 2;
-            }
-            Err(_) => {}
-        }
-    }
-    None
+    retry::retry(SETTLE_BACKOFF, SETTLE_TRIES, call).await.ok()
 }

@@ -3,7 +3,7 @@
 //! [`sql`]).
 
 use async_trait::async_trait;
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::work::store::{
     MigrationClaim, MigrationRecord, MigrationState, MigrationStore, Settle,
 };
@@ -169,7 +169,7 @@ impl MigrationStore for PostgresStore {
         name: &str,
         writer: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let changed = self
             .db
             .call(
@@ -188,9 +188,9 @@ impl MigrationStore for PostgresStore {
             )
             .await?;
         Ok(if changed == 1 {
-            Renew::Renewed
+            Renewal::Renewed
         } else {
-            Renew::NotHolder
+            Renewal::NotHeld
         })
     }
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::work::store::{
     ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, NewItem, QueueStats,
     QueueStore, Settle,
@@ -280,7 +280,7 @@ impl QueueStore for PostgresStore {
         id: ItemId,
         token: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let changed = self
             .db
             .call(
@@ -300,9 +300,9 @@ impl QueueStore for PostgresStore {
             )
             .await?;
         Ok(if changed == 1 {
-            Renew::Renewed
+            Renewal::Renewed
         } else {
-            Renew::NotHolder
+            Renewal::NotHeld
         })
     }
 

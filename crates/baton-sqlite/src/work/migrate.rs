@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::work::MigrationStore;
 use baton_core::work::store::{MigrationClaim, MigrationRecord, MigrationState, Settle};
 use baton_core::{Error, Holder, Result, StoreKey, Ttl};
@@ -136,7 +136,7 @@ impl MigrationStore for SqliteStore {
         name: &str,
         writer: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let (set, name, writer) = (set.clone(), name.to_owned(), writer.clone());
         self.database()
             .run(Role::Write, "migration heartbeat", move |conn, _| {
@@ -153,9 +153,9 @@ impl MigrationStore for SqliteStore {
                         == 1)
                 })?;
                 Ok(if renewed {
-                    Renew::Renewed
+                    Renewal::Renewed
                 } else {
-                    Renew::NotHolder
+                    Renewal::NotHeld
                 })
             })
             .await

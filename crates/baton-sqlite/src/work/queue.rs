@@ -4,7 +4,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::Renew;
+use baton_core::store::Renewal;
 use baton_core::work::QueueStore;
 use baton_core::work::store::{
     ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, NewItem, QueueStats, Settle,
@@ -308,7 +308,7 @@ impl QueueStore for SqliteStore {
         id: ItemId,
         token: &Holder,
         lease: Ttl,
-    ) -> Result<Renew> {
+    ) -> Result<Renewal> {
         let (queue, token) = (queue.clone(), token.clone());
         self.database()
             .run(Role::Write, "extend", move |conn, _| {
@@ -322,9 +322,9 @@ impl QueueStore for SqliteStore {
                     ])
                 })?;
                 Ok(if extended {
-                    Renew::Renewed
+                    Renewal::Renewed
                 } else {
-                    Renew::NotHolder
+                    Renewal::NotHeld
                 })
             })
             .await

@@ -15,7 +15,7 @@ use crate::conformance::{eventually, fresh_namespace, ms};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::{Namespace, StoreKey};
-use crate::store::Renew;
+use crate::store::Renewal;
 use crate::time::Ttl;
 use crate::{Locks, MemoryStore};
 
@@ -24,7 +24,7 @@ use super::super::store::{
     QueueStore, Settle, WorkStore,
 };
 use super::super::{
-    Backoff, Enqueue, EnqueueOptions, Extension, Failure, Item, Job, MAX_BATCH, MAX_PAYLOAD_BYTES,
+    Backoff, Enqueue, EnqueueOptions, Failure, Item, Job, MAX_BATCH, MAX_PAYLOAD_BYTES,
     MigrationContext, MigrationFn, Migrations, Missed, Queue, QueueOptions, ReturnContended,
     Scheduler, Tick, Worker,
 };
@@ -182,7 +182,7 @@ pub async fn queue_zombie_gets_not_owner(h: &dyn WorkHarness) {
         zombies.next().unwrap(),
         zombies.next().unwrap(),
     );
-    assert_eq!(a.extend().await.unwrap(), Extension::NotOwner);
+    assert_eq!(a.extend().await.unwrap(), Renewal::NotHeld);
     assert_eq!(a.complete().await.unwrap(), Settle::NotOwner);
     assert_eq!(b.fail("late").await.unwrap(), Failure::NotOwner);
     assert_eq!(c.release().await.unwrap(), Settle::NotOwner);
@@ -193,7 +193,7 @@ pub async fn queue_zombie_gets_not_owner(h: &dyn WorkHarness) {
         "{stats:?}"
     );
     for heir in heirs {
-        assert_eq!(heir.extend().await.unwrap(), Extension::Extended);
+        assert_eq!(heir.extend().await.unwrap(), Renewal::Renewed);
         assert_eq!(heir.complete().await.unwrap(), Settle::Settled);
     }
 }
@@ -478,7 +478,7 @@ impl QueueStore for ExtendFails {
         self.0.fail(queue, id, token, plan, error).await
     }
 
-    async fn extend(&self, _: &StoreKey, _: ItemId, _: &Holder, _: Ttl) -> Result<Renew> {
+    async fn extend(&self, _: &StoreKey, _: ItemId, _: &Holder, _: Ttl) -> Result<Renewal> {
         Err(Error::unavailable("injected extend fault"))
     }
 
@@ -521,7 +521,7 @@ pub async fn worker_discards_the_result_of_a_lost_item(h: &dyn WorkHarness) {
                     let (stolen, saw_lost) = (stolen.clone(), saw_lost.clone());
                     started.cancel();
                     async move {
-                        timeout(PATIENCE, job.lost().cancelled())
+                        timeout(PATIENCE, job.lost())
                             .await
                             .expect("lost fires when the lease runs out without extensions");
                         saw_lost.store(true, Ordering::SeqCst);
