@@ -24,7 +24,6 @@ pub mod conformance;
 pub mod doctor;
 mod error;
 mod fence;
-mod grant;
 mod holder;
 pub mod idempotency;
 mod keepalive;
@@ -36,7 +35,6 @@ mod memory;
 pub mod options;
 mod redact;
 pub mod retry;
-pub mod signals;
 pub mod store;
 pub mod telemetry;
 pub mod time;
@@ -56,6 +54,7 @@ pub use lease::{
     RemoveResult, check_reason, stream_key,
 };
 pub use limit::{Decision, LimitError, Quota, RateLimiter, RateStore};
+pub use lock::signals;
 pub use lock::{
     AcquireError, KeepOutcome, LockGuard, LockHandle, LockOptions, Locks, MAX_HOLD_LIMIT,
     MAX_LABEL_BYTES, ReleaseOutcome,

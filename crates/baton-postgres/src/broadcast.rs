@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use baton_core::broadcast::RawSubscription;
-use baton_core::broadcast::fanout::Fanout;
+use baton_core::broadcast::delivery::Fanout;
 use baton_core::{BroadcastStore, Error, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, Result, StoreKey};
 use tokio::sync::{OnceCell, watch};
 use tokio::time::timeout;

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::broadcast::RawSubscription;
-use baton_core::broadcast::fanout::Fanout;
+use baton_core::broadcast::delivery::Fanout;
 use baton_core::retry::RECONNECT;
 use baton_core::{BroadcastStore, Error, Result, StoreKey};
 use futures_util::StreamExt;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::fanout::Fanout;
+use super::delivery::Fanout;
 use super::store::{BroadcastStore, RawSubscription};
 use crate::error::Result;
 use crate::key::StoreKey;

@@ -23,7 +23,7 @@
 //! Messages are JSON (serde) at most [`MAX_MESSAGE_BYTES`] including the envelope, or less
 //! where the store has its own limit.
 
-pub mod fanout;
+pub mod delivery;
 mod memory;
 mod store;
 
@@ -541,7 +541,7 @@ mod tests {
         bounds::<Subscription<String>>();
         bounds::<Event<String>>();
         bounds::<Arc<dyn BroadcastStore>>();
-        bounds::<fanout::Fanout>();
+        bounds::<delivery::Fanout>();
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 //! number, typed payloads, loss and duplicate detection, validation, telemetry); a store
 //! carries bytes, and tells its subscribers when its connection dropped and came back. A
 //! store that pushes through one connection per process can use
-//! [`Fanout`](super::fanout::Fanout) to hand messages to local subscribers.
+//! [`Fanout`](super::delivery::Fanout) to hand messages to local subscribers.
 
 use std::fmt;
 use std::pin::Pin;

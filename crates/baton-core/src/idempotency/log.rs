@@ -9,10 +9,10 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{Error, Result};
-use crate::grant::now;
 use crate::holder::Holder;
 use crate::keepalive::{self, Events, Lifeline, Plan, RenewAtom};
 use crate::key::{Namespace, StoreKey};
+use crate::lock::grant::now;
 use crate::store::Renewal;
 use crate::telemetry::{self, events};
 use crate::time::Ttl;

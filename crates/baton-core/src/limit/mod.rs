@@ -42,8 +42,8 @@ pub use quota::{MAX_WINDOW, MIN_WINDOW, Quota};
 pub use store::{Decision, RateStore};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::grant::now;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
+use crate::lock::grant::now;
 use crate::retry::jitter;
 use crate::telemetry::{self, events};
 use crate::time::{WaitTime, format_duration};

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::fence::Fence;
-use crate::grant::{GrantState, now};
+use crate::lock::grant::{GrantState, now};
 use crate::store::{Release, Renewal};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};

@@ -9,8 +9,10 @@
 //! Use [`Leases`](crate::Leases) instead when the holder is a stable identity (an instance
 //! id) that may re-claim what it already holds.
 
+pub(crate) mod grant;
 mod guard;
 mod options;
+pub mod signals;
 mod turns;
 
 use std::fmt;
@@ -24,9 +26,9 @@ pub use guard::{KeepOutcome, LockGuard, LockHandle, ReleaseOutcome};
 pub use options::{LockOptions, MAX_HOLD_LIMIT, MAX_LABEL_BYTES};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::grant::{Deadlines, GrantState, Watch, now, spawn_watchdog};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
+use crate::lock::grant::{Deadlines, GrantState, Watch, now, spawn_watchdog};
 use crate::retry::{Backoff, jitter};
 use crate::store::{Claim, LeaseStore};
 use crate::telemetry::{self, events};

@@ -12,9 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Result;
-use crate::grant::now;
 use crate::holder::Holder;
 use crate::key::StoreKey;
+use crate::lock::grant::now;
 use crate::store::Renewal;
 use crate::telemetry::{self, events};
 

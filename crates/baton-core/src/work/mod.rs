@@ -21,11 +21,10 @@ mod backoff;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod cron;
-mod fanout;
+mod fan_out;
 mod item;
 mod memory;
-mod migrate;
-mod migration;
+mod migrations;
 mod options;
 mod queue;
 mod schedule;
@@ -34,14 +33,14 @@ mod worker;
 
 pub use backoff::Backoff;
 pub use cron::{CronSpec, MAX_CRON_SPEC_BYTES};
-pub use fanout::{FAN_OUT_CHUNK, FanOut};
+pub use fan_out::{FAN_OUT_CHUNK, FanOut};
 pub use item::{Failure, Item};
 pub(crate) use memory::MemoryWork;
-pub use migrate::{
-    Contended, LoserPolicy, MAX_CONVERGENCE_WAIT, MAX_MIGRATION_NAME_BYTES, MigrationFailure,
-    MigrationOutcome, MigrationReport, Migrations, ReturnContended, WaitForConvergence,
+pub use migrations::{
+    Contended, LoserPolicy, MAX_CONVERGENCE_WAIT, MAX_MIGRATION_NAME_BYTES, Migration,
+    MigrationContext, MigrationError, MigrationFailure, MigrationFn, MigrationOutcome,
+    MigrationReport, Migrations, ReturnContended, WaitForConvergence,
 };
-pub use migration::{Migration, MigrationContext, MigrationError, MigrationFn};
 pub use options::{
     DEFAULT_DEDUP_WINDOW, DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, EnqueueOptions, MAX_ATTEMPTS_LIMIT,
     MAX_BATCH, MAX_DEDUP_ID_BYTES, MAX_DELAY, MAX_ERROR_BYTES, MAX_PAYLOAD_BYTES,

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::grant::now;
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
+use crate::lock::grant::now;
 use crate::telemetry::{self, events};
 
 use super::item::Item;

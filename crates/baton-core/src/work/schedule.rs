@@ -40,9 +40,9 @@ use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::grant::now;
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
+use crate::lock::grant::now;
 use crate::retry::{Backoff, jitter};
 use crate::telemetry::{self, events};
 

@@ -43,8 +43,8 @@ use tokio::time::sleep_until;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{Error, Result};
-use crate::grant::now;
 use crate::keepalive::{self, Events, Lifeline, Loss, Plan, RenewAtom};
+use crate::lock::grant::now;
 use crate::retry::{self, Backoff};
 use crate::telemetry::events;
 

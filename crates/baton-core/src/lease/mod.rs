@@ -19,12 +19,17 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
-use crate::grant::{GrantState, Watch, now, spawn_watchdog};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
+use crate::lock::grant::{GrantState, Watch, now, spawn_watchdog};
 use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, check_keep_alive};
+
+#[cfg(feature = "conformance")]
+pub(crate) mod conformance;
+pub(crate) mod memory;
+pub(crate) mod store;
 
 /// Longest lease reason, in bytes.
 pub const MAX_REASON_BYTES: usize = 64;

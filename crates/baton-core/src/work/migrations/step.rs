@@ -10,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::store::MigrationState;
+use crate::work::store::MigrationState;
 
 /// The error a migration step returns: anything that is an error.
 pub type MigrationError = Box<dyn std::error::Error + Send + Sync + 'static>;

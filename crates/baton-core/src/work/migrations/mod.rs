@@ -42,17 +42,20 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::grant::now;
 use crate::holder::Holder;
 use crate::keepalive::{self, Events, Lifeline, Plan, RenewAtom};
 use crate::key::{Key, KeyKind, StoreKey, check_text};
+use crate::lock::grant::now;
 use crate::lock::{AcquireError, LockOptions, Locks};
 use crate::retry::{self, Backoff, jitter};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};
 
-use super::migration::{Migration, MigrationContext};
 use super::store::{MigrationClaim, MigrationRecord, MigrationState, MigrationStore, Settle};
+
+mod step;
+
+pub use step::{Migration, MigrationContext, MigrationError, MigrationFn};
 
 /// Longest migration set or migration name, in bytes of UTF-8.
 pub const MAX_MIGRATION_NAME_BYTES: usize = 200;
