@@ -21,8 +21,10 @@
 //!   still in flight), the grant is presumed gone: the lost signal fires and the loop ends.
 //! - An optional `max_hold` stops the renewals once the grant has been held that long; the
 //!   grant then runs out at its `valid_until`.
-//! - Stopping the lifeline (a release, a dropped handle) ends the loop at once; the lost
-//!   signal does not fire after a stop.
+//! - Stopping the lifeline (a release, a dropped handle) ends the loop at its next wait; a
+//!   renewal already sent is let finish (it is bounded by `valid_until`), so that
+//!   [`Lifeline::settled`] can wait until no renewal of this grant is on its way to the store
+//!   any more. The lost signal does not fire after a stop.
 
 use std::fmt;
 use std::future::Future;
@@ -72,6 +74,8 @@ pub(crate) struct Lifeline {
     loss: Mutex<Option<Loss>>,
     stopped: AtomicBool,
     stop: CancellationToken,
+    /// Held while a renewal is on its way to the store.
+    in_flight: tokio::sync::Mutex<()>,
 }
 
 impl fmt::Debug for Lifeline {
@@ -102,6 +106,7 @@ impl Lifeline {
             loss: Mutex::new(None),
             stopped: AtomicBool::new(false),
             stop: CancellationToken::new(),
+            in_flight: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -132,6 +137,22 @@ impl Lifeline {
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.stop.cancel();
+    }
+
+    /// Once [`Lifeline::stop`] was called: waits until no renewal of this grant is in flight
+    /// (one already sent has been answered), so that a request sent after this one reaches
+    /// the store after every renewal of the engine.
+    pub(crate) async fn settled(&self) {
+        drop(self.in_flight.lock().await);
+    }
+
+    /// Sleeps until `at`; false when the lifeline was stopped first.
+    async fn sleep_until(&self, at: Instant) -> bool {
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => false,
+            _ = sleep_until(at) => true,
+        }
     }
 
     /// Whether [`Lifeline::stop`] was called.
@@ -212,33 +233,33 @@ pub(crate) fn spawn(life: Arc<Lifeline>, plan: Plan, renew: RenewAtom) {
 
 /// The engine's loop: keeps `life` until it is stopped or lost.
 pub(crate) async fn run(life: Arc<Lifeline>, plan: Plan, renew: RenewAtom) {
-    let stop = life.stop.clone();
-    tokio::select! {
-        biased;
-        _ = stop.cancelled() => {}
-        (loss, why) = keep(&life, plan, renew) => {
-            let event = match loss {
-                Loss::NotHeld => plan.events.not_held,
-                Loss::Expired => plan.events.expired,
-            };
-            life.fire_lost(event, loss, why);
-        }
+    if let Some((loss, why)) = keep(&life, plan, renew).await {
+        let event = match loss {
+            Loss::NotHeld => plan.events.not_held,
+            Loss::Expired => plan.events.expired,
+        };
+        life.fire_lost(event, loss, why);
     }
 }
 
-/// Renews until the grant is lost; returns how and why.
-async fn keep(life: &Lifeline, plan: Plan, mut renew: RenewAtom) -> (Loss, &'static str) {
+/// Renews until the grant is lost (returning how and why) or the lifeline is stopped
+/// (returning `None`).
+async fn keep(life: &Lifeline, plan: Plan, mut renew: RenewAtom) -> Option<(Loss, &'static str)> {
     let mut next_renewal = Some(life.granted_at + plan.every);
     loop {
         let deadline = life.valid_until();
         let Some(renew_at) = next_renewal.filter(|at| *at < deadline) else {
-            sleep_until(deadline).await;
+            if !life.sleep_until(deadline).await {
+                return None;
+            }
             if life.valid_until() <= now() {
-                return (Loss::Expired, "its TTL passed without a successful renewal");
+                return Some((Loss::Expired, "its TTL passed without a successful renewal"));
             }
             continue;
         };
-        sleep_until(renew_at).await;
+        if !life.sleep_until(renew_at).await {
+            return None;
+        }
         if let Some(max_hold) = plan.max_hold
             && now() >= life.granted_at + max_hold
         {
@@ -255,11 +276,15 @@ async fn keep(life: &Lifeline, plan: Plan, mut renew: RenewAtom) -> (Loss, &'sta
             next_renewal = None;
             continue;
         }
+        let _in_flight = life.in_flight.lock().await;
+        if life.is_stopped() {
+            return None;
+        }
         let sent = now();
         let answer = tokio::select! {
             answer = renew() => answer,
             _ = sleep_until(deadline) => {
-                return (Loss::Expired, "its TTL passed while a renewal was in flight");
+                return Some((Loss::Expired, "its TTL passed while a renewal was in flight"));
             }
         };
         match answer {
@@ -268,10 +293,10 @@ async fn keep(life: &Lifeline, plan: Plan, mut renew: RenewAtom) -> (Loss, &'sta
                 next_renewal = Some(sent + plan.every);
             }
             Ok(Renewal::NotHeld) => {
-                return (
+                return Some((
                     Loss::NotHeld,
                     "the store reports it is no longer the holder",
-                );
+                ));
             }
             Err(error) => {
                 if let Some(event) = plan.events.renew_failed {
@@ -414,6 +439,42 @@ mod tests {
         tokio::time::sleep(1000 * MS).await;
         assert!(!life.lost().is_cancelled());
         assert!(sent.lock().unwrap().is_empty());
+    }
+
+    /// A stop while a renewal is in flight lets it finish, and `settled` returns only after it
+    /// was answered: a request sent after `settled` (a last TTL, a release) is never
+    /// overtaken by the engine's renewal.
+    #[tokio::test(start_paused = true)]
+    async fn settled_waits_for_the_renewal_in_flight() {
+        let life = Lifeline::new("k", "test grant", now(), 300 * MS);
+        let answered = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&answered);
+        let renew: RenewAtom = Box::new(move || {
+            let counter = Arc::clone(&counter);
+            Box::pin(async move {
+                tokio::time::sleep(50 * MS).await;
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(Renewal::Renewed)
+            })
+        });
+        spawn(Arc::clone(&life), plan(300 * MS, 100 * MS), renew);
+        // The first renewal is sent at 100 ms and answered at 150 ms.
+        tokio::time::sleep(120 * MS).await;
+        life.stop();
+        assert_eq!(answered.load(Ordering::SeqCst), 0, "still in flight");
+        life.settled().await;
+        assert_eq!(
+            answered.load(Ordering::SeqCst),
+            1,
+            "answered before settled"
+        );
+        tokio::time::sleep(1000 * MS).await;
+        assert_eq!(
+            answered.load(Ordering::SeqCst),
+            1,
+            "nothing sent after the stop"
+        );
+        assert!(!life.lost().is_cancelled());
     }
 
     #[tokio::test(start_paused = true)]

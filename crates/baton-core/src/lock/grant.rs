@@ -105,6 +105,13 @@ impl GrantState {
         }
     }
 
+    /// Stops watching the grant and waits until no renewal of it is in flight, so that the
+    /// next request for it reaches the store after the keep-alive's last renewal.
+    pub(crate) async fn stop_and_settle(&self) {
+        self.stop();
+        self.life.settled().await;
+    }
+
     /// Fires the lost signal, unless the grant was stopped first.
     fn fire_lost(&self, event: &'static Event, why: &str) {
         self.life.fire_lost(Some(event), Loss::Expired, why);

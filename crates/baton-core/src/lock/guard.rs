@@ -273,7 +273,9 @@ impl LockGuard {
         self.released = true;
         let grant = Arc::clone(&self.handle.grant);
         drop(self);
-        grant.stop();
+        // A renewal the keep-alive already sent must not land after this one and put the
+        // lock's own TTL back.
+        grant.stop_and_settle().await;
         let key = grant.key.as_str();
         let sent = now();
         match grant.store.renew(&grant.key, &grant.holder, ttl).await {
