@@ -1,5 +1,6 @@
 //! The error types compose with `?`: an acquire in a function returning `baton_core::Result`,
-//! and a cache fetch whose error type is not `std::error::Error` (as `anyhow::Error` is not).
+//! and a cache fetch whose error type is not `std::error::Error` (`anyhow::Error`, or any
+//! printable type).
 
 use std::fmt;
 use std::sync::Arc;
@@ -74,4 +75,22 @@ async fn fetch_errors_of_any_printable_type_are_errors() {
         .unwrap_err();
     assert!(matches!(&err, FetchError::Fetch(Report(m)) if m == "again"));
     assert_eq!(err.into_fetch().map(|r| r.0).as_deref(), Some("again"));
+}
+
+/// The newcomer's case itself: a fetch failing with `anyhow::Error`, and `?` into an
+/// `anyhow::Result`.
+async fn profile_with_anyhow(cache: &Cache) -> anyhow::Result<String> {
+    let name: String = cache
+        .get_or_fetch("anyhow-profile", Duration::from_secs(60), || async {
+            Err::<String, _>(anyhow::anyhow!("the source is down"))
+        })
+        .await?;
+    Ok(name)
+}
+
+#[tokio::test]
+async fn fetch_errors_of_anyhow_compose_with_question_mark() {
+    let cache = Cache::new(Arc::new(MemoryStore::new()));
+    let err = profile_with_anyhow(&cache).await.unwrap_err();
+    assert_eq!(err.to_string(), "fetch failed: the source is down");
 }
