@@ -55,9 +55,9 @@ impl Sweep {
 
 /// A process-local store offering every capability of baton: the one to use in tests.
 ///
-/// Locks and leases ([`LeaseStore`]), rate limits, the cache, broadcast (an in-process
-/// bus), idempotency records and claimable work all live in this value; clone the `Arc` to
-/// share them.
+/// Locks and leases ([`LeaseStore`](crate::store::LeaseStore)), rate limits, the cache,
+/// broadcast (an in-process bus), idempotency records and claimable work all live in this
+/// value; clone the `Arc` to share them.
 #[derive(Debug)]
 pub struct MemoryStore {
     pub(crate) leases: Mutex<crate::lease::memory::MemoryLeases>,

@@ -8,11 +8,9 @@
 //!
 //! - [`LeaseStore`]: the lease atoms under locks and leases, which every store implements;
 //! - [`Store`]: the capabilities a store offers beyond them, one method each
-//!   ([`RateStore`](crate::limit::RateStore), [`CacheStore`](crate::cache::CacheStore),
-//!   [`BroadcastStore`](crate::broadcast::BroadcastStore),
-//!   [`IdempotencyStore`](crate::idempotency::IdempotencyStore),
-//!   [`WorkStore`](crate::work::WorkStore)); a missing one answers `Unsupported` naming
-//!   the stores that offer it ([`Capability::unsupported`]).
+//!   ([`RateStore`], [`CacheStore`], [`BroadcastStore`], [`IdempotencyStore`],
+//!   [`WorkStore`]); a missing one answers `Unsupported` naming the stores that offer it
+//!   ([`Capability::unsupported`]).
 //!
 //! `baton-core`'s feature `conformance` holds the suite every store runs.
 
