@@ -11,50 +11,14 @@ mod common;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use baton_core::Namespace;
-use baton_core::idempotency::conformance::IdempotencyHarness;
-use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
-use baton_postgres::PostgresStore;
+use baton_core::idempotency::IdempotencyLog;
 use baton_testkit::idempotency as races;
 use baton_testkit::postgres::PostgresServer;
 
-struct PostgresHarness {
-    url: String,
-    store: Mutex<Option<Arc<PostgresStore>>>,
-}
-
-async fn postgres() -> PostgresHarness {
-    PostgresHarness {
-        url: common::shared().await.url(),
-        store: Mutex::new(None),
-    }
-}
-
-#[async_trait]
-impl IdempotencyHarness for PostgresHarness {
-    async fn open(&self) -> Arc<dyn IdempotencyStore> {
-        let existing = self.store.lock().unwrap().clone();
-        match existing {
-            Some(store) => store,
-            None => {
-                let store = Arc::new(common::connect(&self.url).await);
-                self.store.lock().unwrap().get_or_insert(store).clone()
-            }
-        }
-    }
-
-    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
-        drop(self.store.lock().unwrap().take());
-        let store = Arc::new(common::connect(&self.url).await);
-        *self.store.lock().unwrap() = Some(store.clone());
-        Some(store)
-    }
-}
-
-baton_core::idempotency_conformance_tests!(postgres());
+baton_core::idempotency_conformance_tests!(common::harness());
 
 /// How every process of the races reaches the private server.
 fn open_log(
