@@ -9,52 +9,16 @@ mod common;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use baton_core::Namespace;
-use baton_core::idempotency::conformance::IdempotencyHarness;
 use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
 use baton_redis::RedisStore;
 use baton_testkit::idempotency as races;
 use baton_testkit::redis::RedisServer;
 
-struct RedisHarness {
-    server: RedisServer,
-    store: Mutex<Option<Arc<RedisStore>>>,
-}
-
-async fn redis() -> RedisHarness {
-    RedisHarness {
-        server: common::server().await,
-        store: Mutex::new(None),
-    }
-}
-
-#[async_trait]
-impl IdempotencyHarness for RedisHarness {
-    async fn open(&self) -> Arc<dyn IdempotencyStore> {
-        let existing = self.store.lock().unwrap().clone();
-        match existing {
-            Some(store) => store,
-            None => {
-                let store = Arc::new(common::store(&self.server).await);
-                self.store.lock().unwrap().get_or_insert(store).clone()
-            }
-        }
-    }
-
-    /// A new store (new connections) on the same server.
-    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
-        drop(self.store.lock().unwrap().take());
-        let store = Arc::new(common::store(&self.server).await);
-        *self.store.lock().unwrap() = Some(store.clone());
-        Some(store)
-    }
-}
-
-baton_core::idempotency_conformance_tests!(redis());
+baton_core::idempotency_conformance_tests!(common::harness());
 
 /// How every process of the races reaches the private server.
 fn open_log(

@@ -7,39 +7,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use baton_core::conformance::fresh_namespace;
-use baton_core::limit::conformance::LimitHarness;
 use baton_core::telemetry::events;
-use baton_core::{LimitError, Quota, RateLimiter, RateStore};
-use baton_redis::RedisStore;
-use baton_testkit::redis::RedisServer;
-use tokio::sync::OnceCell;
+use baton_core::{LimitError, Quota, RateLimiter};
 use tokio::time::{Instant, sleep};
 
-struct RedisHarness {
-    server: RedisServer,
-    store: OnceCell<Arc<RedisStore>>,
-}
-
-async fn redis() -> RedisHarness {
-    RedisHarness {
-        server: common::server().await,
-        store: OnceCell::new(),
-    }
-}
-
-#[async_trait]
-impl LimitHarness for RedisHarness {
-    async fn open(&self) -> Arc<dyn RateStore> {
-        self.store
-            .get_or_init(|| async { Arc::new(common::store(&self.server).await) })
-            .await
-            .clone()
-    }
-}
-
-baton_core::rate_limit_conformance_tests!(redis());
+baton_core::rate_limit_conformance_tests!(common::harness());
 
 /// Two stores (as two replicas) with 32 tasks each draw from one budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
