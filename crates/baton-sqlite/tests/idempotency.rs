@@ -5,61 +5,18 @@
 //! The child processes are this test binary run again with a role (see
 //! `baton_testkit::process`); their tests are `#[ignore]`d in ordinary runs.
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+mod common;
 
-use async_trait::async_trait;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use baton_core::Namespace;
-use baton_core::idempotency::conformance::IdempotencyHarness;
-use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
-use baton_sqlite::{SqliteOptions, SqliteStore};
+use baton_core::idempotency::IdempotencyLog;
 use baton_testkit::idempotency as races;
 
-struct SqliteHarness {
-    path: PathBuf,
-    store: Mutex<Option<Arc<SqliteStore>>>,
-    _dir: tempfile::TempDir,
-}
-
-async fn sqlite() -> SqliteHarness {
-    let dir = tempfile::tempdir().expect("temp dir");
-    SqliteHarness {
-        path: dir.path().join("baton.db"),
-        store: Mutex::new(None),
-        _dir: dir,
-    }
-}
-
-#[async_trait]
-impl IdempotencyHarness for SqliteHarness {
-    async fn open(&self) -> Arc<dyn IdempotencyStore> {
-        let existing = self.store.lock().unwrap().clone();
-        match existing {
-            Some(store) => store,
-            None => {
-                let store = Arc::new(open(&self.path).await);
-                self.store.lock().unwrap().get_or_insert(store).clone()
-            }
-        }
-    }
-
-    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
-        drop(self.store.lock().unwrap().take());
-        let store = Arc::new(open(&self.path).await);
-        *self.store.lock().unwrap() = Some(store.clone());
-        Some(store)
-    }
-}
-
-baton_core::idempotency_conformance_tests!(sqlite());
-
-async fn open(path: &Path) -> SqliteStore {
-    SqliteStore::open(path, SqliteOptions::new())
-        .await
-        .expect("open the store")
-}
+baton_core::idempotency_conformance_tests!(common::harness());
 
 /// How every process of the races reaches the file.
 fn open_log(
@@ -67,7 +24,7 @@ fn open_log(
     namespace: Namespace,
 ) -> Pin<Box<dyn Future<Output = IdempotencyLog> + Send>> {
     Box::pin(async move {
-        IdempotencyLog::with_namespace(Arc::new(open(Path::new(&path)).await), namespace)
+        IdempotencyLog::with_namespace(Arc::new(common::open(Path::new(&path)).await), namespace)
     })
 }
 
