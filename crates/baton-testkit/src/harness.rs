@@ -17,6 +17,8 @@ use baton_core::idempotency::IdempotencyStore;
 use baton_core::idempotency::conformance::IdempotencyHarness;
 use baton_core::limit::conformance::LimitHarness;
 use baton_core::store::LeaseStore;
+use baton_core::work::WorkStore;
+use baton_core::work::conformance::WorkHarness;
 use baton_core::{BroadcastStore, CacheStore, RateStore};
 
 /// How a store's tests open a new store over the same data (new connections, a new handle
@@ -139,5 +141,56 @@ where
 {
     async fn open(&self) -> Arc<dyn BroadcastStore> {
         self.current().await
+    }
+}
+
+/// One store answering every call, with no durable state to reopen (the in-memory store):
+/// the idempotency suite's `reopen` is `None`, and every replica of the work suite shares
+/// the one store.
+pub struct Kept<S>(Arc<S>);
+
+impl<S> Kept<S> {
+    /// A harness answering every call with `store`.
+    pub fn new(store: S) -> Kept<S> {
+        Kept(Arc::new(store))
+    }
+}
+
+#[async_trait]
+impl<S: IdempotencyStore + 'static> IdempotencyHarness for Kept<S> {
+    async fn open(&self) -> Arc<dyn IdempotencyStore> {
+        self.0.clone()
+    }
+
+    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
+        None
+    }
+}
+
+#[async_trait]
+impl<S: CacheStore + 'static> CacheHarness for Kept<S> {
+    async fn open(&self) -> Arc<dyn CacheStore> {
+        self.0.clone()
+    }
+}
+
+#[async_trait]
+impl<S: RateStore + 'static> LimitHarness for Kept<S> {
+    async fn open(&self) -> Arc<dyn RateStore> {
+        self.0.clone()
+    }
+}
+
+#[async_trait]
+impl<S: BroadcastStore + 'static> BroadcastHarness for Kept<S> {
+    async fn open(&self) -> Arc<dyn BroadcastStore> {
+        self.0.clone()
+    }
+}
+
+#[async_trait]
+impl<S: WorkStore + 'static> WorkHarness for Kept<S> {
+    async fn open(&self) -> Arc<dyn WorkStore> {
+        self.0.clone()
     }
 }
