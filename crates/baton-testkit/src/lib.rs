@@ -23,6 +23,8 @@
 //! - [`proxy`]: a TCP fault proxy (latency, blackhole, reset, dropped replies).
 //! - [`harness`]: [`Stores`](harness::Stores), the conformance harness every store's tests
 //!   share (a store opened on first use, kept, and opened again on `reopen`).
+//! - [`stats`]: the benchmarks' statistics (median, percentile, Jain's fairness index) and
+//!   number formats.
 //! - [`capture`]: bounded waiting and capture of baton's telemetry events in tests.
 //! - [`tls`]: a private CA and server certificate for TLS tests, made with `openssl`.
 //! - [`postgres`]: private PostgreSQL servers (`initdb` + `postgres` in a temp dir, as the
@@ -59,6 +61,7 @@ pub mod proxy;
 pub mod redis;
 pub mod register;
 pub mod sentinel;
+pub mod stats;
 pub mod time;
 pub mod tls;
 pub mod workload;
