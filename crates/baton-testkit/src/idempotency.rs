@@ -13,6 +13,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::process::{child_runtime, parent_env};
 use baton_core::Namespace;
 use baton_core::idempotency::conformance::{race, race_until_attempt};
 use baton_core::idempotency::{
@@ -26,18 +27,6 @@ pub type OpenLog = fn(String, Namespace) -> Pin<Box<dyn Future<Output = Idempote
 
 const DAY: Duration = Duration::from_secs(86_400);
 const CHILD_TIMEOUT: Duration = Duration::from_secs(300);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"))
-}
 
 fn the_scope() -> Scope {
     Scope::new("org-1", "charges", "order-42").unwrap()
@@ -90,7 +79,7 @@ pub fn two_processes_acquire_once(target: &str, open: OpenLog) {
         won, 1,
         "exactly one of 1,008 attempts in two processes acquires"
     );
-    let record = runtime().block_on(async {
+    let record = child_runtime().block_on(async {
         let log = log(open, target, &namespace).await;
         log.get(&the_scope()).await.unwrap().unwrap()
     });
@@ -100,13 +89,13 @@ pub fn two_processes_acquire_once(target: &str, open: OpenLog) {
 /// Child of [`two_processes_acquire_once`]: 8 tasks racing 504 attempts.
 pub fn racer(open: OpenLog) {
     let Some(_role) = process::role() else { return };
-    runtime().block_on(async {
-        let log = log(open, &env("IDEM_TARGET"), &env("IDEM_NS")).await;
-        std::fs::write(env("IDEM_READY"), "ready").unwrap();
-        process::wait_for_file(env("IDEM_GO"), CHILD_TIMEOUT).unwrap();
+    child_runtime().block_on(async {
+        let log = log(open, &parent_env("IDEM_TARGET"), &parent_env("IDEM_NS")).await;
+        std::fs::write(parent_env("IDEM_READY"), "ready").unwrap();
+        process::wait_for_file(parent_env("IDEM_GO"), CHILD_TIMEOUT).unwrap();
         let options = AcquireOptions::new(DAY).lease(Duration::from_secs(600));
         let won = race(&log, &the_scope(), &options, 8, 504).await;
-        std::fs::write(env("IDEM_OUT"), won.len().to_string()).unwrap();
+        std::fs::write(parent_env("IDEM_OUT"), won.len().to_string()).unwrap();
         // Leave the won attempt pending: the parent checks the record.
         std::mem::forget(won);
     });
@@ -129,7 +118,7 @@ pub fn killed_owner_is_taken_over_once(target: &str, open: OpenLog) {
         .unwrap();
     process::wait_for_file(&acquired, CHILD_TIMEOUT).unwrap();
     owner.kill().unwrap();
-    let before = runtime().block_on(async {
+    let before = child_runtime().block_on(async {
         let log = log(open, target, &namespace).await;
         log.get(&the_scope()).await.unwrap().unwrap()
     });
@@ -161,7 +150,7 @@ pub fn killed_owner_is_taken_over_once(target: &str, open: OpenLog) {
         })
         .collect();
     assert_eq!(won, ["2 LeaseLapsed"], "exactly one takeover, as attempt 2");
-    let after = runtime().block_on(async {
+    let after = child_runtime().block_on(async {
         let log = log(open, target, &namespace).await;
         log.get(&the_scope()).await.unwrap().unwrap()
     });
@@ -173,15 +162,15 @@ pub fn killed_owner_is_taken_over_once(target: &str, open: OpenLog) {
 /// killed between acquire and finalize.
 pub fn owner(open: OpenLog) {
     let Some(_role) = process::role() else { return };
-    runtime().block_on(async {
-        let log = log(open, &env("IDEM_TARGET"), &env("IDEM_NS")).await;
+    child_runtime().block_on(async {
+        let log = log(open, &parent_env("IDEM_TARGET"), &parent_env("IDEM_NS")).await;
         let options = AcquireOptions::new(DAY).lease(Duration::from_secs(2));
         let Acquire::Acquired(attempt) =
             log.try_acquire_with(&the_scope(), &options).await.unwrap()
         else {
             panic!("the owner acquires first");
         };
-        std::fs::write(env("IDEM_ACQUIRED"), attempt.number().to_string()).unwrap();
+        std::fs::write(parent_env("IDEM_ACQUIRED"), attempt.number().to_string()).unwrap();
         // Killed here, between acquire and finalize.
         tokio::time::sleep(Duration::from_secs(3600)).await;
         drop(attempt);
@@ -192,8 +181,8 @@ pub fn owner(open: OpenLog) {
 /// winner finalizes.
 pub fn contender(open: OpenLog) {
     let Some(_role) = process::role() else { return };
-    runtime().block_on(async {
-        let log = log(open, &env("IDEM_TARGET"), &env("IDEM_NS")).await;
+    child_runtime().block_on(async {
+        let log = log(open, &parent_env("IDEM_TARGET"), &parent_env("IDEM_NS")).await;
         let options = AcquireOptions::new(DAY).lease(Duration::from_secs(600));
         let won = race_until_attempt(&log, &the_scope(), &options, 8, 2).await;
         let mut lines = String::new();
@@ -207,6 +196,6 @@ pub fn contender(open: OpenLog) {
                 .await
                 .unwrap();
         }
-        std::fs::write(env("IDEM_OUT"), lines).unwrap();
+        std::fs::write(parent_env("IDEM_OUT"), lines).unwrap();
     });
 }
