@@ -114,36 +114,6 @@ where
     }
 }
 
-#[async_trait]
-impl<O: Opener> CacheHarness for Stores<O>
-where
-    O::Store: CacheStore,
-{
-    async fn open(&self) -> Arc<dyn CacheStore> {
-        self.current().await
-    }
-}
-
-#[async_trait]
-impl<O: Opener> LimitHarness for Stores<O>
-where
-    O::Store: RateStore,
-{
-    async fn open(&self) -> Arc<dyn RateStore> {
-        self.current().await
-    }
-}
-
-#[async_trait]
-impl<O: Opener> BroadcastHarness for Stores<O>
-where
-    O::Store: BroadcastStore,
-{
-    async fn open(&self) -> Arc<dyn BroadcastStore> {
-        self.current().await
-    }
-}
-
 /// One store answering every call, with no durable state to reopen (the in-memory store):
 /// the idempotency suite's `reopen` is `None`, and every replica of the work suite shares
 /// the one store.
@@ -168,29 +138,36 @@ impl<S: IdempotencyStore + 'static> IdempotencyHarness for Kept<S> {
 }
 
 #[async_trait]
-impl<S: CacheStore + 'static> CacheHarness for Kept<S> {
-    async fn open(&self) -> Arc<dyn CacheStore> {
-        self.0.clone()
-    }
-}
-
-#[async_trait]
-impl<S: RateStore + 'static> LimitHarness for Kept<S> {
-    async fn open(&self) -> Arc<dyn RateStore> {
-        self.0.clone()
-    }
-}
-
-#[async_trait]
-impl<S: BroadcastStore + 'static> BroadcastHarness for Kept<S> {
-    async fn open(&self) -> Arc<dyn BroadcastStore> {
-        self.0.clone()
-    }
-}
-
-#[async_trait]
 impl<S: WorkStore + 'static> WorkHarness for Kept<S> {
     async fn open(&self) -> Arc<dyn WorkStore> {
         self.0.clone()
     }
 }
+
+/// The harness of a suite that only opens: the kept store of a [`Stores`] or a [`Kept`].
+macro_rules! open_only {
+    ($($harness:ident for $store:ident),* $(,)?) => {$(
+        #[async_trait]
+        impl<O: Opener> $harness for Stores<O>
+        where
+            O::Store: $store,
+        {
+            async fn open(&self) -> Arc<dyn $store> {
+                self.current().await
+            }
+        }
+
+        #[async_trait]
+        impl<S: $store + 'static> $harness for Kept<S> {
+            async fn open(&self) -> Arc<dyn $store> {
+                self.0.clone()
+            }
+        }
+    )*};
+}
+
+open_only!(
+    CacheHarness for CacheStore,
+    LimitHarness for RateStore,
+    BroadcastHarness for BroadcastStore,
+);
