@@ -15,7 +15,6 @@ use std::time::Duration;
 use baton_core::Namespace;
 use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
 use baton_redis::RedisStore;
-use baton_testkit::idempotency as races;
 use baton_testkit::redis::RedisServer;
 
 baton_core::idempotency_conformance_tests!(common::harness());
@@ -33,38 +32,14 @@ fn open_log(
     })
 }
 
-/// 1,008 attempts on one scope from 2 processes of 8 tasks each find exactly one `Acquired`.
-#[test]
-fn a_thousand_attempts_from_two_processes_acquire_once() {
-    let server = RedisServer::start().expect("a private redis-server");
-    races::two_processes_acquire_once(&server.url(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of a_thousand_attempts_from_two_processes_acquire_once"]
-fn racer() {
-    races::racer(open_log);
-}
-
-/// The owner is killed between acquire and finalize; once its lease lapses, exactly one of
-/// the attempts racing from two other processes takes the record over.
-#[test]
-fn killing_the_owner_leads_to_exactly_one_takeover_after_the_lease() {
-    let server = RedisServer::start().expect("a private redis-server");
-    races::killed_owner_is_taken_over_once(&server.url(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn owner() {
-    races::owner(open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn contender() {
-    races::contender(open_log);
-}
+baton_testkit::idempotency_races!(
+    {
+        let server = RedisServer::start().expect("a private redis-server");
+        let url = server.url();
+        (server, url)
+    },
+    open_log
+);
 
 /// A retried acquire whose first try ran (its answer lost with the connection) is answered
 /// as acquired again, not as a duplicate of itself: the script recognises its own token.

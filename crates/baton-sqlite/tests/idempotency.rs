@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use baton_core::Namespace;
 use baton_core::idempotency::IdempotencyLog;
-use baton_testkit::idempotency as races;
 
 baton_core::idempotency_conformance_tests!(common::harness());
 
@@ -28,37 +27,11 @@ fn open_log(
     })
 }
 
-/// 1,008 attempts on one scope from 2 processes of 8 tasks each find exactly one `Acquired`.
-#[test]
-fn a_thousand_attempts_from_two_processes_acquire_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    races::two_processes_acquire_once(&db.to_string_lossy(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of a_thousand_attempts_from_two_processes_acquire_once"]
-fn racer() {
-    races::racer(open_log);
-}
-
-/// The owner is killed between acquire and finalize; once its lease lapses, exactly one of
-/// the attempts racing from two other processes takes the record over.
-#[test]
-fn killing_the_owner_leads_to_exactly_one_takeover_after_the_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    races::killed_owner_is_taken_over_once(&db.to_string_lossy(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn owner() {
-    races::owner(open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn contender() {
-    races::contender(open_log);
-}
+baton_testkit::idempotency_races!(
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("baton.db").to_string_lossy().into_owned();
+        (dir, db)
+    },
+    open_log
+);

@@ -7,20 +7,20 @@
 //! `owner` and `contender` that call [`racer`], [`owner`] and [`contender`]; the parents are
 //! [`two_processes_acquire_once`] and [`killed_owner_is_taken_over_once`]. The children are
 //! the test binary run again with a role (see [`crate::process`]).
+//! [`idempotency_races!`](crate::idempotency_races) writes the five tests.
 
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::process::{child_runtime, parent_env};
 use baton_core::Namespace;
 use baton_core::idempotency::conformance::{race, race_until_attempt};
 use baton_core::idempotency::{
     Acquire, AcquireOptions, IdempotencyLog, Outcome, Scope, Status, Takeover,
 };
 
-use crate::process::{self, ChildTest};
+use crate::process::{self, ChildTest, child_runtime, parent_env};
 
 /// Opens the idempotency log of `namespace` on the store at a target (a URL or a path).
 pub type OpenLog = fn(String, Namespace) -> Pin<Box<dyn Future<Output = IdempotencyLog> + Send>>;
@@ -198,4 +198,49 @@ pub fn contender(open: OpenLog) {
         }
         std::fs::write(parent_env("IDEM_OUT"), lines).unwrap();
     });
+}
+
+/// Generates the idempotency races of a store's test binary: the two parent tests
+/// (`a_thousand_attempts_from_two_processes_acquire_once`,
+/// `killing_the_owner_leads_to_exactly_one_takeover_after_the_lease`) and their child roles
+/// (`racer`, `owner`, `contender`, `#[ignore]`d in ordinary runs). `$target` is evaluated
+/// once in each parent test to `(keep, target)`: what must live for the test (a private
+/// server, a temp dir) and the target string the processes hand to `$open`, an [`OpenLog`].
+#[macro_export]
+macro_rules! idempotency_races {
+    ($target:expr, $open:expr) => {
+        /// 1,008 attempts on one scope from 2 processes of 8 tasks each find exactly one
+        /// `Acquired`.
+        #[test]
+        fn a_thousand_attempts_from_two_processes_acquire_once() {
+            let (_keep, target) = $target;
+            $crate::idempotency::two_processes_acquire_once(&target, $open);
+        }
+
+        #[test]
+        #[ignore = "a child process of a_thousand_attempts_from_two_processes_acquire_once"]
+        fn racer() {
+            $crate::idempotency::racer($open);
+        }
+
+        /// The owner is killed between acquire and finalize; once its lease lapses, exactly
+        /// one of the attempts racing from two other processes takes the record over.
+        #[test]
+        fn killing_the_owner_leads_to_exactly_one_takeover_after_the_lease() {
+            let (_keep, target) = $target;
+            $crate::idempotency::killed_owner_is_taken_over_once(&target, $open);
+        }
+
+        #[test]
+        #[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
+        fn owner() {
+            $crate::idempotency::owner($open);
+        }
+
+        #[test]
+        #[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
+        fn contender() {
+            $crate::idempotency::contender($open);
+        }
+    };
 }
