@@ -33,12 +33,7 @@ async fn eight_contenders_on_one_key_keep_every_rule() {
         report.errors
     );
     let history = recorder.history();
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
 
     let wanted = u64::from(CONTENDERS * ROUNDS);
     assert_eq!(report.grants, wanted, "{report:?}");

@@ -20,7 +20,7 @@ use baton_core::{
 };
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::postgres::{PostgresServer, Stop};
-use baton_testkit::{FencedRegister, LockWorkload, Recorder, check};
+use baton_testkit::{FencedRegister, LockWorkload, Recorder};
 use sqlx::{Connection, Row};
 use tokio::sync::Barrier;
 
@@ -410,12 +410,7 @@ async fn thirty_two_concurrent_claimers_get_one_grant_at_a_time() {
         grants += report.grants;
     }
     let history = recorder.history();
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
     assert_eq!(grants, u64::from(CLAIMERS * 3));
     assert_eq!(
         register.read(),

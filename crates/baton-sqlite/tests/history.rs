@@ -52,12 +52,7 @@ async fn eight_contenders_in_one_process_keep_every_rule() {
         report.errors
     );
     let history = recorder.history();
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
 
     let wanted = u64::from(CONTENDERS * ROUNDS);
     assert_eq!(report.grants, wanted, "{report:?}");
@@ -136,12 +131,7 @@ fn contenders_in_four_processes_on_one_file_keep_every_rule() {
             .map(|i| History::read_jsonl(history_file(dir.path(), i)).expect("a child's history")),
     );
     let register = FencedRegister::file("counter", dir.path().join("register.json"));
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
 
     let wanted = u64::from(PROCESSES * PER_PROCESS * ROUNDS);
     let grants = history.grants();

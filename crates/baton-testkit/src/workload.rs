@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use baton_core::{AcquireError, LockOptions, Locks, ReleaseOutcome};
 
-use crate::history::Recorder;
+use crate::check;
+use crate::history::{History, Recorder};
 use crate::register::FencedRegister;
 use crate::time::MonoTime;
 
@@ -125,6 +126,21 @@ impl LockWorkload {
     /// the register's final value, once.
     pub fn expected_effects(register: &FencedRegister) -> impl Iterator<Item = String> {
         (1..=register.read()).map(|v| v.to_string())
+    }
+
+    /// Asserts that `history` keeps every rule ([`check::all`](crate::check::all)) and that
+    /// its side effects are exactly the [`expected_effects`](LockWorkload::expected_effects)
+    /// of `register`, each once.
+    ///
+    /// # Panics
+    /// When there is a violation; the message lists them.
+    pub fn assert_every_rule(history: &History, register: &FencedRegister) {
+        let mut violations = check::all(history);
+        violations.extend(check::effects(
+            history,
+            LockWorkload::expected_effects(register),
+        ));
+        check::assert_clean(&violations);
     }
 
     /// Runs every contender to completion on the current runtime.
