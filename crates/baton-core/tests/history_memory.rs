@@ -27,11 +27,7 @@ async fn eight_contenders_on_one_key_keep_every_rule() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     let history = recorder.history();
     LockWorkload::assert_every_rule(&history, &register);
 
@@ -62,11 +58,7 @@ async fn holders_that_overstay_their_ttl_are_fenced_off() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     check::assert_clean(&check::all(&recorder.history()));
     assert_eq!(report.grants, u64::from(CONTENDERS * 6), "{report:?}");
     assert!(

@@ -402,11 +402,7 @@ async fn thirty_two_concurrent_claimers_get_one_grant_at_a_time() {
     let mut grants = 0;
     for workload in workloads {
         let report = within("a contender", workload).await.unwrap();
-        assert!(
-            report.errors.is_empty(),
-            "acquires failed: {:?}",
-            report.errors
-        );
+        report.assert_no_errors();
         grants += report.grants;
     }
     let history = recorder.history();

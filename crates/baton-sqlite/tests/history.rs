@@ -46,11 +46,7 @@ async fn eight_contenders_in_one_process_keep_every_rule() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     let history = recorder.history();
     LockWorkload::assert_every_rule(&history, &register);
 
@@ -82,11 +78,7 @@ async fn holders_that_overstay_their_ttl_are_fenced_off() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     check::assert_clean(&check::all(&recorder.history()));
     assert_eq!(report.grants, u64::from(CONTENDERS * 4), "{report:?}");
     assert!(
@@ -181,11 +173,7 @@ fn sqlite_contender_process() {
         recorder
             .write_jsonl(history_file(&dir, index))
             .expect("write the history");
-        assert!(
-            report.errors.is_empty(),
-            "acquires failed: {:?}",
-            report.errors
-        );
+        report.assert_no_errors();
         assert_eq!(report.grants, u64::from(PER_PROCESS * ROUNDS), "{report:?}");
     });
 }

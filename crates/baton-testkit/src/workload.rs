@@ -54,6 +54,14 @@ pub struct WorkloadReport {
 }
 
 impl WorkloadReport {
+    /// Asserts that no acquire failed.
+    ///
+    /// # Panics
+    /// When one did; the message lists their errors.
+    pub fn assert_no_errors(&self) {
+        assert!(self.errors.is_empty(), "acquires failed: {:?}", self.errors);
+    }
+
     fn add(&mut self, other: WorkloadReport) {
         self.grants += other.grants;
         self.released += other.released;
