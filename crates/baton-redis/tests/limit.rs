@@ -10,6 +10,7 @@ use std::time::Duration;
 use baton_core::conformance::fresh_namespace;
 use baton_core::telemetry::events;
 use baton_core::{LimitError, Quota, RateLimiter};
+use baton_testkit::workload::admitted_concurrently;
 use tokio::time::{Instant, sleep};
 
 baton_core::rate_limit_conformance_tests!(common::harness());
@@ -20,30 +21,15 @@ async fn two_stores_share_one_budget() {
     let server = common::server().await;
     let namespace = fresh_namespace();
     let (max, window) = (15u32, Duration::from_secs(60));
-    let mut tasks = Vec::new();
+    let mut limiters = Vec::new();
     for _ in 0..2 {
-        let limiter = RateLimiter::with_namespace(
+        limiters.push(RateLimiter::with_namespace(
             Arc::new(common::store(&server).await),
             namespace.clone(),
             Quota::new(max, window).unwrap(),
-        );
-        for _ in 0..32 {
-            let limiter = limiter.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0;
-                for _ in 0..3 {
-                    if limiter.try_acquire("shared", 1).await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
-        }
+        ));
     }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.unwrap();
-    }
+    let admitted = admitted_concurrently(&limiters, 32, 3, "shared").await;
     assert_eq!(admitted, max);
 }
 

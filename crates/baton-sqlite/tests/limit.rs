@@ -9,6 +9,7 @@ use std::time::Duration;
 use baton_core::conformance::fresh_namespace;
 use baton_core::{Quota, RateLimiter};
 use baton_sqlite::{SqliteOptions, SqliteStore};
+use baton_testkit::workload::admitted_concurrently;
 
 baton_core::rate_limit_conformance_tests!(common::harness());
 
@@ -19,32 +20,20 @@ async fn stores_on_one_file_share_one_budget() {
     let harness = common::harness().await;
     let namespace = fresh_namespace();
     let (max, window) = (10u32, Duration::from_secs(60));
-    let mut tasks = Vec::new();
+    let mut limiters = Vec::new();
     for _ in 0..4 {
         let store = Arc::new(
             SqliteStore::open(&harness.opener.path, SqliteOptions::new())
                 .await
                 .unwrap(),
         );
-        let limiter =
-            RateLimiter::with_namespace(store, namespace.clone(), Quota::new(max, window).unwrap());
-        for _ in 0..16 {
-            let limiter = limiter.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0;
-                for _ in 0..4 {
-                    if limiter.try_acquire("shared", 1).await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
-        }
+        limiters.push(RateLimiter::with_namespace(
+            store,
+            namespace.clone(),
+            Quota::new(max, window).unwrap(),
+        ));
     }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.unwrap();
-    }
+    let admitted = admitted_concurrently(&limiters, 16, 4, "shared").await;
     assert_eq!(admitted, max, "64 tasks x 4 attempts within one window");
     let fresh = RateLimiter::with_namespace(
         Arc::new(

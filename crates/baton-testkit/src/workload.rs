@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{AcquireError, LockOptions, Locks, ReleaseOutcome};
+use baton_core::{AcquireError, LockOptions, Locks, RateLimiter, ReleaseOutcome};
 
 use crate::check;
 use crate::history::{History, Recorder};
@@ -221,4 +221,37 @@ impl LockWorkload {
         }
         report
     }
+}
+
+/// Runs `tasks` tasks on each of `limiters` at once (replicas sharing one budget), each asking
+/// for one unit of `key` `attempts` times, and answers how many units were allowed in all.
+///
+/// # Panics
+/// When a decision fails or a task panics.
+pub async fn admitted_concurrently(
+    limiters: &[RateLimiter],
+    tasks: usize,
+    attempts: usize,
+    key: &str,
+) -> u32 {
+    let mut running = Vec::new();
+    for limiter in limiters {
+        for _ in 0..tasks {
+            let (limiter, key) = (limiter.clone(), key.to_owned());
+            running.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..attempts {
+                    if limiter.try_acquire(&key, 1).await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in running {
+        admitted += task.await.unwrap();
+    }
+    admitted
 }
