@@ -136,7 +136,7 @@ impl LockWorkload {
         (1..=register.read()).map(|v| v.to_string())
     }
 
-    /// Asserts that `history` keeps every rule ([`check::all`](crate::check::all)) and that
+    /// Asserts that `history` keeps every rule ([`check::all`]) and that
     /// its side effects are exactly the [`expected_effects`](LockWorkload::expected_effects)
     /// of `register`, each once.
     ///
