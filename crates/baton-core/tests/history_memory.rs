@@ -27,18 +27,9 @@ async fn eight_contenders_on_one_key_keep_every_rule() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     let history = recorder.history();
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
 
     let wanted = u64::from(CONTENDERS * ROUNDS);
     assert_eq!(report.grants, wanted, "{report:?}");
@@ -67,11 +58,7 @@ async fn holders_that_overstay_their_ttl_are_fenced_off() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     check::assert_clean(&check::all(&recorder.history()));
     assert_eq!(report.grants, u64::from(CONTENDERS * 6), "{report:?}");
     assert!(

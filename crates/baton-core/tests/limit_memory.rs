@@ -9,31 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use baton_core::limit::conformance::LimitHarness;
 use baton_core::limit::window::{SlidingLog, resolution};
 use baton_core::time::ManualClock;
-use baton_core::{MemoryStore, Quota, RateLimiter, RateStore};
+use baton_core::{MemoryStore, Quota, RateLimiter};
+use baton_testkit::harness::Kept;
 use proptest::prelude::*;
 
-struct MemoryHarness {
-    store: Arc<MemoryStore>,
-}
-
-async fn memory() -> MemoryHarness {
-    MemoryHarness {
-        store: Arc::new(MemoryStore::new()),
-    }
-}
-
-#[async_trait]
-impl LimitHarness for MemoryHarness {
-    async fn open(&self) -> Arc<dyn RateStore> {
-        self.store.clone()
-    }
-}
-
-baton_core::rate_limit_conformance_tests!(memory());
+baton_core::rate_limit_conformance_tests!(async { Kept::new(MemoryStore::new()) });
 
 /// One request: how far the clock moves first (a fraction of the window, in thousandths;
 /// zero for bursts) and how many units it asks for.

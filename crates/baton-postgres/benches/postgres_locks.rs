@@ -63,6 +63,7 @@ use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, 
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode};
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
+use baton_testkit::stats::{median, min_max, percentile};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
 use tokio::sync::watch;
@@ -767,34 +768,6 @@ async fn commit_costs(pool: &PgPool, samples: usize) -> CommitCosts {
         .await
         .expect("reset");
     costs
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => sorted[n / 2],
-        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
-fn min_max(values: &[f64]) -> (f64, f64) {
-    values
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(*v), hi.max(*v))
-        })
-}
-
-/// The `q` quantile (0..=1) of sorted `values`, nearest-rank.
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 fn ms(d: Duration) -> String {

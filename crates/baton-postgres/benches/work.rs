@@ -49,6 +49,7 @@ use baton_core::{Holder, StoreKey, Ttl};
 use baton_postgres::PostgresStore;
 use baton_postgres::work::sql;
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
+use baton_testkit::stats::{median, min_max};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
@@ -608,23 +609,4 @@ fn pgbench_slice(
         }
         _ => panic!("pgbench failed ({}):\n{stdout}\n{stderr}", output.status),
     }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
-fn min_max(values: &[f64]) -> (f64, f64) {
-    values
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-            (lo.min(*v), hi.max(*v))
-        })
 }

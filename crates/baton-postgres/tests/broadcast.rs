@@ -10,40 +10,17 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use baton_core::broadcast::Event;
-use baton_core::broadcast::conformance::BroadcastHarness;
 use baton_core::telemetry::events;
-use baton_core::{Broadcast, BroadcastStore, ErrorKind};
+use baton_core::{Broadcast, ErrorKind};
 use baton_postgres::PostgresStore;
 use baton_postgres::broadcast::{APPLICATION, MAX_MESSAGE};
 use baton_testkit::postgres::Stop;
-use tokio::sync::OnceCell;
 use tokio::time::{Instant, sleep, timeout};
 
 use common::*;
 
-struct PostgresHarness {
-    store: OnceCell<Arc<PostgresStore>>,
-}
-
-async fn postgres() -> PostgresHarness {
-    PostgresHarness {
-        store: OnceCell::new(),
-    }
-}
-
-#[async_trait]
-impl BroadcastHarness for PostgresHarness {
-    async fn open(&self) -> Arc<dyn BroadcastStore> {
-        self.store
-            .get_or_init(|| async { Arc::new(connect(&shared().await.url()).await) })
-            .await
-            .clone()
-    }
-}
-
-baton_core::broadcast_conformance_tests!(postgres());
+baton_core::broadcast_conformance_tests!(harness());
 
 /// The next event of a subscription, within [`PATIENCE`].
 macro_rules! next {

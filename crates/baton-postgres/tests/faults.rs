@@ -20,7 +20,7 @@ use baton_core::{
 };
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::postgres::{PostgresServer, Stop};
-use baton_testkit::{FencedRegister, LockWorkload, Recorder, check};
+use baton_testkit::{FencedRegister, LockWorkload, Recorder};
 use sqlx::{Connection, Row};
 use tokio::sync::Barrier;
 
@@ -402,20 +402,11 @@ async fn thirty_two_concurrent_claimers_get_one_grant_at_a_time() {
     let mut grants = 0;
     for workload in workloads {
         let report = within("a contender", workload).await.unwrap();
-        assert!(
-            report.errors.is_empty(),
-            "acquires failed: {:?}",
-            report.errors
-        );
+        report.assert_no_errors();
         grants += report.grants;
     }
     let history = recorder.history();
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
     assert_eq!(grants, u64::from(CLAIMERS * 3));
     assert_eq!(
         register.read(),

@@ -11,50 +11,13 @@ mod common;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use baton_core::Namespace;
-use baton_core::idempotency::conformance::IdempotencyHarness;
-use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
-use baton_postgres::PostgresStore;
-use baton_testkit::idempotency as races;
+use baton_core::idempotency::IdempotencyLog;
 use baton_testkit::postgres::PostgresServer;
 
-struct PostgresHarness {
-    url: String,
-    store: Mutex<Option<Arc<PostgresStore>>>,
-}
-
-async fn postgres() -> PostgresHarness {
-    PostgresHarness {
-        url: common::shared().await.url(),
-        store: Mutex::new(None),
-    }
-}
-
-#[async_trait]
-impl IdempotencyHarness for PostgresHarness {
-    async fn open(&self) -> Arc<dyn IdempotencyStore> {
-        let existing = self.store.lock().unwrap().clone();
-        match existing {
-            Some(store) => store,
-            None => {
-                let store = Arc::new(common::connect(&self.url).await);
-                self.store.lock().unwrap().get_or_insert(store).clone()
-            }
-        }
-    }
-
-    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
-        drop(self.store.lock().unwrap().take());
-        let store = Arc::new(common::connect(&self.url).await);
-        *self.store.lock().unwrap() = Some(store.clone());
-        Some(store)
-    }
-}
-
-baton_core::idempotency_conformance_tests!(postgres());
+baton_core::idempotency_conformance_tests!(common::harness());
 
 /// How every process of the races reaches the private server.
 fn open_log(
@@ -67,35 +30,11 @@ fn open_log(
     })
 }
 
-/// 1,008 attempts on one scope from 2 processes of 8 tasks each find exactly one `Acquired`.
-#[test]
-fn a_thousand_attempts_from_two_processes_acquire_once() {
-    let server = PostgresServer::start().expect("a private PostgreSQL server");
-    races::two_processes_acquire_once(&server.url(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of a_thousand_attempts_from_two_processes_acquire_once"]
-fn racer() {
-    races::racer(open_log);
-}
-
-/// The owner is killed between acquire and finalize; once its lease lapses, exactly one of
-/// the attempts racing from two other processes takes the record over.
-#[test]
-fn killing_the_owner_leads_to_exactly_one_takeover_after_the_lease() {
-    let server = PostgresServer::start().expect("a private PostgreSQL server");
-    races::killed_owner_is_taken_over_once(&server.url(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn owner() {
-    races::owner(open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn contender() {
-    races::contender(open_log);
-}
+baton_testkit::idempotency_races!(
+    {
+        let server = PostgresServer::start().expect("a private PostgreSQL server");
+        let url = server.url();
+        (server, url)
+    },
+    open_log
+);

@@ -7,36 +7,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use baton_core::limit::conformance::LimitHarness;
-use baton_core::{LimitError, Quota, RateLimiter, RateStore};
-use baton_postgres::PostgresStore;
+use baton_core::{LimitError, Quota, RateLimiter};
 use baton_testkit::postgres::Stop;
-use tokio::sync::OnceCell;
 
 use common::*;
 
-struct PostgresHarness {
-    store: OnceCell<Arc<PostgresStore>>,
-}
-
-async fn postgres() -> PostgresHarness {
-    PostgresHarness {
-        store: OnceCell::new(),
-    }
-}
-
-#[async_trait]
-impl LimitHarness for PostgresHarness {
-    async fn open(&self) -> Arc<dyn RateStore> {
-        self.store
-            .get_or_init(|| async { Arc::new(connect(&shared().await.url()).await) })
-            .await
-            .clone()
-    }
-}
-
-baton_core::rate_limit_conformance_tests!(postgres());
+baton_core::rate_limit_conformance_tests!(harness());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_gives_unavailable_then_recovery_with_the_window_kept() {

@@ -33,6 +33,7 @@ use baton_core::{Key, KeyKind, Namespace, Quota, RateLimiter, RateStore, StoreKe
 use baton_redis::RedisStore;
 use baton_redis::limit::{arguments, redis_keys, script};
 use baton_testkit::redis::RedisServer;
+use baton_testkit::stats::{median, thousands};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{Client, IntoConnectionInfo, Value};
@@ -199,28 +200,6 @@ async fn raw_connection(url: &str) -> ConnectionManager {
         .await
         .expect("SCRIPT LOAD");
     conn
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
-fn thousands(n: f64) -> String {
-    let digits = (n.round() as u64).to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn main() {

@@ -41,8 +41,6 @@
 
 #[path = "redis_locks/raw.rs"]
 mod raw;
-#[path = "redis_locks/stats.rs"]
-mod stats;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,9 +50,9 @@ use baton_core::store::{Claim, LeaseStore, Release};
 use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_redis::RedisStore;
 use baton_testkit::redis::RedisServer;
+use baton_testkit::stats::{median, ms, percentile, thousands};
 
 use raw::{RawLocks, RawScripts};
-use stats::{median, ms, percentile, thousands};
 
 /// Concurrency levels of the uncontended run.
 const CONCURRENCY: [usize; 3] = [1, 16, 64];

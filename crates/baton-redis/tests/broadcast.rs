@@ -10,40 +10,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
+use baton_core::Broadcast;
 use baton_core::broadcast::Event;
-use baton_core::broadcast::conformance::BroadcastHarness;
 use baton_core::conformance::fresh_namespace;
 use baton_core::telemetry::events;
-use baton_core::{Broadcast, BroadcastStore};
-use baton_redis::RedisStore;
-use baton_testkit::redis::RedisServer;
-use tokio::sync::OnceCell;
 use tokio::time::{Instant, sleep, timeout};
 
-struct RedisHarness {
-    server: RedisServer,
-    store: OnceCell<Arc<RedisStore>>,
-}
-
-async fn redis() -> RedisHarness {
-    RedisHarness {
-        server: common::server().await,
-        store: OnceCell::new(),
-    }
-}
-
-#[async_trait]
-impl BroadcastHarness for RedisHarness {
-    async fn open(&self) -> Arc<dyn BroadcastStore> {
-        self.store
-            .get_or_init(|| async { Arc::new(common::store(&self.server).await) })
-            .await
-            .clone()
-    }
-}
-
-baton_core::broadcast_conformance_tests!(redis());
+baton_core::broadcast_conformance_tests!(common::harness());
 
 const PATIENCE: Duration = Duration::from_secs(60);
 

@@ -7,39 +7,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use baton_core::cache::conformance::CacheHarness;
 use baton_core::conformance::fresh_namespace;
 use baton_core::telemetry::events;
-use baton_core::{Cache, CacheStore, Error};
-use baton_redis::RedisStore;
-use baton_testkit::redis::RedisServer;
-use tokio::sync::OnceCell;
+use baton_core::{Cache, Error};
 use tokio::time::{Instant, sleep};
 
-struct RedisHarness {
-    server: RedisServer,
-    store: OnceCell<Arc<RedisStore>>,
-}
-
-async fn redis() -> RedisHarness {
-    RedisHarness {
-        server: common::server().await,
-        store: OnceCell::new(),
-    }
-}
-
-#[async_trait]
-impl CacheHarness for RedisHarness {
-    async fn open(&self) -> Arc<dyn CacheStore> {
-        self.store
-            .get_or_init(|| async { Arc::new(common::store(&self.server).await) })
-            .await
-            .clone()
-    }
-}
-
-baton_core::cache_conformance_tests!(redis());
+baton_core::cache_conformance_tests!(common::harness());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_server_is_a_miss_to_get_or_fetch_and_the_cache_recovers() {

@@ -9,52 +9,15 @@ mod common;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use baton_core::Namespace;
-use baton_core::idempotency::conformance::IdempotencyHarness;
 use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
 use baton_redis::RedisStore;
-use baton_testkit::idempotency as races;
 use baton_testkit::redis::RedisServer;
 
-struct RedisHarness {
-    server: RedisServer,
-    store: Mutex<Option<Arc<RedisStore>>>,
-}
-
-async fn redis() -> RedisHarness {
-    RedisHarness {
-        server: common::server().await,
-        store: Mutex::new(None),
-    }
-}
-
-#[async_trait]
-impl IdempotencyHarness for RedisHarness {
-    async fn open(&self) -> Arc<dyn IdempotencyStore> {
-        let existing = self.store.lock().unwrap().clone();
-        match existing {
-            Some(store) => store,
-            None => {
-                let store = Arc::new(common::store(&self.server).await);
-                self.store.lock().unwrap().get_or_insert(store).clone()
-            }
-        }
-    }
-
-    /// A new store (new connections) on the same server.
-    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
-        drop(self.store.lock().unwrap().take());
-        let store = Arc::new(common::store(&self.server).await);
-        *self.store.lock().unwrap() = Some(store.clone());
-        Some(store)
-    }
-}
-
-baton_core::idempotency_conformance_tests!(redis());
+baton_core::idempotency_conformance_tests!(common::harness());
 
 /// How every process of the races reaches the private server.
 fn open_log(
@@ -69,38 +32,14 @@ fn open_log(
     })
 }
 
-/// 1,008 attempts on one scope from 2 processes of 8 tasks each find exactly one `Acquired`.
-#[test]
-fn a_thousand_attempts_from_two_processes_acquire_once() {
-    let server = RedisServer::start().expect("a private redis-server");
-    races::two_processes_acquire_once(&server.url(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of a_thousand_attempts_from_two_processes_acquire_once"]
-fn racer() {
-    races::racer(open_log);
-}
-
-/// The owner is killed between acquire and finalize; once its lease lapses, exactly one of
-/// the attempts racing from two other processes takes the record over.
-#[test]
-fn killing_the_owner_leads_to_exactly_one_takeover_after_the_lease() {
-    let server = RedisServer::start().expect("a private redis-server");
-    races::killed_owner_is_taken_over_once(&server.url(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn owner() {
-    races::owner(open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn contender() {
-    races::contender(open_log);
-}
+baton_testkit::idempotency_races!(
+    {
+        let server = RedisServer::start().expect("a private redis-server");
+        let url = server.url();
+        (server, url)
+    },
+    open_log
+);
 
 /// A retried acquire whose first try ran (its answer lost with the connection) is answered
 /// as acquired again, not as a duplicate of itself: the script recognises its own token.

@@ -7,39 +7,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use baton_core::conformance::fresh_namespace;
-use baton_core::limit::conformance::LimitHarness;
 use baton_core::telemetry::events;
-use baton_core::{LimitError, Quota, RateLimiter, RateStore};
-use baton_redis::RedisStore;
-use baton_testkit::redis::RedisServer;
-use tokio::sync::OnceCell;
+use baton_core::{LimitError, Quota, RateLimiter};
+use baton_testkit::workload::admitted_concurrently;
 use tokio::time::{Instant, sleep};
 
-struct RedisHarness {
-    server: RedisServer,
-    store: OnceCell<Arc<RedisStore>>,
-}
-
-async fn redis() -> RedisHarness {
-    RedisHarness {
-        server: common::server().await,
-        store: OnceCell::new(),
-    }
-}
-
-#[async_trait]
-impl LimitHarness for RedisHarness {
-    async fn open(&self) -> Arc<dyn RateStore> {
-        self.store
-            .get_or_init(|| async { Arc::new(common::store(&self.server).await) })
-            .await
-            .clone()
-    }
-}
-
-baton_core::rate_limit_conformance_tests!(redis());
+baton_core::rate_limit_conformance_tests!(common::harness());
 
 /// Two stores (as two replicas) with 32 tasks each draw from one budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,30 +21,15 @@ async fn two_stores_share_one_budget() {
     let server = common::server().await;
     let namespace = fresh_namespace();
     let (max, window) = (15u32, Duration::from_secs(60));
-    let mut tasks = Vec::new();
+    let mut limiters = Vec::new();
     for _ in 0..2 {
-        let limiter = RateLimiter::with_namespace(
+        limiters.push(RateLimiter::with_namespace(
             Arc::new(common::store(&server).await),
             namespace.clone(),
             Quota::new(max, window).unwrap(),
-        );
-        for _ in 0..32 {
-            let limiter = limiter.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0;
-                for _ in 0..3 {
-                    if limiter.try_acquire("shared", 1).await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
-        }
+        ));
     }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.unwrap();
-    }
+    let admitted = admitted_concurrently(&limiters, 32, 3, "shared").await;
     assert_eq!(admitted, max);
 }
 

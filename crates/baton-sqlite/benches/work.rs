@@ -46,6 +46,7 @@ use baton_core::work::store::{ClaimRequest, Enqueued, NewItem, Settle};
 use baton_core::{Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_sqlite::work::{sql as work_sql, wall_ms};
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous, clock, sql};
+use baton_testkit::stats::{median, thousands};
 use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::Mutex;
 
@@ -527,16 +528,6 @@ fn paired_ratio(subject: &Figure, baseline: &Figure) -> f64 {
     median(&ratios)
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
 /// Calibrates the slice size on the store, then runs the rounds.
 async fn drain_rounds(
     settings: &Settings,
@@ -657,17 +648,4 @@ fn print_enqueues(runs: &[(Synchronous, Vec<Measured>)]) {
             paired_ratio(&m[1].cpu_us, &m[0].cpu_us),
         );
     }
-}
-
-/// `n` with thousands separators.
-fn thousands(n: f64) -> String {
-    let digits = (n.round() as u64).to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

@@ -46,18 +46,9 @@ async fn eight_contenders_in_one_process_keep_every_rule() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     let history = recorder.history();
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
 
     let wanted = u64::from(CONTENDERS * ROUNDS);
     assert_eq!(report.grants, wanted, "{report:?}");
@@ -87,11 +78,7 @@ async fn holders_that_overstay_their_ttl_are_fenced_off() {
         .run(&locks, &recorder, &register)
         .await;
 
-    assert!(
-        report.errors.is_empty(),
-        "acquires failed: {:?}",
-        report.errors
-    );
+    report.assert_no_errors();
     check::assert_clean(&check::all(&recorder.history()));
     assert_eq!(report.grants, u64::from(CONTENDERS * 4), "{report:?}");
     assert!(
@@ -136,12 +123,7 @@ fn contenders_in_four_processes_on_one_file_keep_every_rule() {
             .map(|i| History::read_jsonl(history_file(dir.path(), i)).expect("a child's history")),
     );
     let register = FencedRegister::file("counter", dir.path().join("register.json"));
-    let mut violations = check::all(&history);
-    violations.extend(check::effects(
-        &history,
-        LockWorkload::expected_effects(&register),
-    ));
-    check::assert_clean(&violations);
+    LockWorkload::assert_every_rule(&history, &register);
 
     let wanted = u64::from(PROCESSES * PER_PROCESS * ROUNDS);
     let grants = history.grants();
@@ -191,11 +173,7 @@ fn sqlite_contender_process() {
         recorder
             .write_jsonl(history_file(&dir, index))
             .expect("write the history");
-        assert!(
-            report.errors.is_empty(),
-            "acquires failed: {:?}",
-            report.errors
-        );
+        report.assert_no_errors();
         assert_eq!(report.grants, u64::from(PER_PROCESS * ROUNDS), "{report:?}");
     });
 }

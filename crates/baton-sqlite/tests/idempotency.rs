@@ -5,61 +5,17 @@
 //! The child processes are this test binary run again with a role (see
 //! `baton_testkit::process`); their tests are `#[ignore]`d in ordinary runs.
 
+mod common;
+
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use baton_core::Namespace;
-use baton_core::idempotency::conformance::IdempotencyHarness;
-use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
-use baton_sqlite::{SqliteOptions, SqliteStore};
-use baton_testkit::idempotency as races;
+use baton_core::idempotency::IdempotencyLog;
 
-struct SqliteHarness {
-    path: PathBuf,
-    store: Mutex<Option<Arc<SqliteStore>>>,
-    _dir: tempfile::TempDir,
-}
-
-async fn sqlite() -> SqliteHarness {
-    let dir = tempfile::tempdir().expect("temp dir");
-    SqliteHarness {
-        path: dir.path().join("baton.db"),
-        store: Mutex::new(None),
-        _dir: dir,
-    }
-}
-
-#[async_trait]
-impl IdempotencyHarness for SqliteHarness {
-    async fn open(&self) -> Arc<dyn IdempotencyStore> {
-        let existing = self.store.lock().unwrap().clone();
-        match existing {
-            Some(store) => store,
-            None => {
-                let store = Arc::new(open(&self.path).await);
-                self.store.lock().unwrap().get_or_insert(store).clone()
-            }
-        }
-    }
-
-    async fn reopen(&self) -> Option<Arc<dyn IdempotencyStore>> {
-        drop(self.store.lock().unwrap().take());
-        let store = Arc::new(open(&self.path).await);
-        *self.store.lock().unwrap() = Some(store.clone());
-        Some(store)
-    }
-}
-
-baton_core::idempotency_conformance_tests!(sqlite());
-
-async fn open(path: &Path) -> SqliteStore {
-    SqliteStore::open(path, SqliteOptions::new())
-        .await
-        .expect("open the store")
-}
+baton_core::idempotency_conformance_tests!(common::harness());
 
 /// How every process of the races reaches the file.
 fn open_log(
@@ -67,41 +23,15 @@ fn open_log(
     namespace: Namespace,
 ) -> Pin<Box<dyn Future<Output = IdempotencyLog> + Send>> {
     Box::pin(async move {
-        IdempotencyLog::with_namespace(Arc::new(open(Path::new(&path)).await), namespace)
+        IdempotencyLog::with_namespace(Arc::new(common::open(Path::new(&path)).await), namespace)
     })
 }
 
-/// 1,008 attempts on one scope from 2 processes of 8 tasks each find exactly one `Acquired`.
-#[test]
-fn a_thousand_attempts_from_two_processes_acquire_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    races::two_processes_acquire_once(&db.to_string_lossy(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of a_thousand_attempts_from_two_processes_acquire_once"]
-fn racer() {
-    races::racer(open_log);
-}
-
-/// The owner is killed between acquire and finalize; once its lease lapses, exactly one of
-/// the attempts racing from two other processes takes the record over.
-#[test]
-fn killing_the_owner_leads_to_exactly_one_takeover_after_the_lease() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    races::killed_owner_is_taken_over_once(&db.to_string_lossy(), open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn owner() {
-    races::owner(open_log);
-}
-
-#[test]
-#[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
-fn contender() {
-    races::contender(open_log);
-}
+baton_testkit::idempotency_races!(
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("baton.db").to_string_lossy().into_owned();
+        (dir, db)
+    },
+    open_log
+);

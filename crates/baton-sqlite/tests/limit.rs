@@ -1,87 +1,43 @@
 //! Rate limits on the SQLite store: the conformance rules on a temporary file, and a budget
 //! shared by several stores on one file (as several processes would share it).
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use baton_core::conformance::fresh_namespace;
-use baton_core::limit::conformance::LimitHarness;
-use baton_core::{Quota, RateLimiter, RateStore};
+use baton_core::{Quota, RateLimiter};
 use baton_sqlite::{SqliteOptions, SqliteStore};
-use tokio::sync::OnceCell;
+use baton_testkit::workload::admitted_concurrently;
 
-struct SqliteHarness {
-    path: PathBuf,
-    store: OnceCell<Arc<SqliteStore>>,
-    _dir: tempfile::TempDir,
-}
-
-async fn sqlite() -> SqliteHarness {
-    let dir = tempfile::tempdir().expect("temp dir");
-    SqliteHarness {
-        path: dir.path().join("baton.db"),
-        store: OnceCell::new(),
-        _dir: dir,
-    }
-}
-
-#[async_trait]
-impl LimitHarness for SqliteHarness {
-    async fn open(&self) -> Arc<dyn RateStore> {
-        self.store
-            .get_or_init(|| async {
-                Arc::new(
-                    SqliteStore::open(&self.path, SqliteOptions::new())
-                        .await
-                        .expect("open the store"),
-                )
-            })
-            .await
-            .clone()
-    }
-}
-
-baton_core::rate_limit_conformance_tests!(sqlite());
+baton_core::rate_limit_conformance_tests!(common::harness());
 
 /// Four stores on one file (four processes' worth of connections), 16 tasks each: the
 /// file's budget holds across them, and a fresh store sees what the others admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_on_one_file_share_one_budget() {
-    let harness = sqlite().await;
+    let harness = common::harness().await;
     let namespace = fresh_namespace();
     let (max, window) = (10u32, Duration::from_secs(60));
-    let mut tasks = Vec::new();
+    let mut limiters = Vec::new();
     for _ in 0..4 {
         let store = Arc::new(
-            SqliteStore::open(&harness.path, SqliteOptions::new())
+            SqliteStore::open(&harness.opener.path, SqliteOptions::new())
                 .await
                 .unwrap(),
         );
-        let limiter =
-            RateLimiter::with_namespace(store, namespace.clone(), Quota::new(max, window).unwrap());
-        for _ in 0..16 {
-            let limiter = limiter.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0;
-                for _ in 0..4 {
-                    if limiter.try_acquire("shared", 1).await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
-        }
+        limiters.push(RateLimiter::with_namespace(
+            store,
+            namespace.clone(),
+            Quota::new(max, window).unwrap(),
+        ));
     }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.unwrap();
-    }
+    let admitted = admitted_concurrently(&limiters, 16, 4, "shared").await;
     assert_eq!(admitted, max, "64 tasks x 4 attempts within one window");
     let fresh = RateLimiter::with_namespace(
         Arc::new(
-            SqliteStore::open(&harness.path, SqliteOptions::new())
+            SqliteStore::open(&harness.opener.path, SqliteOptions::new())
                 .await
                 .unwrap(),
         ),

@@ -20,6 +20,7 @@ use baton_core::work::{
 };
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use baton_testkit::process::{self, ChildTest};
+use baton_testkit::process::{child_runtime, parent_env};
 
 const SET: &str = "app";
 /// The record lease and the orchestration lock's TTL, of the child and of the parent.
@@ -28,18 +29,6 @@ const LOCK_TTL: Duration = Duration::from_secs(1);
 /// Generous: the children are debug builds on a loaded two-core machine.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(300);
 const CONVERGENCE: Duration = Duration::from_secs(30);
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 async fn open(path: &Path) -> Arc<SqliteStore> {
     Arc::new(
@@ -124,7 +113,7 @@ fn a_runner_killed_mid_migration_is_taken_over_by_the_next_process() {
     // The writer that claimed m2, as the child read it from inside up().
     let child_writer = std::fs::read_to_string(&marker).unwrap();
     assert!(!child_writer.is_empty());
-    let rt = runtime();
+    let rt = child_runtime();
 
     // While the child lives (in m2's up(), its lock kept alive), an admin-style run of a
     // second coordinator answers at once that another replica is migrating.
@@ -294,10 +283,10 @@ fn a_runner_killed_mid_migration_is_taken_over_by_the_next_process() {
 #[ignore = "a child process of a_runner_killed_mid_migration_is_taken_over_by_the_next_process"]
 fn migration_runner() {
     let Some(_role) = process::role() else { return };
-    let db = env("MIG_DB");
-    let marker = env("MIG_MARKER");
-    let calls = env("MIG_CALLS");
-    runtime().block_on(async {
+    let db = parent_env("MIG_DB");
+    let marker = parent_env("MIG_MARKER");
+    let calls = parent_env("MIG_CALLS");
+    child_runtime().block_on(async {
         let coordinator = coordinator(Path::new(&db)).await;
         let set = coordinator.set_key().clone();
         let observer = open(Path::new(&db)).await;

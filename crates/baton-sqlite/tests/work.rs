@@ -21,6 +21,7 @@ use baton_core::work::{MigrationStore, QueueStore, ScheduleStore};
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use baton_testkit::process::{self, ChildTest};
+use baton_testkit::process::{child_runtime, parent_env};
 
 /// The conformance rules, each on a file of its own; every `open` is a new store on it, as
 /// another replica's would be.
@@ -852,18 +853,6 @@ async fn thirty_two_claimers_over_two_opens_claim_every_item_exactly_once() {
 const PROCESSES: [&str; 4] = ["p1", "p2", "p3", "p4"];
 const CROSS_ITEMS: u32 = 800;
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// 4 processes of 4 claimers each drain 800 items from one file: every item is claimed once
 /// and completed exactly once.
 #[test]
@@ -873,7 +862,7 @@ fn four_processes_complete_every_item_exactly_once() {
     let go = dir.path().join("go");
     let ns = namespace();
     let q = qkey(&ns, KeyKind::Queue, "jobs");
-    let enqueued: BTreeSet<i64> = runtime().block_on(async {
+    let enqueued: BTreeSet<i64> = child_runtime().block_on(async {
         let store = open(&db).await;
         let payloads: Vec<Vec<u8>> = (0..CROSS_ITEMS).map(|i| i.to_be_bytes().to_vec()).collect();
         let items: Vec<NewItem<'_>> = payloads.iter().map(|p| item(p)).collect();
@@ -925,7 +914,7 @@ fn four_processes_complete_every_item_exactly_once() {
         .filter(|name| completed.values().any(|n| n == *name))
         .count();
     println!("{busy} of 4 processes completed items");
-    runtime().block_on(async {
+    child_runtime().block_on(async {
         assert!(open(&db).await.stats(q.as_str()).await.unwrap().is_empty());
     });
 }
@@ -934,11 +923,11 @@ fn four_processes_complete_every_item_exactly_once() {
 #[ignore = "a child process of four_processes_complete_every_item_exactly_once"]
 fn claimer() {
     let Some(_role) = process::role() else { return };
-    runtime().block_on(async {
-        let store = Arc::new(open(Path::new(&env("WORK_DB"))).await);
-        let q = StoreKey::from_stored(env("WORK_QUEUE"));
-        std::fs::write(env("WORK_READY"), "ready").unwrap();
-        process::wait_for_file(env("WORK_GO"), CHILD_TIMEOUT).unwrap();
+    child_runtime().block_on(async {
+        let store = Arc::new(open(Path::new(&parent_env("WORK_DB"))).await);
+        let q = StoreKey::from_stored(parent_env("WORK_QUEUE"));
+        std::fs::write(parent_env("WORK_READY"), "ready").unwrap();
+        process::wait_for_file(parent_env("WORK_GO"), CHILD_TIMEOUT).unwrap();
         let mut tasks = Vec::new();
         for n in 0..4u32 {
             let (store, q) = (Arc::clone(&store), q.clone());
@@ -967,7 +956,7 @@ fn claimer() {
                 lines.push_str(&format!("{id}\n"));
             }
         }
-        std::fs::write(env("WORK_OUT"), lines).unwrap();
+        std::fs::write(parent_env("WORK_OUT"), lines).unwrap();
     });
 }
 

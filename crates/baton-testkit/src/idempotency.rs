@@ -7,6 +7,7 @@
 //! `owner` and `contender` that call [`racer`], [`owner`] and [`contender`]; the parents are
 //! [`two_processes_acquire_once`] and [`killed_owner_is_taken_over_once`]. The children are
 //! the test binary run again with a role (see [`crate::process`]).
+//! [`idempotency_races!`](crate::idempotency_races) writes the five tests.
 
 use std::future::Future;
 use std::path::Path;
@@ -19,25 +20,13 @@ use baton_core::idempotency::{
     Acquire, AcquireOptions, IdempotencyLog, Outcome, Scope, Status, Takeover,
 };
 
-use crate::process::{self, ChildTest};
+use crate::process::{self, ChildTest, child_runtime, parent_env};
 
 /// Opens the idempotency log of `namespace` on the store at a target (a URL or a path).
 pub type OpenLog = fn(String, Namespace) -> Pin<Box<dyn Future<Output = IdempotencyLog> + Send>>;
 
 const DAY: Duration = Duration::from_secs(86_400);
 const CHILD_TIMEOUT: Duration = Duration::from_secs(300);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"))
-}
 
 fn the_scope() -> Scope {
     Scope::new("org-1", "charges", "order-42").unwrap()
@@ -90,7 +79,7 @@ pub fn two_processes_acquire_once(target: &str, open: OpenLog) {
         won, 1,
         "exactly one of 1,008 attempts in two processes acquires"
     );
-    let record = runtime().block_on(async {
+    let record = child_runtime().block_on(async {
         let log = log(open, target, &namespace).await;
         log.get(&the_scope()).await.unwrap().unwrap()
     });
@@ -100,13 +89,13 @@ pub fn two_processes_acquire_once(target: &str, open: OpenLog) {
 /// Child of [`two_processes_acquire_once`]: 8 tasks racing 504 attempts.
 pub fn racer(open: OpenLog) {
     let Some(_role) = process::role() else { return };
-    runtime().block_on(async {
-        let log = log(open, &env("IDEM_TARGET"), &env("IDEM_NS")).await;
-        std::fs::write(env("IDEM_READY"), "ready").unwrap();
-        process::wait_for_file(env("IDEM_GO"), CHILD_TIMEOUT).unwrap();
+    child_runtime().block_on(async {
+        let log = log(open, &parent_env("IDEM_TARGET"), &parent_env("IDEM_NS")).await;
+        std::fs::write(parent_env("IDEM_READY"), "ready").unwrap();
+        process::wait_for_file(parent_env("IDEM_GO"), CHILD_TIMEOUT).unwrap();
         let options = AcquireOptions::new(DAY).lease(Duration::from_secs(600));
         let won = race(&log, &the_scope(), &options, 8, 504).await;
-        std::fs::write(env("IDEM_OUT"), won.len().to_string()).unwrap();
+        std::fs::write(parent_env("IDEM_OUT"), won.len().to_string()).unwrap();
         // Leave the won attempt pending: the parent checks the record.
         std::mem::forget(won);
     });
@@ -129,7 +118,7 @@ pub fn killed_owner_is_taken_over_once(target: &str, open: OpenLog) {
         .unwrap();
     process::wait_for_file(&acquired, CHILD_TIMEOUT).unwrap();
     owner.kill().unwrap();
-    let before = runtime().block_on(async {
+    let before = child_runtime().block_on(async {
         let log = log(open, target, &namespace).await;
         log.get(&the_scope()).await.unwrap().unwrap()
     });
@@ -161,7 +150,7 @@ pub fn killed_owner_is_taken_over_once(target: &str, open: OpenLog) {
         })
         .collect();
     assert_eq!(won, ["2 LeaseLapsed"], "exactly one takeover, as attempt 2");
-    let after = runtime().block_on(async {
+    let after = child_runtime().block_on(async {
         let log = log(open, target, &namespace).await;
         log.get(&the_scope()).await.unwrap().unwrap()
     });
@@ -173,15 +162,15 @@ pub fn killed_owner_is_taken_over_once(target: &str, open: OpenLog) {
 /// killed between acquire and finalize.
 pub fn owner(open: OpenLog) {
     let Some(_role) = process::role() else { return };
-    runtime().block_on(async {
-        let log = log(open, &env("IDEM_TARGET"), &env("IDEM_NS")).await;
+    child_runtime().block_on(async {
+        let log = log(open, &parent_env("IDEM_TARGET"), &parent_env("IDEM_NS")).await;
         let options = AcquireOptions::new(DAY).lease(Duration::from_secs(2));
         let Acquire::Acquired(attempt) =
             log.try_acquire_with(&the_scope(), &options).await.unwrap()
         else {
             panic!("the owner acquires first");
         };
-        std::fs::write(env("IDEM_ACQUIRED"), attempt.number().to_string()).unwrap();
+        std::fs::write(parent_env("IDEM_ACQUIRED"), attempt.number().to_string()).unwrap();
         // Killed here, between acquire and finalize.
         tokio::time::sleep(Duration::from_secs(3600)).await;
         drop(attempt);
@@ -192,8 +181,8 @@ pub fn owner(open: OpenLog) {
 /// winner finalizes.
 pub fn contender(open: OpenLog) {
     let Some(_role) = process::role() else { return };
-    runtime().block_on(async {
-        let log = log(open, &env("IDEM_TARGET"), &env("IDEM_NS")).await;
+    child_runtime().block_on(async {
+        let log = log(open, &parent_env("IDEM_TARGET"), &parent_env("IDEM_NS")).await;
         let options = AcquireOptions::new(DAY).lease(Duration::from_secs(600));
         let won = race_until_attempt(&log, &the_scope(), &options, 8, 2).await;
         let mut lines = String::new();
@@ -207,6 +196,51 @@ pub fn contender(open: OpenLog) {
                 .await
                 .unwrap();
         }
-        std::fs::write(env("IDEM_OUT"), lines).unwrap();
+        std::fs::write(parent_env("IDEM_OUT"), lines).unwrap();
     });
+}
+
+/// Generates the idempotency races of a store's test binary: the two parent tests
+/// (`a_thousand_attempts_from_two_processes_acquire_once`,
+/// `killing_the_owner_leads_to_exactly_one_takeover_after_the_lease`) and their child roles
+/// (`racer`, `owner`, `contender`, `#[ignore]`d in ordinary runs). `$target` is evaluated
+/// once in each parent test to `(keep, target)`: what must live for the test (a private
+/// server, a temp dir) and the target string the processes hand to `$open`, an [`OpenLog`].
+#[macro_export]
+macro_rules! idempotency_races {
+    ($target:expr, $open:expr) => {
+        /// 1,008 attempts on one scope from 2 processes of 8 tasks each find exactly one
+        /// `Acquired`.
+        #[test]
+        fn a_thousand_attempts_from_two_processes_acquire_once() {
+            let (_keep, target) = $target;
+            $crate::idempotency::two_processes_acquire_once(&target, $open);
+        }
+
+        #[test]
+        #[ignore = "a child process of a_thousand_attempts_from_two_processes_acquire_once"]
+        fn racer() {
+            $crate::idempotency::racer($open);
+        }
+
+        /// The owner is killed between acquire and finalize; once its lease lapses, exactly
+        /// one of the attempts racing from two other processes takes the record over.
+        #[test]
+        fn killing_the_owner_leads_to_exactly_one_takeover_after_the_lease() {
+            let (_keep, target) = $target;
+            $crate::idempotency::killed_owner_is_taken_over_once(&target, $open);
+        }
+
+        #[test]
+        #[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
+        fn owner() {
+            $crate::idempotency::owner($open);
+        }
+
+        #[test]
+        #[ignore = "a child process of killing_the_owner_leads_to_exactly_one_takeover_after_the_lease"]
+        fn contender() {
+            $crate::idempotency::contender($open);
+        }
+    };
 }

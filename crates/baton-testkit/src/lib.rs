@@ -21,6 +21,10 @@
 //! - [`sentinel`]: a private Redis Sentinel topology (primary, replica, three sentinels) for
 //!   failover tests.
 //! - [`proxy`]: a TCP fault proxy (latency, blackhole, reset, dropped replies).
+//! - [`harness`]: [`Stores`](harness::Stores), the conformance harness every store's tests
+//!   share (a store opened on first use, kept, and opened again on `reopen`).
+//! - [`stats`]: the benchmarks' statistics (median, percentile, Jain's fairness index) and
+//!   number formats.
 //! - [`capture`]: bounded waiting and capture of baton's telemetry events in tests.
 //! - [`tls`]: a private CA and server certificate for TLS tests, made with `openssl`.
 //! - [`postgres`]: private PostgreSQL servers (`initdb` + `postgres` in a temp dir, as the
@@ -47,6 +51,7 @@
 
 pub mod capture;
 pub mod check;
+pub mod harness;
 pub mod history;
 pub mod idempotency;
 pub mod pgbouncer;
@@ -56,6 +61,7 @@ pub mod proxy;
 pub mod redis;
 pub mod register;
 pub mod sentinel;
+pub mod stats;
 pub mod time;
 pub mod tls;
 pub mod workload;

@@ -48,6 +48,22 @@ pub fn role() -> Option<String> {
     std::env::var(ROLE_ENV).ok().filter(|r| !r.is_empty())
 }
 
+/// The value of `name`, which the parent set for this child process (see
+/// [`ChildTest::env`]); panics when it is missing.
+pub fn parent_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"))
+}
+
+/// The runtime a child process drives its work on: multi-threaded with two workers, I/O and
+/// time enabled.
+pub fn child_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// How to start one test of this test binary in a child process.
 #[derive(Debug, Clone)]
 #[must_use = "a ChildTest does nothing until spawned"]

@@ -14,9 +14,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{AcquireError, LockOptions, Locks, ReleaseOutcome};
+use baton_core::{AcquireError, LockOptions, Locks, RateLimiter, ReleaseOutcome};
 
-use crate::history::Recorder;
+use crate::check;
+use crate::history::{History, Recorder};
 use crate::register::FencedRegister;
 use crate::time::MonoTime;
 
@@ -53,6 +54,14 @@ pub struct WorkloadReport {
 }
 
 impl WorkloadReport {
+    /// Asserts that no acquire failed.
+    ///
+    /// # Panics
+    /// When one did; the message lists their errors.
+    pub fn assert_no_errors(&self) {
+        assert!(self.errors.is_empty(), "acquires failed: {:?}", self.errors);
+    }
+
     fn add(&mut self, other: WorkloadReport) {
         self.grants += other.grants;
         self.released += other.released;
@@ -127,6 +136,21 @@ impl LockWorkload {
         (1..=register.read()).map(|v| v.to_string())
     }
 
+    /// Asserts that `history` keeps every rule ([`check::all`]) and that
+    /// its side effects are exactly the [`expected_effects`](LockWorkload::expected_effects)
+    /// of `register`, each once.
+    ///
+    /// # Panics
+    /// When there is a violation; the message lists them.
+    pub fn assert_every_rule(history: &History, register: &FencedRegister) {
+        let mut violations = check::all(history);
+        violations.extend(check::effects(
+            history,
+            LockWorkload::expected_effects(register),
+        ));
+        check::assert_clean(&violations);
+    }
+
     /// Runs every contender to completion on the current runtime.
     ///
     /// # Panics
@@ -197,4 +221,37 @@ impl LockWorkload {
         }
         report
     }
+}
+
+/// Runs `tasks` tasks on each of `limiters` at once (replicas sharing one budget), each asking
+/// for one unit of `key` `attempts` times, and answers how many units were allowed in all.
+///
+/// # Panics
+/// When a decision fails or a task panics.
+pub async fn admitted_concurrently(
+    limiters: &[RateLimiter],
+    tasks: usize,
+    attempts: usize,
+    key: &str,
+) -> u32 {
+    let mut running = Vec::new();
+    for limiter in limiters {
+        for _ in 0..tasks {
+            let (limiter, key) = (limiter.clone(), key.to_owned());
+            running.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..attempts {
+                    if limiter.try_acquire(&key, 1).await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in running {
+        admitted += task.await.unwrap();
+    }
+    admitted
 }

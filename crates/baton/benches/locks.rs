@@ -28,8 +28,6 @@
 
 #[path = "locks/raw_sqlite.rs"]
 mod raw_sqlite;
-#[path = "locks/stats.rs"]
-mod stats;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -44,9 +42,9 @@ use baton::{Baton, Namespace};
 use baton_core::time::Ttl;
 use baton_core::{Holder, Key, KeyKind, StoreKey};
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use baton_testkit::stats::{jain, median, ms, percentile, thousands};
 
 use raw_sqlite::RawSqlite;
-use stats::{jain, median, ms, percentile, thousands};
 
 /// Contenders in the handoff run.
 const CONTENDERS: usize = 8;

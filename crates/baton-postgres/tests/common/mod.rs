@@ -7,8 +7,10 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use async_trait::async_trait;
 use baton_core::{Key, KeyKind, Namespace, StoreKey};
 use baton_postgres::PostgresStore;
+use baton_testkit::harness::{Evictor, Opener, Stores};
 use baton_testkit::postgres::PostgresServer;
 use sqlx::Connection;
 
@@ -84,4 +86,69 @@ pub async fn pooled() -> PostgresStore {
     PostgresStore::connect(&url)
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// Opens stores on the test binary's shared server; evicts a grant by deleting its row with
+/// a connection of its own, as an operator in `psql` would (the fence sequence keeps the next
+/// grant's fence above it).
+pub struct SharedServer;
+
+#[async_trait]
+impl Opener for SharedServer {
+    type Store = PostgresStore;
+
+    /// A new `PostgresStore` (new pool, new LISTEN connection) on the shared server.
+    async fn open(&self) -> PostgresStore {
+        connect(&shared().await.url()).await
+    }
+}
+
+#[async_trait]
+impl Evictor for SharedServer {
+    async fn evict(&self, key: &StoreKey) {
+        evict(key).await
+    }
+}
+
+/// Deletes `key`'s grant row on the shared server with a connection of its own.
+pub async fn evict(key: &StoreKey) {
+    {
+        let mut conn = raw(&shared().await.url()).await;
+        let deleted = sqlx::query("DELETE FROM baton_lease WHERE key = $1")
+            .bind(key.as_str())
+            .execute(&mut conn)
+            .await
+            .expect("operator delete")
+            .rows_affected();
+        assert_eq!(deleted, 1, "nothing to evict at {key}");
+    }
+}
+
+/// The conformance harness on the shared server.
+pub async fn harness() -> Stores<SharedServer> {
+    Stores::new(SharedServer)
+}
+
+/// Opens stores through the shared transaction pooler; evicts on the server behind it.
+pub struct Pooler;
+
+#[async_trait]
+impl Opener for Pooler {
+    type Store = PostgresStore;
+
+    async fn open(&self) -> PostgresStore {
+        pooled().await
+    }
+}
+
+#[async_trait]
+impl Evictor for Pooler {
+    async fn evict(&self, key: &StoreKey) {
+        evict(key).await
+    }
+}
+
+/// The conformance harness through the shared transaction pooler.
+pub async fn pooled_harness() -> Stores<Pooler> {
+    Stores::new(Pooler)
 }

@@ -6,7 +6,10 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use async_trait::async_trait;
+use baton_core::StoreKey;
 use baton_redis::RedisStore;
+use baton_testkit::harness::{Evictor, Opener, Stores};
 use baton_testkit::redis::{RedisOptions as ServerOptions, RedisServer};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
@@ -32,6 +35,40 @@ pub async fn store(server: &RedisServer) -> RedisStore {
     ))
     .await
     .expect("connect to the private server")
+}
+
+/// Opens stores (new connections) on a private server of the harness's own; evicts a grant
+/// with an operator's `DEL` of the grant and its fence counter.
+pub struct PrivateServer(pub RedisServer);
+
+#[async_trait]
+impl Opener for PrivateServer {
+    type Store = RedisStore;
+
+    async fn open(&self) -> RedisStore {
+        store(&self.0).await
+    }
+}
+
+#[async_trait]
+impl Evictor for PrivateServer {
+    async fn evict(&self, key: &StoreKey) {
+        let grant = format!("{{{}}}", key.as_str());
+        let counter = format!("{grant}:fence");
+        let mut conn = raw(&self.0.url()).await;
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(&grant)
+            .arg(&counter)
+            .query_async(&mut conn)
+            .await
+            .expect("operator DEL");
+        assert!(deleted >= 1, "nothing to evict at {grant}");
+    }
+}
+
+/// The conformance harness on a private server of its own.
+pub async fn harness() -> Stores<PrivateServer> {
+    Stores::new(PrivateServer(server().await))
 }
 
 /// A raw multiplexed connection, as an operator's `redis-cli` would have.

@@ -1,0 +1,70 @@
+//! Helpers shared by this crate's integration tests: the conformance harness on a database
+//! file in a temp dir of its own.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::StoreKey;
+use baton_sqlite::{SqliteOptions, SqliteStore};
+use baton_testkit::harness::{Evictor, Opener, Stores};
+
+/// A store on `path` with the default options.
+pub async fn open(path: &Path) -> SqliteStore {
+    SqliteStore::open(path, SqliteOptions::new())
+        .await
+        .expect("open the store")
+}
+
+/// A database file in a temp dir that lives as long as this value. Opens a new store on
+/// the file; evicts a grant by deleting its row with a connection of its own, as an operator
+/// in the `sqlite3` shell would.
+pub struct TempFile {
+    /// The database file (not created until a store opens it).
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TempFile {
+    /// A file at `relative` (which may name folders the store creates) in a new temp dir.
+    pub fn new(relative: &str) -> TempFile {
+        let dir = tempfile::tempdir().expect("temp dir");
+        TempFile {
+            path: dir.path().join(relative),
+            _dir: dir,
+        }
+    }
+}
+
+#[async_trait]
+impl Opener for TempFile {
+    type Store = SqliteStore;
+
+    async fn open(&self) -> SqliteStore {
+        open(&self.path).await
+    }
+}
+
+#[async_trait]
+impl Evictor for TempFile {
+    async fn evict(&self, key: &StoreKey) {
+        let path = self.path.clone();
+        let key = key.as_str().to_owned();
+        let deleted = tokio::task::spawn_blocking(move || {
+            let conn = rusqlite::Connection::open(&path).expect("operator connection");
+            conn.busy_timeout(Duration::from_secs(5)).unwrap();
+            conn.execute("DELETE FROM baton_grant WHERE key = ?1", [&key])
+                .expect("operator delete")
+        })
+        .await
+        .unwrap();
+        assert_eq!(deleted, 1, "nothing to evict");
+    }
+}
+
+/// The conformance harness on `baton.db` in a temp dir of its own.
+pub async fn harness() -> Stores<TempFile> {
+    Stores::new(TempFile::new("baton.db"))
+}
