@@ -93,6 +93,11 @@ fn pid_in(env: &Env, name: &str) -> i32 {
     pid.expect("pid")
 }
 
+/// Starts a job that ignores SIGTERM and writes its pid to `bg`; the shell goes on only once
+/// the job's trap is in place, so that a SIGTERM sent when the shell exits always finds it
+/// set (a job still starting would die of it).
+const IGNORES_TERM: &str = r#"sh -c 'trap "" TERM; echo $$ > bg.new && mv bg.new bg; exec sleep 30' & until [ -s bg ]; do sleep 0.01; done"#;
+
 /// Starts `baton run ARGS job -- sh -c SCRIPT`, where SCRIPT writes its background job's
 /// pid to `bg`; returns baton and the job's pid.
 fn start_with_job(env: &Env, args: &[&str], script: &str) -> (Running, i32) {
@@ -211,8 +216,8 @@ fn a_background_job_left_by_command_is_terminated_before_the_lock_is_released() 
 fn a_job_that_ignores_sigterm_is_killed_after_grace_and_holds_the_lock_until_then() {
     let env = Env::new();
     // COMMAND is killed; its background job ignores SIGTERM.
-    let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg; echo $$ > sh; wait"#;
-    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "1s"], script);
+    let script = format!("{IGNORES_TERM}; echo $$ > sh; wait");
+    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "1s"], &script);
     let shell = pid_in(&env, "sh");
     kill(Pid::from_raw(shell), Signal::SIGKILL).expect("kill sh");
     let out = holder.finish();
@@ -225,8 +230,8 @@ fn a_job_that_ignores_sigterm_is_killed_after_grace_and_holds_the_lock_until_the
 #[test]
 fn the_lock_stays_held_while_a_background_job_runs_after_command_exited() {
     let env = Env::new();
-    let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg"#;
-    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "5s"], script);
+    let script = IGNORES_TERM;
+    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "5s"], &script);
     // sh has exited; the job ignores the SIGTERM it got and keeps the lock held.
     assert_eq!(env.lock_status("job")["held"], true);
     let out = holder.finish();
@@ -239,9 +244,9 @@ fn the_lock_stays_held_while_a_background_job_runs_after_command_exited() {
 fn a_lost_lock_reaches_the_jobs_command_left_behind() {
     let env = Env::new();
     // `wait` keeps sh running; the job ignores SIGTERM; the lock is lost while both run.
-    let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg; sleep 30 & wait"#;
+    let script = format!("{IGNORES_TERM}; sleep 30 & wait");
     let args = ["--ttl", "2s", "--grace", "1s", "--on-lost", "term"];
-    let (holder, job) = start_with_job(&env, &args, script);
+    let (holder, job) = start_with_job(&env, &args, &script);
     lose_the_lock(&env, &holder);
     let out = holder.finish();
     out.assert_status(LOCK_LOST);
@@ -252,11 +257,9 @@ fn a_lost_lock_reaches_the_jobs_command_left_behind() {
 fn a_lost_lock_after_command_exited_kills_the_jobs_it_left() {
     let env = Env::new();
     // sh exits at once; its job ignores SIGTERM and keeps the lock; the lock is then lost.
-    let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg"#;
-    // A TTL that a holder starved on a loaded machine still renews in time, so that the lock
-    // is lost only where the test loses it.
-    let args = ["--ttl", "5s", "--grace", "1m", "--on-lost", "kill"];
-    let (holder, job) = start_with_job(&env, &args, script);
+    let script = IGNORES_TERM;
+    let args = ["--ttl", "2s", "--grace", "1m", "--on-lost", "kill"];
+    let (holder, job) = start_with_job(&env, &args, &script);
     eventually("the lock to be held", || {
         env.lock_status("job")["held"] == true
     });
@@ -270,7 +273,7 @@ fn a_lost_lock_after_command_exited_kills_the_jobs_it_left() {
 fn a_worker_item_settles_only_once_its_group_is_empty() {
     let env = Env::new();
     env.run(["queue", "enqueue", "q", "1"]).assert_status(0);
-    let script = r#"(trap '' TERM; exec sleep 30) & echo $! > bg"#;
+    let script = IGNORES_TERM;
     let out = env.run([
         "worker",
         "q",
