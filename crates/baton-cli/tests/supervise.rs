@@ -231,7 +231,7 @@ fn a_job_that_ignores_sigterm_is_killed_after_grace_and_holds_the_lock_until_the
 fn the_lock_stays_held_while_a_background_job_runs_after_command_exited() {
     let env = Env::new();
     let script = IGNORES_TERM;
-    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "5s"], &script);
+    let (holder, job) = start_with_job(&env, &["--ttl", "10s", "--grace", "5s"], script);
     // sh has exited; the job ignores the SIGTERM it got and keeps the lock held.
     assert_eq!(env.lock_status("job")["held"], true);
     let out = holder.finish();
@@ -259,7 +259,7 @@ fn a_lost_lock_after_command_exited_kills_the_jobs_it_left() {
     // sh exits at once; its job ignores SIGTERM and keeps the lock; the lock is then lost.
     let script = IGNORES_TERM;
     let args = ["--ttl", "2s", "--grace", "1m", "--on-lost", "kill"];
-    let (holder, job) = start_with_job(&env, &args, &script);
+    let (holder, job) = start_with_job(&env, &args, script);
     eventually("the lock to be held", || {
         env.lock_status("job")["held"] == true
     });
