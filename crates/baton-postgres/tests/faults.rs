@@ -415,7 +415,7 @@ async fn thirty_two_concurrent_claimers_get_one_grant_at_a_time() {
     );
 }
 
-/// A renewal of a grant that an operator evicted answers `NotHolder`, and eviction wakes
+/// A renewal of a grant that an operator evicted answers `NotHeld`, and eviction wakes
 /// waiters in other processes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_frees_the_key_and_wakes_waiters() {

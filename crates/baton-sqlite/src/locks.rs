@@ -42,7 +42,7 @@ use crate::wakeups;
 /// - Every operation first checks that the path still names the file its connection is on.
 ///   When the file was deleted or replaced, the store moves to the file now at the path
 ///   (creating it if needed) and emits `baton.sqlite.file_replaced`: a holder's next renewal
-///   answers `NotHolder`. Where only the main file was deleted and its `-wal` or `-shm` file
+///   answers `NotHeld`. Where only the main file was deleted and its `-wal` or `-shm` file
 ///   is left, no file is built on them: operations fail with `Unavailable` until they are
 ///   removed.
 /// - A release through any store on the file in this process wakes this process's waiters

@@ -32,7 +32,7 @@
 //!   [`extend`](QueueStore::extend) and [`release`](QueueStore::release) act only on a
 //!   *running* item whose token equals the caller's. Ownership ends when another claim takes
 //!   the item, not when the lease lapses: a late complete from the last claimer, with no
-//!   claim in between, is accepted. Anything else answers `NotOwner` / `NotHolder` and
+//!   claim in between, is accepted. Anything else answers `NotOwner` (`Renewal::NotHeld` for an extend) and
 //!   changes nothing.
 //!   - `complete` deletes the item (its de-duplication id stays remembered for its window).
 //!   - `fail` with [`FailPlan::Retry`] makes it *ready* again with `run_at = now + after` and

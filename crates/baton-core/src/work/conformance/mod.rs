@@ -510,7 +510,7 @@ pub async fn concurrent_claimers_never_share_an_item(h: &dyn WorkHarness) {
 }
 
 /// Complete, fail, extend and release act only with the claim's token; with any other
-/// token they answer `NotOwner` / `NotHolder` and change nothing.
+/// token they answer `NotOwner` (`Renewal::NotHeld` for extend) and change nothing.
 pub async fn settling_requires_the_token(h: &dyn WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
