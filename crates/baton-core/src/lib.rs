@@ -69,9 +69,11 @@ pub use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
-    /// Public handles can move across tasks and threads.
+    /// Public handles of every primitive can move across tasks and threads.
     #[test]
     fn bounds() {
         fn bounds<T: Send + Sync + 'static>() {}
@@ -83,6 +85,32 @@ mod tests {
         bounds::<MemoryStore>();
         bounds::<AcquireError>();
         bounds::<Error>();
-        bounds::<std::sync::Arc<dyn store::LeaseStore>>();
+        bounds::<Arc<dyn store::LeaseStore>>();
+        bounds::<cache::Cache>();
+        bounds::<cache::FetchError<std::io::Error>>();
+        bounds::<Arc<dyn store::CacheStore>>();
+        bounds::<work::Queue>();
+        bounds::<work::Item>();
+        bounds::<work::Job>();
+        bounds::<work::Worker>();
+        bounds::<work::Scheduler>();
+        bounds::<work::Migrations>();
+        bounds::<work::MigrationContext>();
+        bounds::<work::CronSpec>();
+        bounds::<Arc<dyn store::WorkStore>>();
+        bounds::<idempotency::IdempotencyLog>();
+        bounds::<idempotency::Attempt>();
+        bounds::<idempotency::Record>();
+        bounds::<idempotency::Acquire>();
+        bounds::<Arc<dyn store::IdempotencyStore>>();
+        bounds::<broadcast::Broadcast>();
+        bounds::<broadcast::Subscription<String>>();
+        bounds::<broadcast::Event<String>>();
+        bounds::<Arc<dyn store::BroadcastStore>>();
+        bounds::<broadcast::delivery::Fanout>();
+        bounds::<limit::RateLimiter>();
+        bounds::<limit::LimitError>();
+        bounds::<limit::Decision>();
+        bounds::<Arc<dyn store::RateStore>>();
     }
 }

@@ -533,17 +533,6 @@ mod tests {
     use super::*;
     use crate::memory::MemoryStore;
 
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<Broadcast>();
-        bounds::<Subscription<String>>();
-        bounds::<Event<String>>();
-        bounds::<Arc<dyn BroadcastStore>>();
-        bounds::<delivery::Fanout>();
-    }
-
     #[tokio::test]
     async fn sequence_numbers_reveal_loss_and_duplicates() {
         let store = Arc::new(MemoryStore::new());

@@ -324,15 +324,6 @@ mod tests {
     use crate::memory::MemoryStore;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<Cache>();
-        bounds::<FetchError<std::io::Error>>();
-        bounds::<Arc<dyn CacheStore>>();
-    }
-
     #[tokio::test(start_paused = true)]
     async fn values_round_trip_and_expire() {
         let cache = Cache::new(Arc::new(MemoryStore::new()));

@@ -27,19 +27,3 @@ pub use options::{AcquireOptions, DEFAULT_LEASE, MAX_FINGERPRINT_BYTES, MAX_META
 pub use record::{Acquire, Attempt, Finalize, Outcome, Record, Status, Takeover};
 pub use scope::{MAX_DOMAIN_BYTES, MAX_IDEMPOTENCY_KEY_BYTES, MAX_ORG_BYTES, Scope};
 pub use store::IdempotencyStore;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<IdempotencyLog>();
-        bounds::<Attempt>();
-        bounds::<Record>();
-        bounds::<Acquire>();
-        bounds::<std::sync::Arc<dyn IdempotencyStore>>();
-    }
-}

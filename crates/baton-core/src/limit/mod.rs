@@ -297,16 +297,6 @@ mod tests {
     use super::*;
     use crate::memory::MemoryStore;
 
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<RateLimiter>();
-        bounds::<LimitError>();
-        bounds::<Decision>();
-        bounds::<Arc<dyn RateStore>>();
-    }
-
     fn limiter() -> RateLimiter {
         RateLimiter::new(
             Arc::new(MemoryStore::new()),

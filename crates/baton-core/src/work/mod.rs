@@ -55,23 +55,3 @@ pub use store::{
     ScheduleStore, Settle, WorkStore,
 };
 pub use worker::{Job, MAX_CONCURRENCY, Worker, WorkerReport};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<Queue>();
-        bounds::<Item>();
-        bounds::<Job>();
-        bounds::<Worker>();
-        bounds::<Scheduler>();
-        bounds::<Migrations>();
-        bounds::<MigrationContext>();
-        bounds::<CronSpec>();
-        bounds::<std::sync::Arc<dyn WorkStore>>();
-    }
-}
