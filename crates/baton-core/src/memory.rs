@@ -146,7 +146,7 @@ mod tests {
     use crate::holder::Holder;
     use crate::key::{Key, KeyKind, Namespace};
     use crate::limit::Quota;
-    use crate::store::LeaseStore;
+    use crate::store::{LeaseRequest, LeaseStore};
     use crate::time::Ttl;
 
     fn key(kind: KeyKind, name: &str) -> StoreKey {
@@ -171,7 +171,10 @@ mod tests {
         let quota = Quota::new(1, Duration::from_secs(1)).unwrap();
         assert!(store.admit(&rate, 1, quota).await.unwrap().allowed);
         let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
-        store.claim(&lock, &tag, ttl, "").await.unwrap();
+        store
+            .claim(&lock, LeaseRequest::new(&tag, ttl))
+            .await
+            .unwrap();
         let said = warned_about(&rate);
         assert_eq!(said.len(), 1, "{said:?}");
         assert!(
@@ -182,7 +185,10 @@ mod tests {
 
         let other = MemoryStore::new();
         let again = key(KeyKind::Lock, &format!("warn-other-{tag}"));
-        other.claim(&again, &tag, ttl, "").await.unwrap();
+        other
+            .claim(&again, LeaseRequest::new(&tag, ttl))
+            .await
+            .unwrap();
         assert_eq!(warned_about(&again).len(), 1, "another store warns again");
     }
 }

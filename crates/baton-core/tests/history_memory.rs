@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Fence, Holder, Locks, MemoryStore, Result, StoreKey, Ttl};
 use baton_testkit::check::{self, Rule};
 use baton_testkit::{FencedRegister, LockWorkload, Recorder};
@@ -76,7 +76,7 @@ struct GrantsEveryone {
 
 #[async_trait::async_trait]
 impl LeaseStore for GrantsEveryone {
-    async fn claim(&self, _: &StoreKey, _: &Holder, _: Ttl, _: &str) -> Result<Claim> {
+    async fn claim(&self, _key: &StoreKey, _request: LeaseRequest<'_>) -> Result<Claim> {
         let fence = self
             .fences
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)

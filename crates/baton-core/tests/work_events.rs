@@ -7,6 +7,7 @@ use std::time::Duration;
 use baton_core::conformance::fresh_namespace;
 use baton_core::telemetry::events;
 use baton_core::work::conformance::FaultyWorkStore;
+use baton_core::work::store::NewSchedule;
 use baton_core::work::{
     Backoff, EnqueueOptions, Failure, MigrationContext, MigrationError, MigrationFn,
     MigrationOutcome, Migrations, Missed, Queue, QueueOptions, ReturnContended, ScheduleStore,
@@ -129,7 +130,11 @@ async fn schedule_and_migration_events() {
     let key = ns.qualify(KeyKind::Schedule, &Key::new("minutely").unwrap());
     let now = store.now_ms().await.unwrap();
     store
-        .register_schedule(&key, "* * * * *", now - now.rem_euclid(60_000) - 180_000)
+        .register_schedule(NewSchedule::new(
+            &key,
+            "* * * * *",
+            now - now.rem_euclid(60_000) - 180_000,
+        ))
         .await
         .unwrap();
     let scheduler = Scheduler::with_namespace(store.clone(), ns.clone());

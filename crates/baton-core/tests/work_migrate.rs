@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_core::conformance::fresh_namespace;
 use baton_core::store::Renewal;
-use baton_core::work::store::{MigrationClaim, MigrationRecord, MigrationState, Settle};
+use baton_core::work::store::{
+    MigrationClaim, MigrationEnd, MigrationRecord, MigrationState, Settle, Writer,
+};
 use baton_core::work::{
     LoserPolicy, MigrationContext, MigrationFn, MigrationOutcome, MigrationStore, Migrations,
     ReturnContended, WaitForConvergence,
@@ -41,9 +43,7 @@ async fn return_contended_answers_at_once_when_a_record_is_still_claimed() {
     let dead_runner = Holder::random();
     let claim = store
         .claim_migration(
-            migrations.set_key(),
-            "m1",
-            &dead_runner,
+            Writer::new(migrations.set_key(), "m1", &dead_runner),
             Ttl::new(Duration::from_secs(60)).unwrap(),
         )
         .await
@@ -84,45 +84,22 @@ impl Outage {
 
 #[async_trait]
 impl MigrationStore for Outage {
-    async fn claim_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<MigrationClaim> {
+    async fn claim_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<MigrationClaim> {
         if self.down.swap(false, Ordering::SeqCst) {
             return Err(Error::unavailable("injected outage (ending now)"));
         }
-        self.claims.lock().unwrap().push(writer.clone());
-        self.inner.claim_migration(set, name, writer, lease).await
+        self.claims.lock().unwrap().push(writer.token.clone());
+        self.inner.claim_migration(writer, lease).await
     }
 
-    async fn heartbeat_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
+    async fn heartbeat_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<Renewal> {
         self.check()?;
-        self.inner
-            .heartbeat_migration(set, name, writer, lease)
-            .await
+        self.inner.heartbeat_migration(writer, lease).await
     }
 
-    async fn finish_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        state: MigrationState,
-        error: &str,
-    ) -> Result<Settle> {
+    async fn finish_migration(&self, writer: Writer<'_>, end: MigrationEnd<'_>) -> Result<Settle> {
         self.check()?;
-        self.inner
-            .finish_migration(set, name, writer, state, error)
-            .await
+        self.inner.finish_migration(writer, end).await
     }
 
     async fn migrations(&self, set: &StoreKey) -> Result<Vec<MigrationRecord>> {

@@ -58,7 +58,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_core::store::{Claim, LeaseStore};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore};
 use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode};
@@ -499,7 +499,9 @@ async fn slice(
                         }
                         Subject::Atoms => {
                             let holder = Holder::random();
-                            let claim = store.claim(&qualified, &holder, ttl, "").await;
+                            let claim = store
+                                .claim(&qualified, LeaseRequest::new(&holder, ttl))
+                                .await;
                             assert!(matches!(claim, Ok(Claim::Granted { .. })), "{claim:?}");
                             store.release(&qualified, &holder).await.expect("release");
                         }

@@ -44,7 +44,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use baton_core::work::store::{ClaimRequest, Enqueued, ItemId, NewItem, QueueStore, Settle};
+use baton_core::work::store::{
+    ClaimRequest, Enqueued, ItemId, ItemRef, NewItem, QueueStore, Settle,
+};
 use baton_core::{Holder, StoreKey, Ttl};
 use baton_postgres::PostgresStore;
 use baton_postgres::work::sql;
@@ -406,7 +408,7 @@ async fn atoms(
                     }
                     for item in claimed {
                         let settled = store
-                            .complete(&queue, item.id, &token)
+                            .complete(ItemRef::new(&queue, item.id, &token))
                             .await
                             .expect("complete");
                         assert_eq!(settled, Settle::Settled);

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use baton_core::store::Renewal;
 use baton_core::telemetry::{self, events};
 use baton_core::{Error, Result, prefix_upper_bound};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
-use sqlx::postgres::{PgPoolOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo};
+use sqlx::postgres::{PgArguments, PgPoolOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo};
+use sqlx::query::Query;
 use sqlx::{Connection, Either, Execute, Executor, PgPool, Postgres};
 use tokio::time::timeout;
 
@@ -333,6 +335,29 @@ impl Db {
             }
             Err(_) => Err(timed_out(&what(), &self.server, deadline)),
         }
+    }
+
+    /// Runs one conditional UPDATE that renews the caller's own row (a grant, an item's or a
+    /// record's lease) and answers whether it did. A rerun after a broken connection is
+    /// trusted: a first run that renewed left the row the caller's, so the rerun renews it
+    /// again and answers the same.
+    pub(crate) async fn renew<'q>(
+        &self,
+        what: impl Fn() -> String,
+        statement: impl Fn() -> Query<'q, Postgres, PgArguments>,
+    ) -> Result<Renewal> {
+        let changed = self
+            .call(
+                what,
+                || async { Ok(statement().execute(self.exec()).await?.rows_affected()) },
+                |_| true,
+            )
+            .await?;
+        Ok(if changed == 1 {
+            Renewal::Renewed
+        } else {
+            Renewal::NotHeld
+        })
     }
 
     /// Runs the read-only `statement` over the names that start with `prefix` (`$1` the

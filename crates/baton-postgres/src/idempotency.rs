@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use baton_core::idempotency::Status;
 use baton_core::idempotency::store::{
-    AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord,
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
-use baton_core::idempotency::{Outcome, Status};
 use baton_core::store::Renewal;
 use baton_core::{Error, Holder, Result, StoreKey, Ttl};
 use sqlx::Row;
@@ -269,36 +269,21 @@ impl IdempotencyStore for PostgresStore {
     }
 
     async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
-        let changed = self
-            .db
-            .call(
+        self.db
+            .renew(
                 || format!("idempotency renewal of {key}"),
-                || async {
-                    Ok(sqlx::query(RENEW)
+                || {
+                    sqlx::query(RENEW)
                         .bind(key.as_str())
                         .bind(owner.as_str())
                         .bind(lease.as_millis() as i64)
-                        .execute(self.db.exec())
-                        .await?
-                        .rows_affected())
                 },
-                |_| true,
             )
-            .await?;
-        Ok(if changed == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::NotHeld
-        })
+            .await
     }
 
-    async fn finalize(
-        &self,
-        key: &StoreKey,
-        owner: &Holder,
-        outcome: Outcome,
-        metadata: &[u8],
-    ) -> Result<FinalizeAnswer> {
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
+        let (owner, outcome, metadata) = (end.owner, end.outcome, end.metadata);
         let changed = self
             .db
             .call(

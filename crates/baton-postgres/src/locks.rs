@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::telemetry::{self, events};
 use baton_core::time::format_duration;
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl, prefix_upper_bound};
@@ -431,13 +431,8 @@ fn info(row: &PgRow, key: StoreKey) -> Result<(HolderInfo, i64), sqlx::Error> {
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
-    async fn claim(
-        &self,
-        key: &StoreKey,
-        holder: &Holder,
-        ttl: Ttl,
-        reason: &str,
-    ) -> Result<Claim> {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
+        let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
         let what = || format!("claim of {key}");
         if self
             .claims
@@ -492,27 +487,17 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
-        let renewed = self
-            .db
-            .call(
+        self.db
+            .renew(
                 || format!("renew of {key}"),
-                || async {
-                    Ok(sqlx::query(self.renew_statement())
+                || {
+                    sqlx::query(self.renew_statement())
                         .bind(key.as_str())
                         .bind(holder.as_str())
                         .bind(ttl_millis(ttl))
-                        .execute(self.db.exec())
-                        .await?
-                        .rows_affected())
                 },
-                |_| true,
             )
-            .await?;
-        Ok(if renewed == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::NotHeld
-        })
+            .await
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {

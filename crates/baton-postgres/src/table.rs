@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{
     ClaimResult, Error, Fence, Holder, KeptClaim, Key, LeaseInfo, LeaseKeepAlive, LeaseOptions,
     Leases, RemoveResult, Result, StoreKey, Ttl,
@@ -754,13 +754,8 @@ fn read_release(row: &PgRow) -> Result<(i64, Option<String>, bool, bool), sqlx::
 
 #[async_trait]
 impl LeaseStore for TableStore {
-    async fn claim(
-        &self,
-        key: &StoreKey,
-        holder: &Holder,
-        ttl: Ttl,
-        reason: &str,
-    ) -> Result<Claim> {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
+        let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
         let parts = self.parts(key);
         let what = || format!("claim of {} in {}", key.user_key(), self.table);
         let mut missing = 0;
@@ -817,27 +812,16 @@ impl LeaseStore for TableStore {
 
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
         let parts = self.parts(key);
-        let renewed = self
-            .db
-            .call(
+        self.db
+            .renew(
                 || format!("renew of {} in {}", key.user_key(), self.table),
-                || async {
-                    Ok(self
-                        .bind_keys(sqlx::query(&self.sql.renew), &parts)
+                || {
+                    self.bind_keys(sqlx::query(&self.sql.renew), &parts)
                         .bind(holder.as_str())
                         .bind(ttl_millis(ttl))
-                        .execute(self.db.exec())
-                        .await?
-                        .rows_affected())
                 },
-                |_| true,
             )
-            .await?;
-        Ok(if renewed == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::NotHeld
-        })
+            .await
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {

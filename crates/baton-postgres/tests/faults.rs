@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renewal};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{
     ClaimResult, Fence, Holder, LeaseOptions, Leases, LockOptions, Locks, RemoveResult, StoreKey,
@@ -35,7 +35,7 @@ fn ttl(d: Duration) -> Ttl {
 }
 
 async fn granted(store: &dyn LeaseStore, key: &StoreKey, holder: &Holder, t: Duration) -> Fence {
-    match store.claim(key, holder, ttl(t), "").await {
+    match store.claim(key, LeaseRequest::new(holder, ttl(t))).await {
         Ok(Claim::Granted { fence }) => fence,
         other => panic!("expected a grant of {key}, got {other:?}"),
     }
@@ -314,7 +314,11 @@ async fn a_claim_late_in_an_old_transaction_does_not_let_a_live_lease_be_stolen(
 
     // Right after the commit, both grants are live for another claimer.
     for (key, owner) in [(&fresh, &b), (&renewed, &d), (&held, &e)] {
-        match store.claim(key, &c, ttl(secs(5)), "").await.unwrap() {
+        match store
+            .claim(key, LeaseRequest::new(&c, ttl(secs(5))))
+            .await
+            .unwrap()
+        {
             Claim::Held { holder, remaining } => {
                 assert_eq!(&holder, owner, "{key}");
                 assert!(remaining > Duration::ZERO);
@@ -353,7 +357,9 @@ async fn thirty_two_concurrent_claimers_get_one_grant_at_a_time() {
                     barrier.wait().await;
                     (
                         holder.clone(),
-                        store.claim(&key, &holder, ttl(secs(60)), "").await,
+                        store
+                            .claim(&key, LeaseRequest::new(&holder, ttl(secs(60))))
+                            .await,
                     )
                 })
             })

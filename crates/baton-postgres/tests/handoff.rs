@@ -18,7 +18,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renewal};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
 use baton_core::{Fence, Holder, LockOptions, Locks, StoreKey, Ttl};
 use baton_postgres::sql;
 use baton_testkit::postgres::{PostgresOptions as ServerOptions, PostgresServer, Stop};
@@ -49,7 +49,7 @@ async fn lazy_wal_writer() -> PostgresServer {
 }
 
 async fn granted(store: &dyn LeaseStore, key: &StoreKey, holder: &Holder, t: Duration) -> Fence {
-    match store.claim(key, holder, ttl(t), "").await {
+    match store.claim(key, LeaseRequest::new(holder, ttl(t))).await {
         Ok(Claim::Granted { fence }) => fence,
         other => panic!("expected a grant of {key}, got {other:?}"),
     }
@@ -342,7 +342,11 @@ async fn a_release_lost_in_a_crash_keeps_the_key_at_most_until_its_ttl() {
             // no longer than the grant's TTL.
             assert_eq!((info.holder.as_str(), info.fence), (a.as_str(), fence));
             assert!(info.remaining <= t, "{info:?}");
-            match store.claim(&key, &b, ttl(t), "").await.unwrap() {
+            match store
+                .claim(&key, LeaseRequest::new(&b, ttl(t)))
+                .await
+                .unwrap()
+            {
                 Claim::Held { holder, remaining } => {
                     assert_eq!(holder.as_str(), a.as_str());
                     assert!(remaining <= t);
@@ -360,7 +364,11 @@ async fn a_release_lost_in_a_crash_keeps_the_key_at_most_until_its_ttl() {
     };
     // Either way another holder has the key by the TTL at the latest, above the old fence.
     let next = eventually("another holder's grant", async || {
-        match store.claim(&key, &b, ttl(t), "").await.unwrap() {
+        match store
+            .claim(&key, LeaseRequest::new(&b, ttl(t)))
+            .await
+            .unwrap()
+        {
             Claim::Granted { fence } => Some(fence),
             Claim::Held { .. } => None,
             other => panic!("{other:?}"),

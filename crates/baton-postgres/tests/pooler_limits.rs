@@ -21,6 +21,7 @@ use baton_testkit::pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode};
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 use sqlx::Connection;
 
+use baton_core::store::LeaseRequest;
 use common::*;
 
 /// `connect_timeout + response_timeout` of the stores opened here.
@@ -243,7 +244,7 @@ async fn a_call_ends_in_time_when_the_stores_pool_of_one_is_exhausted() {
     let key = lock_key(&ns, "k");
     let holder = baton_core::Holder::from_stored("the-holder".to_owned());
     let ttl = baton_core::Ttl::new(Duration::from_secs(600)).unwrap();
-    baton_core::store::LeaseStore::claim(&*store, &key, &holder, ttl, "")
+    baton_core::store::LeaseStore::claim(&*store, &key, LeaseRequest::new(&holder, ttl))
         .await
         .unwrap();
     let mut operator = raw(&direct).await;

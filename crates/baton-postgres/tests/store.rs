@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::store::{Claim, LeaseStore};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore};
 use baton_core::{
     ClaimResult, ErrorKind, Holder, LeaseOptions, Leases, LockOptions, Locks, RemoveResult, Ttl,
 };
@@ -73,7 +73,7 @@ async fn replicas_starting_together_create_the_schema_once() {
     let holder = Holder::random();
     assert!(matches!(
         stores[7]
-            .claim(&key, &holder, Ttl::new(secs(5)).unwrap(), "")
+            .claim(&key, LeaseRequest::new(&holder, Ttl::new(secs(5)).unwrap()))
             .await
             .unwrap(),
         Claim::Granted { .. }
@@ -322,7 +322,7 @@ async fn atoms_that_change_nothing_write_nothing() {
     let owner = Holder::random();
     assert!(matches!(
         store
-            .claim(&key, &owner, Ttl::new(secs(60)).unwrap(), "")
+            .claim(&key, LeaseRequest::new(&owner, Ttl::new(secs(60)).unwrap()))
             .await
             .unwrap(),
         Claim::Granted { .. }
@@ -418,7 +418,10 @@ async fn lease_rows(conn: &mut sqlx::PgConnection) -> i64 {
 
 async fn granted(store: &PostgresStore, key: &baton_core::StoreKey, t: Duration) -> u64 {
     match store
-        .claim(key, &Holder::random(), Ttl::new(t).unwrap(), "")
+        .claim(
+            key,
+            LeaseRequest::new(&Holder::random(), Ttl::new(t).unwrap()),
+        )
         .await
         .unwrap()
     {

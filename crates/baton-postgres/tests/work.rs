@@ -23,14 +23,15 @@ use async_trait::async_trait;
 use baton_core::store::Renewal;
 use baton_core::work::conformance::WorkHarness;
 use baton_core::work::store::{
-    Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, MigrationClaim, MigrationStore,
-    NewItem, QueueStore, ScheduleStore, Settle, WorkStore,
+    Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, ItemRef, MigrationClaim,
+    MigrationStore, NewItem, QueueStore, ScheduleStore, Settle, TickClaim, WorkStore, Writer,
 };
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_postgres::PostgresStore;
 use baton_postgres::work::sql;
 use baton_testkit::postgres::Stop;
 
+use baton_core::work::store::NewSchedule;
 use common::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -169,7 +170,10 @@ async fn thirty_two_claimers_in_two_stores_claim_each_item_once() {
                     *seen.lock().unwrap().entry(c.id).or_default() += 1;
                     assert_eq!(c.attempt, 1, "claimed before: {c:?}");
                     assert_eq!(
-                        store.complete(&q, c.id, &token).await.unwrap(),
+                        store
+                            .complete(ItemRef::new(&q, c.id, &token))
+                            .await
+                            .unwrap(),
                         Settle::Settled
                     );
                 }
@@ -205,29 +209,36 @@ async fn a_zombie_token_is_not_owner_and_changes_nothing() {
     let before = row_of(id).await;
 
     assert_eq!(
-        store.complete(&q, id, &zombie).await.unwrap(),
+        store.complete(ItemRef::new(&q, id, &zombie)).await.unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
         store
-            .fail(&q, id, &zombie, FailPlan::Retry { after: ms(0) }, "late")
+            .fail(
+                ItemRef::new(&q, id, &zombie),
+                FailPlan::Retry { after: ms(0) },
+                "late"
+            )
             .await
             .unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
         store
-            .fail(&q, id, &zombie, FailPlan::DeadLetter, "late")
+            .fail(ItemRef::new(&q, id, &zombie), FailPlan::DeadLetter, "late")
             .await
             .unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
-        store.extend(&q, id, &zombie, ttl(MINUTE)).await.unwrap(),
+        store
+            .extend(ItemRef::new(&q, id, &zombie), ttl(MINUTE))
+            .await
+            .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
-        store.release(&q, id, &zombie).await.unwrap(),
+        store.release(ItemRef::new(&q, id, &zombie)).await.unwrap(),
         Settle::NotOwner
     );
     assert_eq!(row_of(id).await, before, "nothing changed");
@@ -236,11 +247,14 @@ async fn a_zombie_token_is_not_owner_and_changes_nothing() {
         Some(("running".into(), Some(owner.as_str().to_owned()), 2))
     );
     assert_eq!(
-        store.extend(&q, id, &owner, ttl(MINUTE)).await.unwrap(),
+        store
+            .extend(ItemRef::new(&q, id, &owner), ttl(MINUTE))
+            .await
+            .unwrap(),
         Renewal::Renewed
     );
     assert_eq!(
-        store.complete(&q, id, &owner).await.unwrap(),
+        store.complete(ItemRef::new(&q, id, &owner)).await.unwrap(),
         Settle::Settled
     );
 }
@@ -306,11 +320,17 @@ async fn release_and_claim_order() {
     let first = claim(&store, &q, &token, 1, MINUTE).await;
     assert_eq!((first[0].id, first[0].attempt), (ids[0], 1));
     assert_eq!(
-        store.release(&q, ids[0], &token).await.unwrap(),
+        store
+            .release(ItemRef::new(&q, ids[0], &token))
+            .await
+            .unwrap(),
         Settle::Settled
     );
     assert_eq!(
-        store.release(&q, ids[0], &token).await.unwrap(),
+        store
+            .release(ItemRef::new(&q, ids[0], &token))
+            .await
+            .unwrap(),
         Settle::NotOwner
     );
     let token = Holder::random();
@@ -388,7 +408,7 @@ async fn exactly_one_of_sixteen_concurrent_advances_wins() {
     for round in 0..5 {
         let due = stores[0].now_ms().await.unwrap() - 1;
         let row = stores[0]
-            .register_schedule(&name, &format!("spec {round}"), due)
+            .register_schedule(NewSchedule::new(&name, &format!("spec {round}"), due))
             .await
             .unwrap();
         assert_eq!(row.due_at_ms, due);
@@ -398,7 +418,15 @@ async fn exactly_one_of_sixteen_concurrent_advances_wins() {
                 tokio::spawn(async move {
                     let holder = Holder::new(format!("replica-{i}")).unwrap();
                     store
-                        .advance_schedule(&name, due, due + 60_000, &holder, true)
+                        .advance_schedule(
+                            &name,
+                            TickClaim {
+                                expected_due_ms: due,
+                                next_due_ms: due + 60_000,
+                                holder: &holder,
+                                ran: true,
+                            },
+                        )
                         .await
                         .unwrap()
                 })
@@ -429,7 +457,7 @@ async fn exactly_one_of_sixteen_concurrent_migration_claims_wins() {
             tokio::spawn(async move {
                 let writer = Holder::new(format!("replica-{i}")).unwrap();
                 let claim = store
-                    .claim_migration(&set, "003", &writer, ttl(MINUTE))
+                    .claim_migration(Writer::new(&set, "003", &writer), ttl(MINUTE))
                     .await
                     .unwrap();
                 (writer, claim)
@@ -500,7 +528,10 @@ async fn items_survive_server_restarts_and_faults_are_unavailable() {
             "the de-duplication id is remembered after {how:?}"
         );
         assert_eq!(
-            store.extend(&q, ids[0], &token, ttl(MINUTE)).await.unwrap(),
+            store
+                .extend(ItemRef::new(&q, ids[0], &token), ttl(MINUTE))
+                .await
+                .unwrap(),
             Renewal::Renewed
         );
     }
@@ -522,13 +553,18 @@ async fn items_survive_server_restarts_and_faults_are_unavailable() {
             .await
             .unwrap_err(),
     );
-    unavailable(store.complete(&q, ids[0], &token).await.unwrap_err());
+    unavailable(
+        store
+            .complete(ItemRef::new(&q, ids[0], &token))
+            .await
+            .unwrap_err(),
+    );
     unavailable(store.stats(q.as_str()).await.unwrap_err());
     unavailable(store.now_ms().await.unwrap_err());
     let set = key(&ns, KeyKind::Migration, "m");
     unavailable(
         store
-            .claim_migration(&set, "1", &token, ttl(MINUTE))
+            .claim_migration(Writer::new(&set, "1", &token), ttl(MINUTE))
             .await
             .unwrap_err(),
     );
@@ -539,7 +575,10 @@ async fn items_survive_server_restarts_and_faults_are_unavailable() {
     })
     .await;
     assert_eq!(
-        store.complete(&q, ids[0], &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&q, ids[0], &token))
+            .await
+            .unwrap(),
         Settle::Settled
     );
     let rest = claim(&store, &q, &Holder::random(), 10, MINUTE).await;

@@ -46,7 +46,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::store::{Claim, LeaseStore, Release};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
 use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_redis::RedisStore;
 use baton_testkit::redis::RedisServer;
@@ -308,7 +308,7 @@ impl Subject {
                 );
                 let holder = Holder::random();
                 let ttl = Ttl::new(TTL).expect("a valid ttl");
-                match store.claim(&key, &holder, ttl, "").await {
+                match store.claim(&key, LeaseRequest::new(&holder, ttl)).await {
                     Ok(Claim::Granted { .. }) => {}
                     other => panic!("uncontended claim answered {other:?}"),
                 }

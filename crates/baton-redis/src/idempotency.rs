@@ -23,10 +23,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use baton_core::idempotency::Status;
 use baton_core::idempotency::store::{
-    AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord,
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
-use baton_core::idempotency::{Outcome, Status};
 use baton_core::store::Renewal;
 use baton_core::{Holder, Result, StoreKey, Ttl};
 use redis::{Script, Value};
@@ -88,13 +88,8 @@ impl IdempotencyStore for RedisStore {
         self.call(what, &invocation, parse, |_| true).await
     }
 
-    async fn finalize(
-        &self,
-        key: &StoreKey,
-        owner: &Holder,
-        outcome: Outcome,
-        metadata: &[u8],
-    ) -> Result<FinalizeAnswer> {
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
+        let (owner, outcome, metadata) = (end.owner, end.outcome, end.metadata);
         let mut invocation = Evalsha::new(&SCRIPTS.finalize, 1, 128 + metadata.len());
         invocation
             .arg(keys::grant(key))

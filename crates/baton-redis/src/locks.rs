@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::signals::ReleaseHub;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::telemetry::{self, events};
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -389,13 +389,8 @@ impl RedisStore {
 
 #[async_trait]
 impl LeaseStore for RedisStore {
-    async fn claim(
-        &self,
-        key: &StoreKey,
-        holder: &Holder,
-        ttl: Ttl,
-        reason: &str,
-    ) -> Result<Claim> {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
+        let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
         // A waiter of this process subscribes before it claims, so this tells whether the
         // store should queue for the key if it is held. The queue key and the store's channel
         // go only with such a claim: the uncontended one carries two keys and two arguments.
@@ -757,11 +752,12 @@ mod tests {
         };
         // The first claim of a key creates its counter.
         let first = Holder::random();
-        granted(a.claim(&key, &first, ttl, "").await);
+        granted(a.claim(&key, LeaseRequest::new(&first, ttl)).await);
         assert_eq!(a.release(&key, &first).await.unwrap(), Release::Removed);
 
         let holder = Holder::random();
-        let (claim, calls) = commands_of(&server, a.claim(&key, &holder, ttl, "")).await;
+        let (claim, calls) =
+            commands_of(&server, a.claim(&key, LeaseRequest::new(&holder, ttl))).await;
         granted(claim);
         assert_eq!(calls, ran(&[("evalsha", 1), ("time", 1), ("set", 2)]));
         let (release, calls) = commands_of(&server, a.release(&key, &holder)).await;
@@ -771,9 +767,10 @@ mod tests {
         // A handoff to a waiter of another store: it queues, the release reserves the key
         // for it and tells it, and its claim takes the reservation.
         let (held, waiter) = (Holder::random(), Holder::random());
-        granted(a.claim(&key, &held, ttl, "").await);
+        granted(a.claim(&key, LeaseRequest::new(&held, ttl)).await);
         let _waiting = b.wakeups().hub.subscribe(&key);
-        let (claim, calls) = commands_of(&server, b.claim(&key, &waiter, ttl, "")).await;
+        let (claim, calls) =
+            commands_of(&server, b.claim(&key, LeaseRequest::new(&waiter, ttl))).await;
         assert!(matches!(claim.unwrap(), Claim::Held { .. }));
         assert_eq!(
             calls,
@@ -800,7 +797,8 @@ mod tests {
                 ("set", 1),
             ])
         );
-        let (claim, calls) = commands_of(&server, b.claim(&key, &waiter, ttl, "")).await;
+        let (claim, calls) =
+            commands_of(&server, b.claim(&key, LeaseRequest::new(&waiter, ttl))).await;
         granted(claim);
         assert_eq!(
             calls,

@@ -14,7 +14,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renewal};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{AcquireError, Fence, Holder, LockOptions, Locks, ReleaseOutcome, Ttl};
 use baton_testkit::FencedRegister;
@@ -47,7 +47,7 @@ async fn granted(
     holder: &Holder,
     t: Duration,
 ) -> Fence {
-    match store.claim(key, holder, ttl(t), "").await {
+    match store.claim(key, LeaseRequest::new(holder, ttl(t))).await {
         Ok(Claim::Granted { fence }) => fence,
         other => panic!("expected a grant of {key}, got {other:?}"),
     }
@@ -318,7 +318,7 @@ async fn flushed_scripts_are_reloaded_and_never_read_as_not_holder() {
     );
     flush();
     match store
-        .claim(&key, &b, ttl(secs(30)), "")
+        .claim(&key, LeaseRequest::new(&b, ttl(secs(30))))
         .await
         .expect("claim")
     {
@@ -404,7 +404,10 @@ async fn a_retried_release_whose_reply_was_lost_spares_the_new_grant() {
 
     // The same client acquires again (its connection was reset with the lost reply).
     let new_fence = eventually("the store to reconnect and grant", || async {
-        match store.claim(&key, &new, ttl(secs(30)), "").await {
+        match store
+            .claim(&key, LeaseRequest::new(&new, ttl(secs(30))))
+            .await
+        {
             Ok(Claim::Granted { fence }) => Some(fence),
             Ok(other) => panic!("expected a grant, got {other:?}"),
             Err(_) => None,

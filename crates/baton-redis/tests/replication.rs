@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renewal};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_redis::RedisStore;
@@ -28,7 +28,11 @@ async fn grants(store: &RedisStore, key: &StoreKey, times: usize) -> Vec<u64> {
     let mut fences = Vec::new();
     for _ in 0..times {
         let holder = Holder::random();
-        match store.claim(key, &holder, ttl(), "").await.unwrap() {
+        match store
+            .claim(key, LeaseRequest::new(&holder, ttl()))
+            .await
+            .unwrap()
+        {
             Claim::Granted { fence } => fences.push(fence.get()),
             other => panic!("expected a grant of {key}, got {other:?}"),
         }
@@ -93,7 +97,11 @@ async fn with_min_replicas_an_acknowledged_grant_survives_the_promotion() {
     assert_eq!(store.options().get_min_replicas(), 1);
     let key = key("replicated");
     let holder = Holder::random();
-    let fence = match store.claim(&key, &holder, ttl(), "").await.unwrap() {
+    let fence = match store
+        .claim(&key, LeaseRequest::new(&holder, ttl()))
+        .await
+        .unwrap()
+    {
         Claim::Granted { fence } => fence,
         other => panic!("expected a grant, got {other:?}"),
     };
@@ -114,7 +122,7 @@ async fn with_min_replicas_an_acknowledged_grant_survives_the_promotion() {
         .expect("the grant survived");
     assert_eq!((info.holder, info.fence), (holder.clone(), fence));
     match promoted
-        .claim(&key, &Holder::random(), ttl(), "")
+        .claim(&key, LeaseRequest::new(&Holder::random(), ttl()))
         .await
         .unwrap()
     {
@@ -136,7 +144,10 @@ async fn with_min_replicas_an_unconfirmed_grant_is_unavailable_and_freed() {
     let key = key("unconfirmed");
     let holder = Holder::random();
     assert!(matches!(
-        store.claim(&key, &holder, ttl(), "").await.unwrap(),
+        store
+            .claim(&key, LeaseRequest::new(&holder, ttl()))
+            .await
+            .unwrap(),
         Claim::Granted { .. }
     ));
 
@@ -153,7 +164,10 @@ async fn with_min_replicas_an_unconfirmed_grant_is_unavailable_and_freed() {
     );
 
     let other = Holder::random();
-    let err = store.claim(&key, &other, ttl(), "").await.unwrap_err();
+    let err = store
+        .claim(&key, LeaseRequest::new(&other, ttl()))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     let server = format!("127.0.0.1:{}", primary.port());
     assert!(
@@ -171,7 +185,10 @@ async fn with_min_replicas_an_unconfirmed_grant_is_unavailable_and_freed() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(matches!(
-        plain.claim(&key, &other, ttl(), "").await.unwrap(),
+        plain
+            .claim(&key, LeaseRequest::new(&other, ttl()))
+            .await
+            .unwrap(),
         Claim::Granted { .. }
     ));
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::broadcast::Event;
-use baton_core::store::{Claim, LeaseStore};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore};
 use baton_core::telemetry::events;
 use baton_core::{Broadcast, ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, Ttl};
 use baton_redis::RedisStore;
@@ -398,14 +398,17 @@ async fn script_flush_and_client_kill_on_the_new_primary_are_survived() {
     let primary = topology.server(new).unwrap();
 
     let holder = Holder::random();
-    let (claim, _) = until_ok(|| store.claim(&key, &holder, ttl, "")).await;
+    let (claim, _) = until_ok(|| store.claim(&key, LeaseRequest::new(&holder, ttl))).await;
     assert!(matches!(claim, Claim::Granted { .. }), "{claim:?}");
     store.release(&key, &holder).await.unwrap();
 
     primary.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
     let holder = Holder::random();
     assert!(matches!(
-        store.claim(&key, &holder, ttl, "").await.unwrap(),
+        store
+            .claim(&key, LeaseRequest::new(&holder, ttl))
+            .await
+            .unwrap(),
         Claim::Granted { .. }
     ));
     store.release(&key, &holder).await.unwrap();
@@ -414,7 +417,7 @@ async fn script_flush_and_client_kill_on_the_new_primary_are_survived() {
         .command_ok(&["CLIENT", "KILL", "TYPE", "normal"])
         .unwrap();
     let holder = Holder::random();
-    let (claim, failures) = until_ok(|| store.claim(&key, &holder, ttl, "")).await;
+    let (claim, failures) = until_ok(|| store.claim(&key, LeaseRequest::new(&holder, ttl))).await;
     assert!(matches!(claim, Claim::Granted { .. }), "{claim:?}");
     assert!(failures <= 1, "{failures} calls failed after CLIENT KILL");
 }

@@ -7,7 +7,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release, Renewal};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
 use baton_core::telemetry::events;
 use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_redis::{RedisOptions, RedisStore};
@@ -27,7 +27,11 @@ fn ttl(d: Duration) -> Ttl {
 const TEN_S: Duration = Duration::from_secs(10);
 
 async fn granted(store: &RedisStore, key: &StoreKey, holder: &Holder) -> u64 {
-    match store.claim(key, holder, ttl(TEN_S), "").await.unwrap() {
+    match store
+        .claim(key, LeaseRequest::new(holder, ttl(TEN_S)))
+        .await
+        .unwrap()
+    {
         Claim::Granted { fence } => fence.get(),
         other => panic!("expected a grant of {key}, got {other:?}"),
     }
@@ -233,7 +237,9 @@ async fn fences_increase_after_the_data_is_lost() {
 
     // And after a real restart: the store reconnects by itself.
     server.kill();
-    let down = store.claim(&k, &Holder::random(), ttl(TEN_S), "").await;
+    let down = store
+        .claim(&k, LeaseRequest::new(&Holder::random(), ttl(TEN_S)))
+        .await;
     assert_eq!(down.unwrap_err().kind(), ErrorKind::Unavailable);
     // Blocks this test's thread for the few milliseconds the server needs to start.
     server.restart().unwrap();
@@ -253,7 +259,11 @@ async fn script_flush_between_calls_is_not_mistaken_for_not_holder() {
         Renewal::Renewed
     );
     server.command_ok(&["SCRIPT", "FLUSH"]).unwrap();
-    match store.claim(&k, &b, ttl(TEN_S), "").await.unwrap() {
+    match store
+        .claim(&k, LeaseRequest::new(&b, ttl(TEN_S)))
+        .await
+        .unwrap()
+    {
         Claim::Held { holder, .. } => assert_eq!(holder, a),
         other => panic!("{other:?}"),
     }
@@ -306,14 +316,21 @@ async fn claim_extends_for_the_same_holder_with_the_same_fence() {
     let store = common::store(&server).await;
     let (k, a) = (key("lease"), Holder::new("instance-1").unwrap());
     let fence = match store
-        .claim(&k, &a, ttl(Duration::from_millis(500)), "rewind")
+        .claim(
+            &k,
+            LeaseRequest::new(&a, ttl(Duration::from_millis(500))).reason("rewind"),
+        )
         .await
         .unwrap()
     {
         Claim::Granted { fence } => fence,
         other => panic!("{other:?}"),
     };
-    match store.claim(&k, &a, ttl(TEN_S), "purge").await.unwrap() {
+    match store
+        .claim(&k, LeaseRequest::new(&a, ttl(TEN_S)).reason("purge"))
+        .await
+        .unwrap()
+    {
         Claim::Extended { fence: again } => assert_eq!(again, fence),
         other => panic!("{other:?}"),
     }
@@ -357,7 +374,7 @@ async fn foreign_values_are_internal_errors_not_answers() {
         }
         let _: redis::Value = cmd.query_async(&mut raw).await.unwrap();
         let err = store
-            .claim(&key("foreign"), &a, ttl(TEN_S), "")
+            .claim(&key("foreign"), LeaseRequest::new(&a, ttl(TEN_S)))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Internal, "{what}: {err}");

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use baton_core::ErrorKind;
-use baton_core::store::{Claim, LeaseStore, Release};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
 use baton_core::{Holder, Key, KeyKind, Namespace, Ttl};
 use baton_redis::RedisStore;
 use baton_testkit::process::{self, ChildTest};
@@ -83,7 +83,10 @@ async fn tls_client() {
     let holder = Holder::random();
     let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
     assert!(matches!(
-        store.claim(&key, &holder, ttl, "").await.unwrap(),
+        store
+            .claim(&key, LeaseRequest::new(&holder, ttl))
+            .await
+            .unwrap(),
         Claim::Granted { .. }
     ));
     // A waiter of another store queues; the release hands it the key with a wake-up that
@@ -91,7 +94,10 @@ async fn tls_client() {
     let other = RedisStore::connect(&url).await.expect("rediss:// connects");
     let mut released = other.wakeups().hub.subscribe(&key);
     assert!(matches!(
-        other.claim(&key, &Holder::random(), ttl, "").await.unwrap(),
+        other
+            .claim(&key, LeaseRequest::new(&Holder::random(), ttl))
+            .await
+            .unwrap(),
         Claim::Held { .. }
     ));
     assert_eq!(

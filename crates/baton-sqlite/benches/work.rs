@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::work::QueueStore;
-use baton_core::work::store::{ClaimRequest, Enqueued, NewItem, Settle};
+use baton_core::work::store::{ClaimRequest, Enqueued, ItemRef, NewItem, Settle};
 use baton_core::{Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_sqlite::work::{sql as work_sql, wall_ms};
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous, clock, sql};
@@ -274,7 +274,7 @@ impl Subject {
                     }
                     for item in items {
                         let settled = store
-                            .complete(&queue, item.id, &token)
+                            .complete(ItemRef::new(&queue, item.id, &token))
                             .await
                             .expect("complete");
                         assert_eq!(settled, Settle::Settled);

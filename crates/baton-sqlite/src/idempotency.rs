@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use baton_core::idempotency::store::{
-    AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord,
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
 use baton_core::idempotency::{Outcome, Status};
 use baton_core::store::Renewal;
@@ -387,13 +387,8 @@ impl IdempotencyStore for SqliteStore {
             .await
     }
 
-    async fn finalize(
-        &self,
-        key: &StoreKey,
-        owner: &Holder,
-        outcome: Outcome,
-        metadata: &[u8],
-    ) -> Result<FinalizeAnswer> {
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
+        let (owner, outcome, metadata) = (end.owner, end.outcome, end.metadata);
         let (key, owner, metadata) = (key.clone(), owner.clone(), metadata.to_vec());
         self.database()
             .run(Role::Write, "idempotency finalize", move |conn, _| {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl, prefix_upper_bound};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -406,13 +406,8 @@ fn list(conn: &Connection, prefix: &str, limit: i64) -> Result<Vec<HolderInfo>, 
 
 #[async_trait]
 impl LeaseStore for SqliteStore {
-    async fn claim(
-        &self,
-        key: &StoreKey,
-        holder: &Holder,
-        ttl: Ttl,
-        reason: &str,
-    ) -> Result<Claim> {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
+        let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
         let (key, holder, reason) = (key.clone(), holder.clone(), reason.to_owned());
         let sweep = self
             .claims

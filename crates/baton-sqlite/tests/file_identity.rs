@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Renewal};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Renewal};
 use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use tokio::time::timeout;
@@ -22,7 +22,7 @@ fn ttl(d: Duration) -> Ttl {
 
 async fn grant(store: &SqliteStore, key: &StoreKey, holder: &Holder) -> u64 {
     match store
-        .claim(key, holder, ttl(Duration::from_secs(60)), "")
+        .claim(key, LeaseRequest::new(holder, ttl(Duration::from_secs(60))))
         .await
         .unwrap()
     {
@@ -90,7 +90,10 @@ async fn a_holder_learns_that_its_file_was_deleted_and_fences_do_not_restart() {
     // The first store now works on the file at the path, as a new store would.
     assert!(matches!(
         first
-            .claim(&k, &Holder::random(), ttl(Duration::from_secs(60)), "")
+            .claim(
+                &k,
+                LeaseRequest::new(&Holder::random(), ttl(Duration::from_secs(60)))
+            )
             .await
             .unwrap(),
         Claim::Held { .. }

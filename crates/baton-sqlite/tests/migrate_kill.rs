@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_core::Locks;
+use baton_core::work::store::{MigrationEnd, Writer};
 use baton_core::work::{
     MigrationContext, MigrationError, MigrationFn, MigrationOutcome, MigrationRecord,
     MigrationState, MigrationStore, Migrations, ReturnContended, Settle, WaitForConvergence,
@@ -224,11 +225,8 @@ fn a_runner_killed_mid_migration_is_taken_over_by_the_next_process() {
         let store = open(&db).await;
         let late = store
             .finish_migration(
-                boot.set_key(),
-                "m2",
-                &zombie,
-                MigrationState::Failed,
-                "late",
+                Writer::new(boot.set_key(), "m2", &zombie),
+                MigrationEnd::Failed("late"),
             )
             .await
             .unwrap();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::store::{Claim, LeaseStore, Release};
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
 use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous, sql};
 use tokio::time::{Instant, timeout};
@@ -24,7 +24,11 @@ fn url(path: &Path) -> String {
 }
 
 async fn grant(store: &SqliteStore, key: &StoreKey, holder: &Holder, d: Duration) -> u64 {
-    match store.claim(key, holder, ttl(d), "").await.unwrap() {
+    match store
+        .claim(key, LeaseRequest::new(holder, ttl(d)))
+        .await
+        .unwrap()
+    {
         Claim::Granted { fence } => fence.get(),
         other => panic!("expected a grant, got {other:?}"),
     }
@@ -224,7 +228,7 @@ async fn concurrent_first_opens_of_one_file_all_succeed() {
         grant(&stores[0], &k, &winner, Duration::from_secs(30)).await;
         for store in &stores[1..] {
             assert!(matches!(
-                store.claim(&k, &Holder::random(), ttl(Duration::from_secs(30)), "").await.unwrap(),
+                store.claim(&k, LeaseRequest::new(&Holder::random(), ttl(Duration::from_secs(30)))).await.unwrap(),
                 Claim::Held { ref holder, .. } if *holder == winner
             ));
         }
@@ -424,7 +428,7 @@ async fn two_stores_on_one_file_exclude_and_wake_each_other() {
     let (x, y) = (Holder::random(), Holder::random());
     let fence = grant(&a, &k, &x, Duration::from_secs(60)).await;
     match b
-        .claim(&k, &y, ttl(Duration::from_secs(60)), "")
+        .claim(&k, LeaseRequest::new(&y, ttl(Duration::from_secs(60))))
         .await
         .unwrap()
     {
@@ -531,7 +535,10 @@ async fn a_file_locked_past_busy_timeout_is_unavailable_then_recovers() {
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let k = key("k");
     let err = store
-        .claim(&k, &Holder::random(), ttl(Duration::from_secs(5)), "")
+        .claim(
+            &k,
+            LeaseRequest::new(&Holder::random(), ttl(Duration::from_secs(5))),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");

@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_core::store::Renewal;
+use baton_core::work::store::NewSchedule;
 use baton_core::work::store::{
-    Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, MigrationClaim, MigrationState,
-    NewItem, Settle,
+    Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, ItemRef, MigrationClaim,
+    MigrationEnd, MigrationState, NewItem, Settle, TickClaim, Writer,
 };
 use baton_core::work::{MigrationStore, QueueStore, ScheduleStore};
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
@@ -288,21 +289,33 @@ async fn complete_deletes_only_for_the_owner() {
     claim(&f.store, &f.q, &token, 1, LONG).await;
     let stranger = Holder::random();
     assert_eq!(
-        f.store.complete(&f.q, id, &stranger).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&f.q, id, &stranger))
+            .await
+            .unwrap(),
         Settle::NotOwner
     );
     let other_queue = qkey(&f.ns, KeyKind::Queue, "other");
     assert_eq!(
-        f.store.complete(&other_queue, id, &token).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&other_queue, id, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner,
         "the item is in another queue"
     );
     assert_eq!(
-        f.store.complete(&f.q, id, &token).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&f.q, id, &token))
+            .await
+            .unwrap(),
         Settle::Settled
     );
     assert_eq!(
-        f.store.complete(&f.q, id, &token).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&f.q, id, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner,
         "gone"
     );
@@ -310,7 +323,10 @@ async fn complete_deletes_only_for_the_owner() {
     // A ready item is owned by nobody.
     let ready = enqueue_one(&f.store, &f.q, item(b"y")).await;
     assert_eq!(
-        f.store.complete(&f.q, ready, &token).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&f.q, ready, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner
     );
 }
@@ -331,17 +347,30 @@ async fn a_lapsed_lease_returns_the_item_and_the_zombie_is_not_owner() {
     let second = claim_eventually(&f.store, &f.q, &taker).await;
     assert_eq!((second[0].id, second[0].attempt), (id, 2));
     for answer in [
-        f.store.complete(&f.q, id, &zombie).await.unwrap(),
         f.store
-            .fail(&f.q, id, &zombie, FailPlan::DeadLetter, "zombie")
+            .complete(ItemRef::new(&f.q, id, &zombie))
             .await
             .unwrap(),
-        f.store.release(&f.q, id, &zombie).await.unwrap(),
+        f.store
+            .fail(
+                ItemRef::new(&f.q, id, &zombie),
+                FailPlan::DeadLetter,
+                "zombie",
+            )
+            .await
+            .unwrap(),
+        f.store
+            .release(ItemRef::new(&f.q, id, &zombie))
+            .await
+            .unwrap(),
     ] {
         assert_eq!(answer, Settle::NotOwner);
     }
     assert_eq!(
-        f.store.extend(&f.q, id, &zombie, ttl(LONG)).await.unwrap(),
+        f.store
+            .extend(ItemRef::new(&f.q, id, &zombie), ttl(LONG))
+            .await
+            .unwrap(),
         Renewal::NotHeld
     );
     let stats = &f.store.stats(f.q.as_str()).await.unwrap()[0];
@@ -351,7 +380,10 @@ async fn a_lapsed_lease_returns_the_item_and_the_zombie_is_not_owner() {
         "the zombie changed nothing"
     );
     assert_eq!(
-        f.store.complete(&f.q, id, &taker).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&f.q, id, &taker))
+            .await
+            .unwrap(),
         Settle::Settled
     );
 }
@@ -368,7 +400,10 @@ async fn a_late_complete_without_a_claim_in_between_is_accepted() {
     assert_eq!((stats.running, stats.expired), (0, 1));
     assert!(stats.oldest_due.unwrap() > Duration::ZERO);
     assert_eq!(
-        f.store.extend(&f.q, id, &token, ttl(LONG)).await.unwrap(),
+        f.store
+            .extend(ItemRef::new(&f.q, id, &token), ttl(LONG))
+            .await
+            .unwrap(),
         Renewal::Renewed,
         "a lapsed lease of the last claimer can be extended"
     );
@@ -378,7 +413,10 @@ async fn a_late_complete_without_a_claim_in_between_is_accepted() {
             .is_empty()
     );
     assert_eq!(
-        f.store.complete(&f.q, id, &token).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&f.q, id, &token))
+            .await
+            .unwrap(),
         Settle::Settled
     );
 }
@@ -393,7 +431,10 @@ async fn extend_restarts_the_lease() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(
             f.store
-                .extend(&f.q, id, &token, ttl(Duration::from_millis(300)))
+                .extend(
+                    ItemRef::new(&f.q, id, &token),
+                    ttl(Duration::from_millis(300))
+                )
                 .await
                 .unwrap(),
             Renewal::Renewed
@@ -407,7 +448,7 @@ async fn extend_restarts_the_lease() {
     );
     assert_eq!(
         f.store
-            .extend(&f.q, id, &Holder::random(), ttl(LONG))
+            .extend(ItemRef::new(&f.q, id, &Holder::random()), ttl(LONG))
             .await
             .unwrap(),
         Renewal::NotHeld
@@ -424,11 +465,17 @@ async fn fail_retries_after_the_backoff_with_the_error() {
         after: Duration::from_millis(300),
     };
     assert_eq!(
-        f.store.fail(&f.q, id, &token, plan, "boom").await.unwrap(),
+        f.store
+            .fail(ItemRef::new(&f.q, id, &token), plan, "boom")
+            .await
+            .unwrap(),
         Settle::Settled
     );
     assert_eq!(
-        f.store.fail(&f.q, id, &token, plan, "again").await.unwrap(),
+        f.store
+            .fail(ItemRef::new(&f.q, id, &token), plan, "again")
+            .await
+            .unwrap(),
         Settle::NotOwner,
         "a retried item is no longer running"
     );
@@ -470,7 +517,10 @@ async fn the_longest_delay_and_backoff_park_the_item() {
         after: Duration::MAX,
     };
     assert_eq!(
-        f.store.fail(&f.q, id, &token, plan, "later").await.unwrap(),
+        f.store
+            .fail(ItemRef::new(&f.q, id, &token), plan, "later")
+            .await
+            .unwrap(),
         Settle::Settled
     );
     assert!(claim(&f.store, &f.q, &token, 5, LONG).await.is_empty());
@@ -492,7 +542,7 @@ async fn dead_letters_are_kept_listed_and_never_claimed() {
     for (id, why) in [(b, "bad b"), (a, "bad a")] {
         assert_eq!(
             f.store
-                .fail(&f.q, id, &token, FailPlan::DeadLetter, why)
+                .fail(ItemRef::new(&f.q, id, &token), FailPlan::DeadLetter, why)
                 .await
                 .unwrap(),
             Settle::Settled
@@ -515,7 +565,10 @@ async fn dead_letters_are_kept_listed_and_never_claimed() {
     assert!(f.store.dead_letters(&f.q, 0).await.unwrap().is_empty());
     assert_eq!(f.store.stats(f.q.as_str()).await.unwrap()[0].dead, 2);
     assert_eq!(
-        f.store.complete(&f.q, a, &token).await.unwrap(),
+        f.store
+            .complete(ItemRef::new(&f.q, a, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner,
         "a dead item is not running"
     );
@@ -528,11 +581,17 @@ async fn release_returns_the_item_at_once_without_counting_the_attempt() {
     let token = Holder::random();
     assert_eq!(claim(&f.store, &f.q, &token, 1, LONG).await[0].attempt, 1);
     assert_eq!(
-        f.store.release(&f.q, id, &token).await.unwrap(),
+        f.store
+            .release(ItemRef::new(&f.q, id, &token))
+            .await
+            .unwrap(),
         Settle::Settled
     );
     assert_eq!(
-        f.store.release(&f.q, id, &token).await.unwrap(),
+        f.store
+            .release(ItemRef::new(&f.q, id, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner
     );
     let again = claim(&f.store, &f.q, &Holder::random(), 1, LONG).await;
@@ -568,7 +627,10 @@ async fn dedup_inside_the_window_answers_the_first_item_even_after_it_completed(
     let got = claim(&f.store, &f.q, &token, 10, LONG).await;
     assert_eq!(claimed_ids(&got), vec![first, eighth]);
     assert_eq!(got[0].dedup_id.as_deref(), Some("order-7"));
-    f.store.complete(&f.q, first, &token).await.unwrap();
+    f.store
+        .complete(ItemRef::new(&f.q, first, &token))
+        .await
+        .unwrap();
     assert_eq!(
         f.store
             .enqueue(&f.q, &[deduped(b"5", "order-7", window)])
@@ -650,10 +712,13 @@ async fn stats_count_every_state_per_queue_by_prefix() {
     claim(&f.store, &a, &token, 3, Duration::from_millis(200)).await;
     // Ownership outlives the lease: ids[1] and ids[2] stay running, ids[0] lapses.
     for id in &ids[1..] {
-        f.store.extend(&a, *id, &token, ttl(LONG)).await.unwrap();
+        f.store
+            .extend(ItemRef::new(&a, *id, &token), ttl(LONG))
+            .await
+            .unwrap();
     }
     f.store
-        .fail(&a, ids[1], &token, FailPlan::DeadLetter, "x")
+        .fail(ItemRef::new(&a, ids[1], &token), FailPlan::DeadLetter, "x")
         .await
         .unwrap();
     f.store
@@ -742,7 +807,10 @@ async fn queues_survive_reopening() {
         "the running item's lease is live"
     );
     assert_eq!(
-        store.complete(&f.q, running, &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&f.q, running, &token))
+            .await
+            .unwrap(),
         Settle::Settled,
         "its token still owns it"
     );
@@ -781,7 +849,10 @@ async fn a_locked_file_is_unavailable_not_empty() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    let err = store.complete(&q, id, &token).await.unwrap_err();
+    let err = store
+        .complete(ItemRef::new(&q, id, &token))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     let err = store.enqueue(&q, &[item(b"y")]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
@@ -825,7 +896,10 @@ async fn thirty_two_claimers_over_two_opens_claim_every_item_exactly_once() {
                 for item in got {
                     assert_eq!(item.attempt, 1, "no item is claimed twice");
                     assert_eq!(
-                        store.complete(&q, item.id, &token).await.unwrap(),
+                        store
+                            .complete(ItemRef::new(&q, item.id, &token))
+                            .await
+                            .unwrap(),
                         Settle::Settled
                     );
                     mine.push(item.id);
@@ -942,7 +1016,10 @@ fn claimer() {
                     for item in got {
                         assert_eq!(item.attempt, 1, "claimed twice: {item:?}");
                         assert_eq!(
-                            store.complete(&q, item.id, &token).await.unwrap(),
+                            store
+                                .complete(ItemRef::new(&q, item.id, &token))
+                                .await
+                                .unwrap(),
                             Settle::Settled
                         );
                         done.push(item.id.0);
@@ -978,7 +1055,7 @@ async fn register_inserts_keeps_or_replaces_on_a_new_spec() {
     let name = qkey(&f.ns, KeyKind::Schedule, "nightly");
     let row = f
         .store
-        .register_schedule(&name, "0 3 * * *", 1_000)
+        .register_schedule(NewSchedule::new(&name, "0 3 * * *", 1_000))
         .await
         .unwrap();
     assert_eq!(
@@ -988,13 +1065,13 @@ async fn register_inserts_keeps_or_replaces_on_a_new_spec() {
     assert_eq!(row.last_run, None);
     let same = f
         .store
-        .register_schedule(&name, "0 3 * * *", 9_999)
+        .register_schedule(NewSchedule::new(&name, "0 3 * * *", 9_999))
         .await
         .unwrap();
     assert_eq!(same, row, "same spec: nothing changes");
     let changed = f
         .store
-        .register_schedule(&name, "0 4 * * *", 2_000)
+        .register_schedule(NewSchedule::new(&name, "0 4 * * *", 2_000))
         .await
         .unwrap();
     assert_eq!(
@@ -1011,13 +1088,21 @@ async fn advance_claims_a_due_tick_once_and_records_the_run() {
     let now = f.store.now_ms().await.unwrap();
     let due = now - 1_000;
     f.store
-        .register_schedule(&name, "* * * * *", due)
+        .register_schedule(NewSchedule::new(&name, "* * * * *", due))
         .await
         .unwrap();
     let holder = Holder::new("replica-1").unwrap();
     assert_eq!(
         f.store
-            .advance_schedule(&name, due + 1, due + 60_000, &holder, true)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: due + 1,
+                    next_due_ms: due + 60_000,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Lost,
@@ -1025,14 +1110,30 @@ async fn advance_claims_a_due_tick_once_and_records_the_run() {
     );
     assert_eq!(
         f.store
-            .advance_schedule(&name, due, due + 60_000, &holder, true)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: due,
+                    next_due_ms: due + 60_000,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Claimed
     );
     assert_eq!(
         f.store
-            .advance_schedule(&name, due, due + 60_000, &holder, true)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: due,
+                    next_due_ms: due + 60_000,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Lost,
@@ -1045,7 +1146,15 @@ async fn advance_claims_a_due_tick_once_and_records_the_run() {
     assert!(at >= now && at <= wall_ms());
     assert_eq!(
         f.store
-            .advance_schedule(&name, due + 60_000, due + 120_000, &holder, true)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: due + 60_000,
+                    next_due_ms: due + 120_000,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Lost,
@@ -1054,7 +1163,15 @@ async fn advance_claims_a_due_tick_once_and_records_the_run() {
     let unknown = qkey(&f.ns, KeyKind::Schedule, "unknown");
     assert_eq!(
         f.store
-            .advance_schedule(&unknown, due, due + 1, &holder, true)
+            .advance_schedule(
+                &unknown,
+                TickClaim {
+                    expected_due_ms: due,
+                    next_due_ms: due + 1,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Lost
@@ -1067,13 +1184,21 @@ async fn an_advance_that_did_not_run_records_nothing() {
     let name = qkey(&f.ns, KeyKind::Schedule, "skip");
     let due = wall_ms() - 10;
     f.store
-        .register_schedule(&name, "@hourly", due)
+        .register_schedule(NewSchedule::new(&name, "@hourly", due))
         .await
         .unwrap();
     let holder = Holder::random();
     assert_eq!(
         f.store
-            .advance_schedule(&name, due, due + 5, &holder, false)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: due,
+                    next_due_ms: due + 5,
+                    holder: &holder,
+                    ran: false
+                }
+            )
             .await
             .unwrap(),
         Advance::Claimed
@@ -1091,7 +1216,7 @@ async fn one_of_many_concurrent_advances_claims_the_tick() {
     let name = qkey(&f.ns, KeyKind::Schedule, "race");
     let due = wall_ms() - 1;
     first
-        .register_schedule(&name, "@every 1m", due)
+        .register_schedule(NewSchedule::new(&name, "@every 1m", due))
         .await
         .unwrap();
     let tasks: Vec<_> = (0..32)
@@ -1100,7 +1225,15 @@ async fn one_of_many_concurrent_advances_claims_the_tick() {
             let (store, name) = (Arc::clone(store), name.clone());
             tokio::spawn(async move {
                 store
-                    .advance_schedule(&name, due, due + 60_000, &Holder::random(), true)
+                    .advance_schedule(
+                        &name,
+                        TickClaim {
+                            expected_due_ms: due,
+                            next_due_ms: due + 60_000,
+                            holder: &Holder::random(),
+                            ran: true,
+                        },
+                    )
                     .await
                     .unwrap()
             })
@@ -1123,7 +1256,10 @@ async fn schedules_list_by_prefix_and_remove() {
     let b = qkey(&f.ns, KeyKind::Schedule, "b");
     let elsewhere = qkey(&namespace(), KeyKind::Schedule, "a");
     for key in [&b, &a, &elsewhere] {
-        f.store.register_schedule(key, "@daily", 0).await.unwrap();
+        f.store
+            .register_schedule(NewSchedule::new(key, "@daily", 0))
+            .await
+            .unwrap();
     }
     let prefix = format!("{}:schedule:", f.ns.as_str());
     let names: Vec<StoreKey> = f
@@ -1148,12 +1284,20 @@ async fn schedules_survive_reopening() {
     let name = qkey(&f.ns, KeyKind::Schedule, "kept");
     let due = wall_ms() - 1;
     f.store
-        .register_schedule(&name, "@daily", due)
+        .register_schedule(NewSchedule::new(&name, "@daily", due))
         .await
         .unwrap();
     let holder = Holder::new("replica-2").unwrap();
     f.store
-        .advance_schedule(&name, due, due + 86_400_000, &holder, true)
+        .advance_schedule(
+            &name,
+            TickClaim {
+                expected_due_ms: due,
+                next_due_ms: due + 86_400_000,
+                holder: &holder,
+                ran: true,
+            },
+        )
         .await
         .unwrap();
     let before = f.store.schedule(&name).await.unwrap();
@@ -1175,7 +1319,7 @@ async fn a_migration_is_claimed_once_and_then_completed() {
     );
     assert_eq!(
         f.store
-            .claim_migration(&set, "001-init", &w1, ttl(LONG))
+            .claim_migration(Writer::new(&set, "001-init", &w1), ttl(LONG))
             .await
             .unwrap(),
         MigrationClaim::Claimed {
@@ -1185,7 +1329,7 @@ async fn a_migration_is_claimed_once_and_then_completed() {
     );
     match f
         .store
-        .claim_migration(&set, "001-init", &w2, ttl(LONG))
+        .claim_migration(Writer::new(&set, "001-init", &w2), ttl(LONG))
         .await
         .unwrap()
     {
@@ -1197,35 +1341,38 @@ async fn a_migration_is_claimed_once_and_then_completed() {
     }
     assert_eq!(
         f.store
-            .heartbeat_migration(&set, "001-init", &w2, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "001-init", &w2), ttl(LONG))
             .await
             .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
         f.store
-            .heartbeat_migration(&set, "001-init", &w1, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "001-init", &w1), ttl(LONG))
             .await
             .unwrap(),
         Renewal::Renewed
     );
     assert_eq!(
         f.store
-            .finish_migration(&set, "001-init", &w2, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001-init", &w2), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
         f.store
-            .finish_migration(&set, "001-init", &w1, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001-init", &w1), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::Settled
     );
     assert_eq!(
         f.store
-            .finish_migration(&set, "001-init", &w1, MigrationState::Failed, "late")
+            .finish_migration(
+                Writer::new(&set, "001-init", &w1),
+                MigrationEnd::Failed("late")
+            )
             .await
             .unwrap(),
         Settle::NotOwner,
@@ -1233,7 +1380,7 @@ async fn a_migration_is_claimed_once_and_then_completed() {
     );
     assert_eq!(
         f.store
-            .claim_migration(&set, "001-init", &w2, ttl(LONG))
+            .claim_migration(Writer::new(&set, "001-init", &w2), ttl(LONG))
             .await
             .unwrap(),
         MigrationClaim::Completed
@@ -1254,30 +1401,30 @@ async fn failed_rolled_back_and_lapsed_migrations_are_taken_over() {
     let set = qkey(&f.ns, KeyKind::Migration, "schema");
     let (w1, w2) = (Holder::random(), Holder::random());
     for (name, end) in [
-        ("a", MigrationState::Failed),
-        ("b", MigrationState::RolledBack),
+        ("a", MigrationEnd::Failed("it broke")),
+        ("b", MigrationEnd::RolledBack("it broke")),
     ] {
         f.store
-            .claim_migration(&set, name, &w1, ttl(LONG))
+            .claim_migration(Writer::new(&set, name, &w1), ttl(LONG))
             .await
             .unwrap();
         f.store
-            .finish_migration(&set, name, &w1, end, "it broke")
+            .finish_migration(Writer::new(&set, name, &w1), end)
             .await
             .unwrap();
         assert_eq!(
             f.store
-                .claim_migration(&set, name, &w2, ttl(LONG))
+                .claim_migration(Writer::new(&set, name, &w2), ttl(LONG))
                 .await
                 .unwrap(),
             MigrationClaim::Claimed {
                 attempt: 2,
-                previous: Some(end)
+                previous: Some(end.state())
             }
         );
     }
     f.store
-        .claim_migration(&set, "c", &w1, ttl(Duration::from_millis(100)))
+        .claim_migration(Writer::new(&set, "c", &w1), ttl(Duration::from_millis(100)))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -1285,7 +1432,7 @@ async fn failed_rolled_back_and_lapsed_migrations_are_taken_over() {
     assert_eq!((c.name.as_str(), c.lease_remaining), ("c", Duration::ZERO));
     assert_eq!(
         f.store
-            .claim_migration(&set, "c", &w2, ttl(LONG))
+            .claim_migration(Writer::new(&set, "c", &w2), ttl(LONG))
             .await
             .unwrap(),
         MigrationClaim::Claimed {
@@ -1296,14 +1443,14 @@ async fn failed_rolled_back_and_lapsed_migrations_are_taken_over() {
     // The writer taken over owns nothing any more.
     assert_eq!(
         f.store
-            .heartbeat_migration(&set, "c", &w1, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "c", &w1), ttl(LONG))
             .await
             .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
         f.store
-            .finish_migration(&set, "c", &w1, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "c", &w1), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::NotOwner
@@ -1324,20 +1471,23 @@ async fn a_lapsed_writer_may_still_finish_without_a_takeover() {
     let set = qkey(&f.ns, KeyKind::Migration, "schema");
     let w = Holder::random();
     f.store
-        .claim_migration(&set, "m", &w, ttl(Duration::from_millis(50)))
+        .claim_migration(Writer::new(&set, "m", &w), ttl(Duration::from_millis(50)))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         f.store
-            .heartbeat_migration(&set, "m", &w, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "m", &w), ttl(LONG))
             .await
             .unwrap(),
         Renewal::Renewed
     );
     assert_eq!(
         f.store
-            .finish_migration(&set, "m", &w, MigrationState::RolledBack, "undone")
+            .finish_migration(
+                Writer::new(&set, "m", &w),
+                MigrationEnd::RolledBack("undone")
+            )
             .await
             .unwrap(),
         Settle::Settled
@@ -1346,27 +1496,6 @@ async fn a_lapsed_writer_may_still_finish_without_a_takeover() {
     assert_eq!(
         (r.state, r.error.as_str()),
         (MigrationState::RolledBack, "undone")
-    );
-}
-
-#[tokio::test]
-async fn finishing_as_pending_is_invalid_input() {
-    let f = fixture().await;
-    let set = qkey(&f.ns, KeyKind::Migration, "schema");
-    let w = Holder::random();
-    f.store
-        .claim_migration(&set, "m", &w, ttl(LONG))
-        .await
-        .unwrap();
-    let err = f
-        .store
-        .finish_migration(&set, "m", &w, MigrationState::Pending, "")
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    assert_eq!(
-        f.store.migrations(&set).await.unwrap()[0].state,
-        MigrationState::Pending
     );
 }
 
@@ -1383,7 +1512,7 @@ async fn one_of_many_concurrent_writers_claims_a_migration() {
             let (store, set) = (Arc::clone(store), set.clone());
             tokio::spawn(async move {
                 store
-                    .claim_migration(&set, "001", &Holder::random(), ttl(LONG))
+                    .claim_migration(Writer::new(&set, "001", &Holder::random()), ttl(LONG))
                     .await
                     .unwrap()
             })
@@ -1406,21 +1535,21 @@ async fn migrations_survive_reopening() {
     let set = qkey(&f.ns, KeyKind::Migration, "schema");
     let w = Holder::random();
     f.store
-        .claim_migration(&set, "live", &w, ttl(LONG))
+        .claim_migration(Writer::new(&set, "live", &w), ttl(LONG))
         .await
         .unwrap();
     drop(f.store);
     let store = open(&f.path).await;
     assert!(matches!(
         store
-            .claim_migration(&set, "live", &Holder::random(), ttl(LONG))
+            .claim_migration(Writer::new(&set, "live", &Holder::random()), ttl(LONG))
             .await
             .unwrap(),
         MigrationClaim::Busy { by, .. } if by == w
     ));
     assert_eq!(
         store
-            .finish_migration(&set, "live", &w, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "live", &w), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::Settled

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use baton::lock::{LockOptions, Locks};
 use baton::store::MemoryStore;
-use baton::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use baton::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton::{Baton, Namespace};
 use baton_core::time::Ttl;
 use baton_core::{Holder, Key, KeyKind, StoreKey};
@@ -203,7 +203,7 @@ impl Pairs<'_> {
             Pairs::Atoms(store, key) => {
                 let holder = Holder::random();
                 let ttl = Ttl::new(TTL).expect("valid ttl");
-                match store.claim(key, &holder, ttl, "").await {
+                match store.claim(key, LeaseRequest::new(&holder, ttl)).await {
                     Ok(Claim::Granted { .. }) => {}
                     other => panic!("uncontended claim answered {other:?}"),
                 }
@@ -350,15 +350,9 @@ struct Counting {
 
 #[async_trait]
 impl LeaseStore for Counting {
-    async fn claim(
-        &self,
-        key: &StoreKey,
-        holder: &Holder,
-        ttl: Ttl,
-        reason: &str,
-    ) -> baton::Result<Claim> {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> baton::Result<Claim> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.claim(key, holder, ttl, reason).await
+        self.inner.claim(key, request).await
     }
 
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> baton::Result<Renewal> {

@@ -186,7 +186,7 @@ mod testing {
     use baton_core::{Holder, StoreKey};
 
     use crate::store::{
-        Claim, HolderInfo, LeaseStore, MemoryStore, Release, Renewal, Store, Wakeups,
+        Claim, HolderInfo, LeaseRequest, LeaseStore, MemoryStore, Release, Renewal, Store, Wakeups,
     };
     use crate::{Baton, Namespace, Result, Ttl};
 
@@ -196,8 +196,8 @@ mod testing {
 
     #[async_trait]
     impl LeaseStore for LocksOnly {
-        async fn claim(&self, k: &StoreKey, h: &Holder, ttl: Ttl, r: &str) -> Result<Claim> {
-            self.0.claim(k, h, ttl, r).await
+        async fn claim(&self, k: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
+            self.0.claim(k, request).await
         }
         async fn renew(&self, k: &StoreKey, h: &Holder, ttl: Ttl) -> Result<Renewal> {
             self.0.renew(k, h, ttl).await

@@ -22,7 +22,9 @@ use crate::key::{Namespace, StoreKey};
 use crate::store::Renewal;
 use crate::time::Ttl;
 
-use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
+use super::store::{
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
+};
 use super::{
     Acquire, AcquireOptions, Attempt, Finalize, IdempotencyLog, MAX_METADATA_BYTES, Outcome,
     Record, Scope, Status, Takeover,
@@ -786,15 +788,9 @@ impl IdempotencyStore for FaultyIdempotencyStore {
         self.inner.renew(key, owner, lease).await
     }
 
-    async fn finalize(
-        &self,
-        key: &StoreKey,
-        owner: &Holder,
-        outcome: Outcome,
-        metadata: &[u8],
-    ) -> Result<FinalizeAnswer> {
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
         self.enter()?;
-        self.inner.finalize(key, owner, outcome, metadata).await
+        self.inner.finalize(key, end).await
     }
 
     async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {

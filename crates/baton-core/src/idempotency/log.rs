@@ -20,7 +20,9 @@ use crate::time::Ttl;
 use super::options::{AcquireOptions, check_metadata};
 use super::record::{Acquire, Attempt, Finalize, Outcome, Record, Status, Takeover};
 use super::scope::Scope;
-use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
+use super::store::{
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
+};
 
 /// "Don't run this side effect twice for `(org, domain, key)`": a log of records, one per
 /// [`Scope`], each owned by the attempt that acquired it until that attempt finalizes it.
@@ -217,7 +219,10 @@ impl IdempotencyLog {
         check_metadata(metadata)?;
         let answer = self
             .store
-            .finalize(&attempt.key, &attempt.token, outcome, metadata)
+            .finalize(
+                &attempt.key,
+                AttemptEnd::new(&attempt.token, outcome, metadata),
+            )
             .await
             .map_err(|error| {
                 telemetry::emit(

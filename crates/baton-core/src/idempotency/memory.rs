@@ -25,8 +25,10 @@ use crate::memory::{MemoryStore, Sweep};
 use crate::store::Renewal;
 use crate::time::Ttl;
 
-use super::record::{Outcome, Status};
-use super::store::{AcquireAnswer, AcquireRequest, FinalizeAnswer, IdempotencyStore, StoredRecord};
+use super::record::Status;
+use super::store::{
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
+};
 
 /// What the first record says about the memory store's reach.
 const PROCESS_LOCAL: &str = "the in-memory idempotency log deduplicates only within this process; use sqlite://, redis:// or postgres:// to deduplicate across processes";
@@ -150,13 +152,8 @@ impl IdempotencyStore for MemoryStore {
         })
     }
 
-    async fn finalize(
-        &self,
-        key: &StoreKey,
-        owner: &Holder,
-        outcome: Outcome,
-        metadata: &[u8],
-    ) -> Result<FinalizeAnswer> {
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
+        let (owner, outcome, metadata) = (end.owner, end.outcome, end.metadata);
         let now = self.clock.now();
         let mut state = self.records.state();
         Ok(match state.live(key, now) {
@@ -183,7 +180,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::idempotency::{Acquire, AcquireOptions, Finalize, IdempotencyLog, Scope, Takeover};
+    use crate::idempotency::{
+        Acquire, AcquireOptions, Finalize, IdempotencyLog, Outcome, Scope, Takeover,
+    };
     use crate::time::ManualClock;
 
     /// Leases and expiry follow the store's clock, not the caller's.

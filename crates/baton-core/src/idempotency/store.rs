@@ -53,6 +53,29 @@ pub struct AcquireRequest<'a> {
     pub retry_failed: bool,
 }
 
+/// How an attempt ends, as [`IdempotencyStore::finalize`] records it: whose attempt, its
+/// outcome, and what the record keeps for later duplicates.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptEnd<'a> {
+    /// The token of the attempt that owns the record.
+    pub owner: &'a Holder,
+    /// How the attempt ended.
+    pub outcome: Outcome,
+    /// What the record stores for later duplicates (a response, a result id).
+    pub metadata: &'a [u8],
+}
+
+impl<'a> AttemptEnd<'a> {
+    /// `owner`'s attempt ends with `outcome`, storing `metadata`.
+    pub fn new(owner: &'a Holder, outcome: Outcome, metadata: &'a [u8]) -> Self {
+        AttemptEnd {
+            owner,
+            outcome,
+            metadata,
+        }
+    }
+}
+
 /// A record as a store reads it back.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoredRecord {
@@ -124,14 +147,8 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug + 'static {
     /// Restarts the lease of `owner`'s pending record.
     async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal>;
 
-    /// Finalizes `owner`'s pending record with `outcome` and `metadata`.
-    async fn finalize(
-        &self,
-        key: &StoreKey,
-        owner: &Holder,
-        outcome: Outcome,
-        metadata: &[u8],
-    ) -> Result<FinalizeAnswer>;
+    /// Finalizes `end.owner`'s pending record with its outcome and metadata.
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer>;
 
     /// The live record of `key`, if any.
     async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>>;

@@ -24,7 +24,7 @@ use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
 use crate::lease::{ClaimResult, KeptClaim, LeaseOptions, Leases, RemoveResult, stream_key};
 use crate::lock::{AcquireError, LockOptions, Locks, ReleaseOutcome};
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use crate::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use crate::time::Ttl;
 
 /// What a store's test target provides to the suite.
@@ -115,7 +115,11 @@ fn ttl(d: Duration) -> Ttl {
 }
 
 async fn granted(store: &dyn LeaseStore, key: &StoreKey, holder: &Holder, t: Duration) -> u64 {
-    match store.claim(key, holder, ttl(t), "").await.expect("claim") {
+    match store
+        .claim(key, LeaseRequest::new(holder, ttl(t)))
+        .await
+        .expect("claim")
+    {
         Claim::Granted { fence } => fence.get(),
         other => panic!("expected a grant of {key}, got {other:?}"),
     }
@@ -173,7 +177,7 @@ pub async fn two_holders_never_overlap(h: &dyn Harness) {
     let (a, b) = (Holder::random(), Holder::random());
     granted(&*store, &key, &a, Duration::from_secs(10)).await;
     match store
-        .claim(&key, &b, ttl(Duration::from_secs(10)), "")
+        .claim(&key, LeaseRequest::new(&b, ttl(Duration::from_secs(10))))
         .await
         .unwrap()
     {
@@ -1184,16 +1188,10 @@ impl FaultyStore {
 
 #[async_trait]
 impl LeaseStore for FaultyStore {
-    async fn claim(
-        &self,
-        key: &StoreKey,
-        holder: &Holder,
-        ttl: Ttl,
-        reason: &str,
-    ) -> Result<Claim> {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.enter().await?;
-        let answer = self.inner.claim(key, holder, ttl, reason).await;
+        let answer = self.inner.claim(key, request).await;
         self.reply(answer).await
     }
 

@@ -13,7 +13,7 @@ use crate::fence::Fence;
 use crate::holder::Holder;
 use crate::key::StoreKey;
 use crate::memory::{MemoryStore, Sweep};
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal, Wakeups};
+use crate::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use crate::time::Ttl;
 
 /// What the first grant says about the memory store's reach.
@@ -84,13 +84,8 @@ fn remaining(expires_at: Instant, now: Instant) -> Duration {
 
 #[async_trait]
 impl LeaseStore for MemoryStore {
-    async fn claim(
-        &self,
-        key: &StoreKey,
-        holder: &Holder,
-        ttl: Ttl,
-        reason: &str,
-    ) -> Result<Claim> {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
+        let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
         let now = self.clock.now();
         let claim = {
             let mut state = self.state();

@@ -22,7 +22,7 @@ use crate::fence::Fence;
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey, check_text};
 use crate::lock::grant::{GrantState, Watch, now, spawn_watchdog};
-use crate::store::{Claim, HolderInfo, LeaseStore, Release, Renewal};
+use crate::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, check_keep_alive};
 
@@ -287,7 +287,8 @@ impl Leases {
         let ttl = Ttl::new(ttl)?;
         check_reason(reason)?;
         let sent = now();
-        Ok(match self.store.claim(&key, &holder, ttl, reason).await? {
+        let request = LeaseRequest::new(&holder, ttl).reason(reason);
+        Ok(match self.store.claim(&key, request).await? {
             Claim::Granted { fence } => ClaimResult::Claimed {
                 fence,
                 until: sent + ttl.get(),
@@ -345,11 +346,8 @@ impl Leases {
         let holder_id = Holder::new(holder)?;
         let (ttl, interval) = options.checked()?;
         let sent = now();
-        let (fence, new) = match self
-            .store
-            .claim(&qualified, &holder_id, ttl, &options.reason)
-            .await?
-        {
+        let request = LeaseRequest::new(&holder_id, ttl).reason(&options.reason);
+        let (fence, new) = match self.store.claim(&qualified, request).await? {
             Claim::Granted { fence } => (fence, true),
             Claim::Extended { fence } => (fence, false),
             Claim::Held { holder, remaining } => {

@@ -16,6 +16,33 @@ use crate::key::StoreKey;
 use crate::signals::ReleaseHub;
 use crate::time::Ttl;
 
+/// What [`LeaseStore::claim`] is asked to do: who claims, for how long, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRequest<'a> {
+    /// Who claims: a lease's holder name, or a lock's fresh random token.
+    pub holder: &'a Holder,
+    /// How long the grant lasts without renewal.
+    pub ttl: Ttl,
+    /// Why it is held, shown by `inspect` and `list`; empty for locks.
+    pub reason: &'a str,
+}
+
+impl<'a> LeaseRequest<'a> {
+    /// A claim with no reason, as locks make.
+    pub fn new(holder: &'a Holder, ttl: Ttl) -> Self {
+        LeaseRequest {
+            holder,
+            ttl,
+            reason: "",
+        }
+    }
+
+    /// The same claim, recording `reason`.
+    pub fn reason(self, reason: &'a str) -> Self {
+        LeaseRequest { reason, ..self }
+    }
+}
+
 /// The answer of [`LeaseStore::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -109,9 +136,8 @@ pub struct Wakeups {
 /// - Store faults are errors of kind `Unavailable`; they never look like contention.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
-    /// Claims `key` for `holder` for `ttl`.
-    async fn claim(&self, key: &StoreKey, holder: &Holder, ttl: Ttl, reason: &str)
-    -> Result<Claim>;
+    /// Claims `key` for `request.holder` for `request.ttl`.
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim>;
 
     /// Extends `holder`'s grant of `key` to `ttl` from now.
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal>;

@@ -30,7 +30,7 @@ use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
 use crate::lock::grant::{Deadlines, GrantState, Watch, now, spawn_watchdog};
 use crate::retry::{Backoff, jitter};
-use crate::store::{Claim, LeaseStore};
+use crate::store::{Claim, LeaseRequest, LeaseStore};
 use crate::telemetry::{self, events};
 use options::ValidOptions;
 use turns::Turns;
@@ -428,7 +428,9 @@ impl Locks {
             key,
             holder,
         };
-        let claim = store.claim(key, holder, options.ttl, "").await;
+        let claim = store
+            .claim(key, LeaseRequest::new(holder, options.ttl))
+            .await;
         pending.disarm();
         match claim {
             Ok(Claim::Granted { fence } | Claim::Extended { fence }) => {

@@ -20,7 +20,7 @@ use crate::telemetry::{self, events};
 
 use super::options::error_text;
 use super::queue::QueueInner;
-use super::store::{ClaimedItem, FailPlan, ItemId, Settle};
+use super::store::{ClaimedItem, FailPlan, ItemId, ItemRef, Settle};
 
 /// The answer of [`Item::fail`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +152,7 @@ impl Item {
         let q = &self.queue;
         let answer = q
             .store
-            .complete(&q.key, self.data.id, &self.token)
+            .complete(ItemRef::new(&q.key, self.data.id, &self.token))
             .await
             .map_err(|e| q.fault("complete", e))?;
         match answer {
@@ -199,7 +199,7 @@ impl Item {
         };
         let answer = q
             .store
-            .fail(&q.key, self.data.id, &self.token, plan, error)
+            .fail(ItemRef::new(&q.key, self.data.id, &self.token), plan, error)
             .await
             .map_err(|e| q.fault("fail", e))?;
         let id = self.data.id;
@@ -243,7 +243,10 @@ impl Item {
         let sent = now();
         let answer = q
             .store
-            .extend(&q.key, self.data.id, &self.token, q.options.lease)
+            .extend(
+                ItemRef::new(&q.key, self.data.id, &self.token),
+                q.options.lease,
+            )
             .await
             .map_err(|e| q.fault("extend", e))?;
         Ok(match answer {
@@ -271,7 +274,7 @@ impl Item {
         let q = &self.queue;
         let answer = q
             .store
-            .release(&q.key, self.data.id, &self.token)
+            .release(ItemRef::new(&q.key, self.data.id, &self.token))
             .await
             .map_err(|e| q.fault("release", e))?;
         if answer == Settle::NotOwner {

@@ -32,10 +32,11 @@ use crate::store::Renewal;
 use crate::time::{Clock, Ttl};
 
 use super::store::{
-    Advance, ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, MigrationClaim,
-    MigrationRecord, MigrationState, MigrationStore, NewItem, QueueStats, QueueStore, ScheduleRow,
-    ScheduleStore, Settle,
+    Advance, ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, ItemRef,
+    MigrationClaim, MigrationEnd, MigrationRecord, MigrationState, MigrationStore, NewItem,
+    QueueStats, QueueStore, ScheduleRow, ScheduleStore, Settle, TickClaim, Writer,
 };
+use crate::work::store::NewSchedule;
 
 /// What the first write says about the memory store's reach.
 const PROCESS_LOCAL: &str = "the in-memory store coordinates work only within this process; use sqlite:// or postgres:// to share queues, schedules and migrations across processes";
@@ -213,7 +214,8 @@ impl QueueStore for MemoryStore {
         Ok(claimed)
     }
 
-    async fn complete(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn complete(&self, item: ItemRef<'_>) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let mut state = self.work.state();
         let Some(q) = state.queues.get_mut(queue) else {
             return Ok(Settle::NotOwner);
@@ -225,14 +227,8 @@ impl QueueStore for MemoryStore {
         Ok(Settle::Settled)
     }
 
-    async fn fail(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        plan: FailPlan,
-        error: &str,
-    ) -> Result<Settle> {
+    async fn fail(&self, item: ItemRef<'_>, plan: FailPlan, error: &str) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let now = self.clock.now();
         let mut state = self.work.state();
         let Some(item) = state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) else {
@@ -249,13 +245,8 @@ impl QueueStore for MemoryStore {
         Ok(Settle::Settled)
     }
 
-    async fn extend(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
+    async fn extend(&self, item: ItemRef<'_>, lease: Ttl) -> Result<Renewal> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let now = self.clock.now();
         let mut state = self.work.state();
         match state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) {
@@ -269,7 +260,8 @@ impl QueueStore for MemoryStore {
         }
     }
 
-    async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn release(&self, item: ItemRef<'_>) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let now = self.clock.now();
         let mut state = self.work.state();
         let Some(item) = state.queues.get_mut(queue).and_then(|q| q.owned(id, token)) else {
@@ -358,12 +350,8 @@ impl ScheduleStore for MemoryStore {
         Ok(self.wall_ms(self.clock.now()))
     }
 
-    async fn register_schedule(
-        &self,
-        name: &StoreKey,
-        spec: &str,
-        first_due_ms: i64,
-    ) -> Result<ScheduleRow> {
+    async fn register_schedule(&self, schedule: NewSchedule<'_>) -> Result<ScheduleRow> {
+        let (name, spec, first_due_ms) = (schedule.name, schedule.spec, schedule.first_due_ms);
         let row = {
             let mut state = self.work.state();
             let row = state
@@ -386,14 +374,9 @@ impl ScheduleStore for MemoryStore {
         Ok(row)
     }
 
-    async fn advance_schedule(
-        &self,
-        name: &StoreKey,
-        expected_due_ms: i64,
-        next_due_ms: i64,
-        holder: &Holder,
-        ran: bool,
-    ) -> Result<Advance> {
+    async fn advance_schedule(&self, name: &StoreKey, tick: TickClaim<'_>) -> Result<Advance> {
+        let (expected_due_ms, next_due_ms) = (tick.expected_due_ms, tick.next_due_ms);
+        let (holder, ran) = (tick.holder, tick.ran);
         let now_ms = self.wall_ms(self.clock.now());
         let mut state = self.work.state();
         let Some(row) = state.schedules.get_mut(name) else {
@@ -432,13 +415,8 @@ impl ScheduleStore for MemoryStore {
 
 #[async_trait]
 impl MigrationStore for MemoryStore {
-    async fn claim_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<MigrationClaim> {
+    async fn claim_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<MigrationClaim> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
         let now = self.clock.now();
         let answer = {
             let mut state = self.work.state();
@@ -488,13 +466,8 @@ impl MigrationStore for MemoryStore {
         Ok(answer)
     }
 
-    async fn heartbeat_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
+    async fn heartbeat_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<Renewal> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
         let now = self.clock.now();
         let mut state = self.work.state();
         match state
@@ -512,19 +485,8 @@ impl MigrationStore for MemoryStore {
         }
     }
 
-    async fn finish_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        state_to: MigrationState,
-        error: &str,
-    ) -> Result<Settle> {
-        if state_to == MigrationState::Pending {
-            return Err(crate::Error::invalid_input(
-                "a migration cannot be finished as pending",
-            ));
-        }
+    async fn finish_migration(&self, writer: Writer<'_>, end: MigrationEnd<'_>) -> Result<Settle> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
         let mut state = self.work.state();
         match state
             .migrations
@@ -534,8 +496,8 @@ impl MigrationStore for MemoryStore {
             Some(record)
                 if record.state == MigrationState::Pending && record.claimed_by == *writer =>
             {
-                record.state = state_to;
-                record.error = error.to_owned();
+                record.state = end.state();
+                record.error = end.error().to_owned();
                 Ok(Settle::Settled)
             }
             _ => Ok(Settle::NotOwner),

@@ -34,7 +34,7 @@ use super::options::{
     EnqueueOptions, MAX_QUEUE_NAME_BYTES, QueueOptions, ValidQueueOptions, check_batch,
 };
 use super::store::{
-    ClaimRequest, DeadItem, Enqueued, FailPlan, ItemId, QueueStats, QueueStore, Settle,
+    ClaimRequest, DeadItem, Enqueued, FailPlan, ItemId, ItemRef, QueueStats, QueueStore, Settle,
 };
 
 /// The answer of [`Queue::enqueue`] for one item.
@@ -313,7 +313,11 @@ impl Queue {
         match self
             .inner
             .store
-            .fail(&self.inner.key, id, token, FailPlan::DeadLetter, &error)
+            .fail(
+                ItemRef::new(&self.inner.key, id, token),
+                FailPlan::DeadLetter,
+                &error,
+            )
             .await
         {
             Ok(Settle::Settled) => telemetry::emit(

@@ -47,7 +47,8 @@ use crate::retry::{Backoff, jitter};
 use crate::telemetry::{self, events};
 
 use super::cron::CronSpec;
-use super::store::{Advance, ScheduleRow, ScheduleStore};
+use super::store::{Advance, ScheduleRow, ScheduleStore, TickClaim};
+use crate::work::store::NewSchedule;
 
 /// Longest schedule name, in bytes of UTF-8.
 pub const MAX_SCHEDULE_NAME_BYTES: usize = 200;
@@ -306,7 +307,7 @@ impl Scheduler {
         let now_ms = store.now_ms().await.map_err(|e| fault(&key, e))?;
         let first = spec.next_after_ms(now_ms)?;
         let row = store
-            .register_schedule(&key, spec.as_str(), first)
+            .register_schedule(NewSchedule::new(&key, spec.as_str(), first))
             .await
             .map_err(|e| fault(&key, e))?;
         let handler: Arc<Handler> = Arc::new(move |tick| {
@@ -451,7 +452,7 @@ impl Scheduler {
                     // registering it): write it again, due at the next tick.
                     let first = entry.spec.next_after_ms(now_ms)?;
                     store
-                        .register_schedule(&entry.key, entry.spec.as_str(), first)
+                        .register_schedule(NewSchedule::new(&entry.key, entry.spec.as_str(), first))
                         .await
                         .map_err(|e| fault(&entry.key, e))?
                 }
@@ -490,7 +491,15 @@ impl Scheduler {
                 }
             };
             let answer = store
-                .advance_schedule(&entry.key, due, target, &self.inner.holder, tick.is_some())
+                .advance_schedule(
+                    &entry.key,
+                    TickClaim {
+                        expected_due_ms: due,
+                        next_due_ms: target,
+                        holder: &self.inner.holder,
+                        ran: tick.is_some(),
+                    },
+                )
                 .await
                 .map_err(|e| fault(&entry.key, e))?;
             match answer {

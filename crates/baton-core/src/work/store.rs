@@ -70,7 +70,7 @@
 //! - [`heartbeat_migration`](MigrationStore::heartbeat_migration) and
 //!   [`finish_migration`](MigrationStore::finish_migration) act only on a *pending* record
 //!   owned by `writer` (as for queue items, ownership ends at a takeover, not when the lease
-//!   lapses); otherwise `NotHolder` / `NotOwner`, nothing changed.
+//!   lapses); otherwise `Renewal::NotHeld` / `Settle::NotOwner`, nothing changed.
 //!
 //! Store faults are errors of kind `Unavailable`; they never look like "empty", "duplicate"
 //! or "not owner".
@@ -157,6 +157,27 @@ impl fmt::Debug for ClaimedItem {
             .field("dedup_id", &self.dedup_id)
             .field("last_error", &self.last_error)
             .finish()
+    }
+}
+
+/// The item an atom acts on: its queue, its id, and the token of the claim that holds it.
+/// [`complete`](QueueStore::complete), [`fail`](QueueStore::fail),
+/// [`extend`](QueueStore::extend) and [`release`](QueueStore::release) act only when the
+/// token still owns the item.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemRef<'a> {
+    /// The qualified queue key.
+    pub queue: &'a StoreKey,
+    /// The item's id.
+    pub id: ItemId,
+    /// The token of the claim that took it.
+    pub token: &'a Holder,
+}
+
+impl<'a> ItemRef<'a> {
+    /// Item `id` of `queue`, as held by `token`.
+    pub fn new(queue: &'a StoreKey, id: ItemId, token: &'a Holder) -> Self {
+        ItemRef { queue, id, token }
     }
 }
 
@@ -247,29 +268,16 @@ pub trait QueueStore: Send + Sync + fmt::Debug + 'static {
     async fn claim(&self, queue: &StoreKey, request: ClaimRequest<'_>) -> Result<Vec<ClaimedItem>>;
 
     /// Deletes the item if `token` owns it.
-    async fn complete(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle>;
+    async fn complete(&self, item: ItemRef<'_>) -> Result<Settle>;
 
     /// Retries or dead-letters the item if `token` owns it, storing `error`.
-    async fn fail(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        plan: FailPlan,
-        error: &str,
-    ) -> Result<Settle>;
+    async fn fail(&self, item: ItemRef<'_>, plan: FailPlan, error: &str) -> Result<Settle>;
 
     /// Restarts the item's lease if `token` owns it.
-    async fn extend(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal>;
+    async fn extend(&self, item: ItemRef<'_>, lease: Ttl) -> Result<Renewal>;
 
     /// Returns the item to the queue at once, not counting the attempt, if `token` owns it.
-    async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle>;
+    async fn release(&self, item: ItemRef<'_>) -> Result<Settle>;
 
     /// Counts of every queue whose qualified key starts with `prefix`, ordered by key.
     /// Queues with no items are not listed.
@@ -294,6 +302,42 @@ pub struct ScheduleRow {
     pub last_run: Option<(Holder, i64)>,
 }
 
+/// A schedule as [`ScheduleStore::register_schedule`] registers it.
+#[derive(Debug, Clone, Copy)]
+pub struct NewSchedule<'a> {
+    /// The qualified schedule key.
+    pub name: &'a StoreKey,
+    /// The cron spec, stored as given.
+    pub spec: &'a str,
+    /// The first due tick (unix milliseconds), used when the row is new or its spec changed.
+    pub first_due_ms: i64,
+}
+
+impl<'a> NewSchedule<'a> {
+    /// Schedule `name` running on `spec`, first due at `first_due_ms`.
+    pub fn new(name: &'a StoreKey, spec: &'a str, first_due_ms: i64) -> Self {
+        NewSchedule {
+            name,
+            spec,
+            first_due_ms,
+        }
+    }
+}
+
+/// What [`ScheduleStore::advance_schedule`] is asked to do (the claim of one tick): named fields, so that the two
+/// due times cannot be passed in each other's place.
+#[derive(Debug, Clone, Copy)]
+pub struct TickClaim<'a> {
+    /// The due time the caller read (unix milliseconds): the row moves only from there.
+    pub expected_due_ms: i64,
+    /// The due time of the tick after it (unix milliseconds).
+    pub next_due_ms: i64,
+    /// Who claims the tick.
+    pub holder: &'a Holder,
+    /// Whether the tick runs (recorded as a run) or is skipped.
+    pub ran: bool,
+}
+
 /// The answer of [`ScheduleStore::advance_schedule`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Advance {
@@ -311,22 +355,10 @@ pub trait ScheduleStore: Send + Sync + fmt::Debug + 'static {
     async fn now_ms(&self) -> Result<i64>;
 
     /// Inserts the row, or replaces spec and due time when the spec changed; answers the row.
-    async fn register_schedule(
-        &self,
-        name: &StoreKey,
-        spec: &str,
-        first_due_ms: i64,
-    ) -> Result<ScheduleRow>;
+    async fn register_schedule(&self, schedule: NewSchedule<'_>) -> Result<ScheduleRow>;
 
-    /// Moves the row from `expected_due_ms` to `next_due_ms` if it is there and due.
-    async fn advance_schedule(
-        &self,
-        name: &StoreKey,
-        expected_due_ms: i64,
-        next_due_ms: i64,
-        holder: &Holder,
-        ran: bool,
-    ) -> Result<Advance>;
+    /// Moves the row from `tick.expected_due_ms` to `tick.next_due_ms` if it is there and due.
+    async fn advance_schedule(&self, name: &StoreKey, tick: TickClaim<'_>) -> Result<Advance>;
 
     /// The row, if registered.
     async fn schedule(&self, name: &StoreKey) -> Result<Option<ScheduleRow>>;
@@ -413,37 +445,68 @@ pub enum MigrationClaim {
     },
 }
 
+/// A writer's hold on one migration record, as the migration atoms take it: the set, the
+/// migration's name, and the writer's token.
+#[derive(Debug, Clone, Copy)]
+pub struct Writer<'a> {
+    /// The qualified key of the migration set.
+    pub set: &'a StoreKey,
+    /// The migration's name within the set.
+    pub name: &'a str,
+    /// The writer's token: a fresh random value per run.
+    pub token: &'a Holder,
+}
+
+impl<'a> Writer<'a> {
+    /// `token`'s hold on migration `name` of `set`.
+    pub fn new(set: &'a StoreKey, name: &'a str, token: &'a Holder) -> Self {
+        Writer { set, name, token }
+    }
+}
+
+/// How a pending migration record ends ([`MigrationStore::finish_migration`]): never
+/// `Pending` again, and an error text only where something failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationEnd<'a> {
+    /// `up()` finished.
+    Completed,
+    /// `up()` failed and `down()` failed or was not given; the error text.
+    Failed(&'a str),
+    /// `up()` failed and `down()` undid it; the error text of `up()`.
+    RolledBack(&'a str),
+}
+
+impl<'a> MigrationEnd<'a> {
+    /// The state the record gets.
+    pub fn state(self) -> MigrationState {
+        match self {
+            MigrationEnd::Completed => MigrationState::Completed,
+            MigrationEnd::Failed(_) => MigrationState::Failed,
+            MigrationEnd::RolledBack(_) => MigrationState::RolledBack,
+        }
+    }
+
+    /// The error text stored with it: empty for `Completed`.
+    pub fn error(self) -> &'a str {
+        match self {
+            MigrationEnd::Completed => "",
+            MigrationEnd::Failed(error) | MigrationEnd::RolledBack(error) => error,
+        }
+    }
+}
+
 /// The migration-record atoms of one store. See the [module documentation](self).
 #[async_trait]
 pub trait MigrationStore: Send + Sync + fmt::Debug + 'static {
     /// Compare-and-set claim of one migration record (taking over `writer`'s own pending
     /// claim too, live or not).
-    async fn claim_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<MigrationClaim>;
+    async fn claim_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<MigrationClaim>;
 
-    /// Restarts `writer`'s lease on its pending record.
-    async fn heartbeat_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal>;
+    /// Restarts the lease of `writer`'s pending record.
+    async fn heartbeat_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<Renewal>;
 
-    /// Moves `writer`'s pending record to `state` (never `Pending`), storing `error`.
-    async fn finish_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        state: MigrationState,
-        error: &str,
-    ) -> Result<Settle>;
+    /// Ends `writer`'s pending record as `end` says, storing its error text.
+    async fn finish_migration(&self, writer: Writer<'_>, end: MigrationEnd<'_>) -> Result<Settle>;
 
     /// Every record of the set, ordered by name.
     async fn migrations(&self, set: &StoreKey) -> Result<Vec<MigrationRecord>>;

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use baton_core::store::Renewal;
 use baton_core::work::store::{
-    MigrationClaim, MigrationRecord, MigrationState, MigrationStore, Settle,
+    MigrationClaim, MigrationEnd, MigrationRecord, MigrationState, MigrationStore, Settle, Writer,
 };
 use baton_core::{Error, Holder, Result, StoreKey, Ttl};
 use sqlx::Row;
@@ -142,13 +142,8 @@ impl PostgresStore {
 
 #[async_trait]
 impl MigrationStore for PostgresStore {
-    async fn claim_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<MigrationClaim> {
+    async fn claim_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<MigrationClaim> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
         for _ in 0..MAX_RERUNS {
             if let Some(claim) = self.try_claim_migration(set, name, writer, lease).await? {
                 return Ok(claim);
@@ -163,50 +158,25 @@ impl MigrationStore for PostgresStore {
         )))
     }
 
-    async fn heartbeat_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
-        let changed = self
-            .db
-            .call(
+    async fn heartbeat_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<Renewal> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
+        self.db
+            .renew(
                 || format!("heartbeat of migration {name} of {set}"),
-                || async {
-                    Ok(sqlx::query(sql::HEARTBEAT_MIGRATION)
+                || {
+                    sqlx::query(sql::HEARTBEAT_MIGRATION)
                         .bind(set.as_str())
                         .bind(name)
                         .bind(writer.as_str())
                         .bind(ttl_ms(lease))
-                        .execute(self.db.exec())
-                        .await?
-                        .rows_affected())
                 },
-                |_| true,
             )
-            .await?;
-        Ok(if changed == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::NotHeld
-        })
+            .await
     }
 
-    async fn finish_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        state: MigrationState,
-        error: &str,
-    ) -> Result<Settle> {
-        if state == MigrationState::Pending {
-            return Err(Error::invalid_input(
-                "a migration cannot be finished as pending",
-            ));
-        }
+    async fn finish_migration(&self, writer: Writer<'_>, end: MigrationEnd<'_>) -> Result<Settle> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
+        let (state, error) = (end.state(), end.error());
         self.db
             .call(
                 || format!("finish of migration {name} of {set}"),

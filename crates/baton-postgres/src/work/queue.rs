@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use baton_core::store::Renewal;
 use baton_core::work::store::{
-    ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, NewItem, QueueStats,
+    ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, ItemRef, NewItem, QueueStats,
     QueueStore, Settle,
 };
-use baton_core::{Holder, Result, StoreKey, Ttl};
+use baton_core::{Result, StoreKey, Ttl};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
@@ -227,7 +227,8 @@ impl QueueStore for PostgresStore {
             .map_err(|e| crate::error::sql_error(e, &what(), &self.db.server))
     }
 
-    async fn complete(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn complete(&self, item: ItemRef<'_>) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         self.settle_item(
             || format!("complete of item {id} of {queue}"),
             || {
@@ -240,14 +241,8 @@ impl QueueStore for PostgresStore {
         .await
     }
 
-    async fn fail(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        plan: FailPlan,
-        error: &str,
-    ) -> Result<Settle> {
+    async fn fail(&self, item: ItemRef<'_>, plan: FailPlan, error: &str) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let what = || format!("fail of item {id} of {queue}");
         match plan {
             FailPlan::Retry { after } => {
@@ -274,39 +269,24 @@ impl QueueStore for PostgresStore {
         }
     }
 
-    async fn extend(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
-        let changed = self
-            .db
-            .call(
+    async fn extend(&self, item: ItemRef<'_>, lease: Ttl) -> Result<Renewal> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
+        self.db
+            .renew(
                 || format!("extend of item {id} of {queue}"),
-                || async {
-                    Ok(sqlx::query(sql::EXTEND)
+                || {
+                    sqlx::query(sql::EXTEND)
                         .bind(queue.as_str())
                         .bind(id.0)
                         .bind(token.as_str())
                         .bind(ttl_ms(lease))
-                        .execute(self.db.exec())
-                        .await?
-                        .rows_affected())
                 },
-                // A first run that extended leaves the item the caller's: the same answer.
-                |_| true,
             )
-            .await?;
-        Ok(if changed == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::NotHeld
-        })
+            .await
     }
 
-    async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn release(&self, item: ItemRef<'_>) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         self.settle_item(
             || format!("release of item {id} of {queue}"),
             || {

@@ -2,13 +2,14 @@
 //! tick claimed by one conditional `UPDATE` on the server's clock (see [`sql`]).
 
 use async_trait::async_trait;
-use baton_core::work::store::{Advance, ScheduleRow, ScheduleStore};
+use baton_core::work::store::{Advance, ScheduleRow, ScheduleStore, TickClaim};
 use baton_core::{Error, Holder, Result, StoreKey};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use super::{count, sql};
 use crate::locks::PostgresStore;
+use baton_core::work::store::NewSchedule;
 
 /// How often a register is run again when the row it conflicted with was committed after
 /// its statement's snapshot (each rerun needs another replica to insert the row during it).
@@ -40,12 +41,8 @@ impl ScheduleStore for PostgresStore {
             .await
     }
 
-    async fn register_schedule(
-        &self,
-        name: &StoreKey,
-        spec: &str,
-        first_due_ms: i64,
-    ) -> Result<ScheduleRow> {
+    async fn register_schedule(&self, schedule: NewSchedule<'_>) -> Result<ScheduleRow> {
+        let (name, spec, first_due_ms) = (schedule.name, schedule.spec, schedule.first_due_ms);
         let what = || format!("register of schedule {name}");
         for _ in 0..MAX_RERUNS {
             let row = self
@@ -76,14 +73,9 @@ impl ScheduleStore for PostgresStore {
         )))
     }
 
-    async fn advance_schedule(
-        &self,
-        name: &StoreKey,
-        expected_due_ms: i64,
-        next_due_ms: i64,
-        holder: &Holder,
-        ran: bool,
-    ) -> Result<Advance> {
+    async fn advance_schedule(&self, name: &StoreKey, tick: TickClaim<'_>) -> Result<Advance> {
+        let (expected_due_ms, next_due_ms) = (tick.expected_due_ms, tick.next_due_ms);
+        let (holder, ran) = (tick.holder, tick.ran);
         self.db
             .call(
                 || format!("advance of schedule {name}"),

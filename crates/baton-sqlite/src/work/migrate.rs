@@ -6,8 +6,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_core::store::Renewal;
 use baton_core::work::MigrationStore;
-use baton_core::work::store::{MigrationClaim, MigrationRecord, MigrationState, Settle};
-use baton_core::{Error, Holder, Result, StoreKey, Ttl};
+use baton_core::work::store::{
+    MigrationClaim, MigrationEnd, MigrationRecord, MigrationState, Settle, Writer,
+};
+use baton_core::{Holder, Result, StoreKey, Ttl};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{lease_ns, sql, stored_u32};
@@ -115,13 +117,8 @@ fn records(conn: &Connection, set: &str) -> Result<Vec<MigrationRecord>, OpError
 
 #[async_trait]
 impl MigrationStore for SqliteStore {
-    async fn claim_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<MigrationClaim> {
+    async fn claim_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<MigrationClaim> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
         let (set, name, writer) = (set.clone(), name.to_owned(), writer.clone());
         self.database()
             .run(Role::Write, "claiming a migration", move |conn, _| {
@@ -130,13 +127,8 @@ impl MigrationStore for SqliteStore {
             .await
     }
 
-    async fn heartbeat_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
+    async fn heartbeat_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<Renewal> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
         let (set, name, writer) = (set.clone(), name.to_owned(), writer.clone());
         self.database()
             .run(Role::Write, "migration heartbeat", move |conn, _| {
@@ -161,19 +153,9 @@ impl MigrationStore for SqliteStore {
             .await
     }
 
-    async fn finish_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        state: MigrationState,
-        error: &str,
-    ) -> Result<Settle> {
-        if state == MigrationState::Pending {
-            return Err(Error::invalid_input(
-                "a migration finishes as completed, failed or rolled back, never pending",
-            ));
-        }
+    async fn finish_migration(&self, writer: Writer<'_>, end: MigrationEnd<'_>) -> Result<Settle> {
+        let (set, name, writer) = (writer.set, writer.name, writer.token);
+        let (state, error) = (end.state(), end.error());
         let (set, name, writer, error) = (
             set.clone(),
             name.to_owned(),

@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use baton_core::store::Renewal;
 use baton_core::work::QueueStore;
 use baton_core::work::store::{
-    ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, NewItem, QueueStats, Settle,
+    ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, ItemRef, NewItem, QueueStats,
+    Settle,
 };
-use baton_core::{Error, Holder, Result, StoreKey, Ttl};
+use baton_core::{Error, Result, StoreKey, Ttl};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ceil_ms, lease_ns, sql, stored_u32, stored_u64, upper_bound_value, wall_ms};
@@ -257,7 +258,8 @@ impl QueueStore for SqliteStore {
             .await
     }
 
-    async fn complete(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn complete(&self, item: ItemRef<'_>) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let (queue, token) = (queue.clone(), token.clone());
         self.database()
             .run(Role::Write, "complete", move |conn, _| {
@@ -273,14 +275,8 @@ impl QueueStore for SqliteStore {
             .await
     }
 
-    async fn fail(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        plan: FailPlan,
-        error: &str,
-    ) -> Result<Settle> {
+    async fn fail(&self, item: ItemRef<'_>, plan: FailPlan, error: &str) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let (queue, token, error) = (queue.clone(), token.clone(), error.to_owned());
         self.database()
             .run(Role::Write, "fail", move |conn, _| {
@@ -302,13 +298,8 @@ impl QueueStore for SqliteStore {
             .await
     }
 
-    async fn extend(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
+    async fn extend(&self, item: ItemRef<'_>, lease: Ttl) -> Result<Renewal> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let (queue, token) = (queue.clone(), token.clone());
         self.database()
             .run(Role::Write, "extend", move |conn, _| {
@@ -330,7 +321,8 @@ impl QueueStore for SqliteStore {
             .await
     }
 
-    async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn release(&self, item: ItemRef<'_>) -> Result<Settle> {
+        let (queue, id, token) = (item.queue, item.id, item.token);
         let (queue, token) = (queue.clone(), token.clone());
         self.database()
             .run(Role::Write, "release", move |conn, _| {

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use baton_core::work::ScheduleStore;
-use baton_core::work::store::{Advance, ScheduleRow};
+use baton_core::work::store::{Advance, ScheduleRow, TickClaim};
 use baton_core::{Holder, Result, StoreKey};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -12,6 +12,7 @@ use crate::connection::Role;
 use crate::error::OpError;
 use crate::locks::SqliteStore;
 use crate::schema::immediate;
+use baton_core::work::store::NewSchedule;
 
 /// A row's columns as [`sql::SCHEDULE`] and [`sql::SCHEDULES`] read them.
 struct Stored {
@@ -64,12 +65,8 @@ impl ScheduleStore for SqliteStore {
         Ok(wall_ms())
     }
 
-    async fn register_schedule(
-        &self,
-        name: &StoreKey,
-        spec: &str,
-        first_due_ms: i64,
-    ) -> Result<ScheduleRow> {
+    async fn register_schedule(&self, schedule: NewSchedule<'_>) -> Result<ScheduleRow> {
+        let (name, spec, first_due_ms) = (schedule.name, schedule.spec, schedule.first_due_ms);
         let (name, spec) = (name.clone(), spec.to_owned());
         self.database()
             .run(Role::Write, "registering a schedule", move |conn, _| {
@@ -84,14 +81,9 @@ impl ScheduleStore for SqliteStore {
             .await
     }
 
-    async fn advance_schedule(
-        &self,
-        name: &StoreKey,
-        expected_due_ms: i64,
-        next_due_ms: i64,
-        holder: &Holder,
-        ran: bool,
-    ) -> Result<Advance> {
+    async fn advance_schedule(&self, name: &StoreKey, tick: TickClaim<'_>) -> Result<Advance> {
+        let (expected_due_ms, next_due_ms) = (tick.expected_due_ms, tick.next_due_ms);
+        let (holder, ran) = (tick.holder, tick.ran);
         let (name, holder) = (name.clone(), holder.clone());
         self.database()
             .run(Role::Write, "advancing a schedule", move |conn, _| {

@@ -39,10 +39,11 @@ pub use policy::*;
 pub use scenarios::*;
 
 use super::store::{
-    Advance, ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, MigrationClaim,
-    MigrationRecord, MigrationState, MigrationStore, NewItem, QueueStats, QueueStore, ScheduleRow,
-    ScheduleStore, Settle, WorkStore,
+    Advance, ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, ItemRef,
+    MigrationClaim, MigrationEnd, MigrationRecord, MigrationState, MigrationStore, NewItem,
+    QueueStats, QueueStore, ScheduleRow, ScheduleStore, Settle, TickClaim, WorkStore, Writer,
 };
+use crate::work::store::NewSchedule;
 
 /// What a store's test target provides to the rules.
 #[async_trait]
@@ -282,7 +283,10 @@ pub async fn dedup_inside_the_window_is_a_noop_naming_the_first(h: &dyn WorkHarn
     let c = claim_one(&*store, &key, &token, LONG).await;
     assert_eq!((c.id, c.payload.as_slice()), (first, &b"one"[..]));
     assert_eq!(
-        store.complete(&key, first, &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&key, first, &token))
+            .await
+            .unwrap(),
         Settle::Settled
     );
     assert_eq!(
@@ -520,36 +524,45 @@ pub async fn settling_requires_the_token(h: &dyn WorkHarness) {
     let stranger = Holder::random();
     // Not claimed yet: nobody owns it.
     assert_eq!(
-        store.complete(&key, id, &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&key, id, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner
     );
     let c = claim_one(&*store, &key, &token, LONG).await;
     assert_eq!(c.id, id);
     assert_eq!(
-        store.complete(&key, id, &stranger).await.unwrap(),
-        Settle::NotOwner
-    );
-    assert_eq!(
         store
-            .fail(&key, id, &stranger, FailPlan::DeadLetter, "x")
+            .complete(ItemRef::new(&key, id, &stranger))
             .await
             .unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
         store
-            .extend(&key, id, &stranger, ttl(ms(10)))
+            .fail(ItemRef::new(&key, id, &stranger), FailPlan::DeadLetter, "x")
+            .await
+            .unwrap(),
+        Settle::NotOwner
+    );
+    assert_eq!(
+        store
+            .extend(ItemRef::new(&key, id, &stranger), ttl(ms(10)))
             .await
             .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
-        store.release(&key, id, &stranger).await.unwrap(),
+        store
+            .release(ItemRef::new(&key, id, &stranger))
+            .await
+            .unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
         store
-            .complete(&key, ItemId(id.0 + 1_000_000), &token)
+            .complete(ItemRef::new(&key, ItemId(id.0 + 1_000_000), &token))
             .await
             .unwrap(),
         Settle::NotOwner,
@@ -562,12 +575,18 @@ pub async fn settling_requires_the_token(h: &dyn WorkHarness) {
         "nothing changed: {s:?}"
     );
     assert_eq!(
-        store.complete(&key, id, &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&key, id, &token))
+            .await
+            .unwrap(),
         Settle::Settled
     );
     assert!(stats_of(&*store, &key).await.is_none(), "completed: gone");
     assert_eq!(
-        store.complete(&key, id, &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&key, id, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner,
         "a completed item is owned by nobody"
     );
@@ -586,22 +605,35 @@ pub async fn zombie_after_a_reclaim_is_not_owner(h: &dyn WorkHarness) {
     let again = claim_eventually(&*store, &key, &heir, LONG).await;
     assert_eq!((again.id, again.attempt), (id, 2));
     assert_eq!(
-        store.complete(&key, id, &zombie).await.unwrap(),
-        Settle::NotOwner
-    );
-    assert_eq!(
         store
-            .fail(&key, id, &zombie, FailPlan::Retry { after: ms(0) }, "late")
+            .complete(ItemRef::new(&key, id, &zombie))
             .await
             .unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
-        store.extend(&key, id, &zombie, ttl(LONG)).await.unwrap(),
+        store
+            .fail(
+                ItemRef::new(&key, id, &zombie),
+                FailPlan::Retry { after: ms(0) },
+                "late"
+            )
+            .await
+            .unwrap(),
+        Settle::NotOwner
+    );
+    assert_eq!(
+        store
+            .extend(ItemRef::new(&key, id, &zombie), ttl(LONG))
+            .await
+            .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
-        store.release(&key, id, &zombie).await.unwrap(),
+        store
+            .release(ItemRef::new(&key, id, &zombie))
+            .await
+            .unwrap(),
         Settle::NotOwner
     );
     let s = stats_of(&*store, &key).await.unwrap();
@@ -613,7 +645,7 @@ pub async fn zombie_after_a_reclaim_is_not_owner(h: &dyn WorkHarness) {
         "the heir's lease is intact"
     );
     assert_eq!(
-        store.complete(&key, id, &heir).await.unwrap(),
+        store.complete(ItemRef::new(&key, id, &heir)).await.unwrap(),
         Settle::Settled
     );
 }
@@ -638,12 +670,15 @@ pub async fn late_settle_without_a_reclaim_is_accepted(h: &dyn WorkHarness) {
     })
     .await;
     assert_eq!(
-        store.extend(&key, b, &token, ttl(LONG)).await.unwrap(),
+        store
+            .extend(ItemRef::new(&key, b, &token), ttl(LONG))
+            .await
+            .unwrap(),
         Renewal::Renewed,
         "a lapsed lease is extended by its owner while nobody took it"
     );
     assert_eq!(
-        store.complete(&key, a, &token).await.unwrap(),
+        store.complete(ItemRef::new(&key, a, &token)).await.unwrap(),
         Settle::Settled
     );
     let s = stats_of(&*store, &key).await.unwrap();
@@ -685,7 +720,10 @@ pub async fn extend_restarts_the_lease(h: &dyn WorkHarness) {
     let token = Holder::random();
     claim_one(&*store, &key, &token, Duration::from_secs(2)).await;
     assert_eq!(
-        store.extend(&key, id, &token, ttl(LONG)).await.unwrap(),
+        store
+            .extend(ItemRef::new(&key, id, &token), ttl(LONG))
+            .await
+            .unwrap(),
         Renewal::Renewed
     );
     sleep(Duration::from_millis(2_500)).await;
@@ -696,7 +734,10 @@ pub async fn extend_restarts_the_lease(h: &dyn WorkHarness) {
         "the extended lease outlives the first one"
     );
     assert_eq!(
-        store.extend(&key, id, &token, ttl(ms(20))).await.unwrap(),
+        store
+            .extend(ItemRef::new(&key, id, &token), ttl(ms(20)))
+            .await
+            .unwrap(),
         Renewal::Renewed
     );
     let again = claim_eventually(&*store, &key, &Holder::random(), LONG).await;
@@ -714,7 +755,11 @@ pub async fn fail_with_retry_makes_the_item_ready_after_the_backoff(h: &dyn Work
     claim_one(&*store, &key, &token, LONG).await;
     assert_eq!(
         store
-            .fail(&key, id, &token, FailPlan::Retry { after: LONG }, "boom")
+            .fail(
+                ItemRef::new(&key, id, &token),
+                FailPlan::Retry { after: LONG },
+                "boom"
+            )
             .await
             .unwrap(),
         Settle::Settled
@@ -728,11 +773,9 @@ pub async fn fail_with_retry_makes_the_item_ready_after_the_backoff(h: &dyn Work
     assert_eq!(
         store
             .fail(
-                &key,
-                other,
-                &token,
+                ItemRef::new(&key, other, &token),
                 FailPlan::Retry { after: ms(100) },
-                "first error",
+                "first error"
             )
             .await
             .unwrap(),
@@ -740,7 +783,7 @@ pub async fn fail_with_retry_makes_the_item_ready_after_the_backoff(h: &dyn Work
     );
     assert_eq!(
         store
-            .fail(&key, other, &token, FailPlan::DeadLetter, "x")
+            .fail(ItemRef::new(&key, other, &token), FailPlan::DeadLetter, "x")
             .await
             .unwrap(),
         Settle::NotOwner,
@@ -753,9 +796,7 @@ pub async fn fail_with_retry_makes_the_item_ready_after_the_backoff(h: &dyn Work
     assert_eq!(
         store
             .fail(
-                &key,
-                other,
-                &token2,
+                ItemRef::new(&key, other, &token2),
                 FailPlan::Retry {
                     after: Duration::ZERO
                 },
@@ -781,7 +822,7 @@ pub async fn fail_with_dead_letter_keeps_the_item_unclaimable(h: &dyn WorkHarnes
     let error = "no such customer: ü\u{1F600}";
     assert_eq!(
         store
-            .fail(&key, id, &token, FailPlan::DeadLetter, error)
+            .fail(ItemRef::new(&key, id, &token), FailPlan::DeadLetter, error)
             .await
             .unwrap(),
         Settle::Settled
@@ -801,7 +842,10 @@ pub async fn fail_with_dead_letter_keeps_the_item_unclaimable(h: &dyn WorkHarnes
     let s = stats_of(&*store, &key).await.unwrap();
     assert_eq!((s.dead, s.ready, s.running), (1, 0, 0), "{s:?}");
     assert_eq!(
-        store.complete(&key, id, &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&key, id, &token))
+            .await
+            .unwrap(),
         Settle::NotOwner,
         "a dead item is owned by nobody"
     );
@@ -823,11 +867,11 @@ pub async fn release_is_not_an_attempt(h: &dyn WorkHarness) {
     let token = Holder::random();
     assert_eq!(claim_one(&*store, &key, &token, LONG).await.attempt, 1);
     assert_eq!(
-        store.release(&key, id, &token).await.unwrap(),
+        store.release(ItemRef::new(&key, id, &token)).await.unwrap(),
         Settle::Settled
     );
     assert_eq!(
-        store.release(&key, id, &token).await.unwrap(),
+        store.release(ItemRef::new(&key, id, &token)).await.unwrap(),
         Settle::NotOwner
     );
     let again = claim_one(&*store, &key, &Holder::random(), LONG).await;
@@ -845,7 +889,7 @@ pub async fn stats_count_every_state(h: &dyn WorkHarness) {
     let a = added(&*store, &key, item(b"a")).await;
     claim_one(&*store, &key, &token, LONG).await;
     store
-        .fail(&key, a, &token, FailPlan::DeadLetter, "x")
+        .fail(ItemRef::new(&key, a, &token), FailPlan::DeadLetter, "x")
         .await
         .unwrap();
     // running
@@ -870,7 +914,10 @@ pub async fn stats_count_every_state(h: &dyn WorkHarness) {
     let s3 = queue_key(&ns, "s3");
     let done = added(&*store, &s3, deduped(b"g", "g", DAY)).await;
     claim_one(&*store, &s3, &token, LONG).await;
-    store.complete(&s3, done, &token).await.unwrap();
+    store
+        .complete(ItemRef::new(&s3, done, &token))
+        .await
+        .unwrap();
     added(&*store, &queue_key(&fresh_namespace(), "s1"), item(b"h")).await;
 
     eventually(PATIENCE, "the short lease lapsing", || {
@@ -918,7 +965,11 @@ pub async fn dead_letters_oldest_first_up_to_the_limit(h: &dyn WorkHarness) {
         let id = added(&*store, &key, item(format!("p{i}").as_bytes())).await;
         claim_one(&*store, &key, &token, LONG).await;
         store
-            .fail(&key, id, &token, FailPlan::DeadLetter, &format!("e{i}"))
+            .fail(
+                ItemRef::new(&key, id, &token),
+                FailPlan::DeadLetter,
+                &format!("e{i}"),
+            )
             .await
             .unwrap();
         ids.push(id);
@@ -947,7 +998,7 @@ pub async fn schedule_register_inserts_or_replaces_the_spec(h: &dyn WorkHarness)
     let store = h.open().await;
     let name = schedule_key(&ns, "nightly");
     let row = store
-        .register_schedule(&name, "0 3 * * *", 1_000)
+        .register_schedule(NewSchedule::new(&name, "0 3 * * *", 1_000))
         .await
         .unwrap();
     assert_eq!(
@@ -961,12 +1012,12 @@ pub async fn schedule_register_inserts_or_replaces_the_spec(h: &dyn WorkHarness)
         }
     );
     let same = store
-        .register_schedule(&name, "0 3 * * *", 5_000)
+        .register_schedule(NewSchedule::new(&name, "0 3 * * *", 5_000))
         .await
         .unwrap();
     assert_eq!(same, row, "same spec: nothing changes");
     let changed = store
-        .register_schedule(&name, "0 4 * * *", 7_000)
+        .register_schedule(NewSchedule::new(&name, "0 4 * * *", 7_000))
         .await
         .unwrap();
     assert_eq!(
@@ -976,11 +1027,15 @@ pub async fn schedule_register_inserts_or_replaces_the_spec(h: &dyn WorkHarness)
     assert_eq!(store.schedule(&name).await.unwrap(), Some(changed.clone()));
     let other = schedule_key(&ns, "hourly");
     store
-        .register_schedule(&other, "0 * * * *", 9)
+        .register_schedule(NewSchedule::new(&other, "0 * * * *", 9))
         .await
         .unwrap();
     store
-        .register_schedule(&schedule_key(&fresh_namespace(), "x"), "0 * * * *", 9)
+        .register_schedule(NewSchedule::new(
+            &schedule_key(&fresh_namespace(), "x"),
+            "0 * * * *",
+            9,
+        ))
         .await
         .unwrap();
     let rows = store
@@ -1011,7 +1066,7 @@ pub async fn schedule_advance_exactly_one_of_many(h: &dyn WorkHarness) {
     let now = stores[0].now_ms().await.unwrap();
     let due = now - 1_000;
     stores[0]
-        .register_schedule(&name, "* * * * *", due)
+        .register_schedule(NewSchedule::new(&name, "* * * * *", due))
         .await
         .unwrap();
     let start = Arc::new(Barrier::new(16));
@@ -1022,7 +1077,15 @@ pub async fn schedule_advance_exactly_one_of_many(h: &dyn WorkHarness) {
                 let holder = Holder::new(format!("replica-{i}")).unwrap();
                 start.wait().await;
                 let answer = store
-                    .advance_schedule(&name, due, due + 60_000, &holder, true)
+                    .advance_schedule(
+                        &name,
+                        TickClaim {
+                            expected_due_ms: due,
+                            next_due_ms: due + 60_000,
+                            holder: &holder,
+                            ran: true,
+                        },
+                    )
                     .await
                     .expect("advance");
                 (holder, answer)
@@ -1046,12 +1109,20 @@ pub async fn schedule_advance_exactly_one_of_many(h: &dyn WorkHarness) {
     // A skipped tick (ran = false) moves the row without recording a run.
     let skipped = schedule_key(&ns, "skipped");
     stores[0]
-        .register_schedule(&skipped, "* * * * *", due)
+        .register_schedule(NewSchedule::new(&skipped, "* * * * *", due))
         .await
         .unwrap();
     assert_eq!(
         stores[2]
-            .advance_schedule(&skipped, due, due + 120_000, &Holder::random(), false)
+            .advance_schedule(
+                &skipped,
+                TickClaim {
+                    expected_due_ms: due,
+                    next_due_ms: due + 120_000,
+                    holder: &Holder::random(),
+                    ran: false
+                }
+            )
             .await
             .unwrap(),
         Advance::Claimed
@@ -1072,13 +1143,21 @@ pub async fn schedule_advance_not_due_or_moved_is_lost(h: &dyn WorkHarness) {
     let now = store.now_ms().await.unwrap();
     let future = now + 600_000;
     store
-        .register_schedule(&name, "* * * * *", future)
+        .register_schedule(NewSchedule::new(&name, "* * * * *", future))
         .await
         .unwrap();
     let holder = Holder::random();
     assert_eq!(
         store
-            .advance_schedule(&name, future, future + 60_000, &holder, true)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: future,
+                    next_due_ms: future + 60_000,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Lost,
@@ -1086,7 +1165,15 @@ pub async fn schedule_advance_not_due_or_moved_is_lost(h: &dyn WorkHarness) {
     );
     assert_eq!(
         store
-            .advance_schedule(&name, now - 60_000, now, &holder, true)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: now - 60_000,
+                    next_due_ms: now,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Lost,
@@ -1094,7 +1181,15 @@ pub async fn schedule_advance_not_due_or_moved_is_lost(h: &dyn WorkHarness) {
     );
     assert_eq!(
         store
-            .advance_schedule(&schedule_key(&ns, "absent"), now - 1, now, &holder, true)
+            .advance_schedule(
+                &schedule_key(&ns, "absent"),
+                TickClaim {
+                    expected_due_ms: now - 1,
+                    next_due_ms: now,
+                    holder: &holder,
+                    ran: true
+                }
+            )
             .await
             .unwrap(),
         Advance::Lost
@@ -1126,7 +1221,7 @@ async fn claimed(
     lease: Duration,
 ) -> (u32, Option<MigrationState>) {
     match store
-        .claim_migration(set, name, writer, ttl(lease))
+        .claim_migration(Writer::new(set, name, writer), ttl(lease))
         .await
         .expect("claim_migration")
     {
@@ -1160,7 +1255,7 @@ pub async fn migration_claim_is_a_compare_and_set(h: &dyn WorkHarness) {
     );
     assert_eq!(claimed(&*store, &set, "001", &a, LONG).await, (1, None));
     match store
-        .claim_migration(&set, "001", &b, ttl(LONG))
+        .claim_migration(Writer::new(&set, "001", &b), ttl(LONG))
         .await
         .unwrap()
     {
@@ -1172,26 +1267,27 @@ pub async fn migration_claim_is_a_compare_and_set(h: &dyn WorkHarness) {
     }
     assert_eq!(
         store
-            .finish_migration(&set, "001", &a, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001", &a), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::Settled
     );
     assert_eq!(
         store
-            .claim_migration(&set, "001", &b, ttl(LONG))
+            .claim_migration(Writer::new(&set, "001", &b), ttl(LONG))
             .await
             .unwrap(),
         MigrationClaim::Completed
     );
 
-    for (name, state) in [
-        ("002", MigrationState::Failed),
-        ("003", MigrationState::RolledBack),
+    for (name, end) in [
+        ("002", MigrationEnd::Failed("it broke")),
+        ("003", MigrationEnd::RolledBack("it broke")),
     ] {
+        let state = end.state();
         claimed(&*store, &set, name, &a, LONG).await;
         store
-            .finish_migration(&set, name, &a, state, "it broke")
+            .finish_migration(Writer::new(&set, name, &a), end)
             .await
             .unwrap();
         let r = record(&*store, &set, name).await;
@@ -1212,7 +1308,7 @@ pub async fn migration_claim_is_a_compare_and_set(h: &dyn WorkHarness) {
     let start = tokio::time::Instant::now();
     loop {
         match store
-            .claim_migration(&set, "004", &b, ttl(LONG))
+            .claim_migration(Writer::new(&set, "004", &b), ttl(LONG))
             .await
             .unwrap()
         {
@@ -1261,7 +1357,7 @@ pub async fn migration_claim_exactly_one_of_many(h: &dyn WorkHarness) {
             tokio::spawn(async move {
                 start.wait().await;
                 store
-                    .claim_migration(&set, "001", &Holder::random(), ttl(LONG))
+                    .claim_migration(Writer::new(&set, "001", &Holder::random()), ttl(LONG))
                     .await
                     .expect("claim")
             })
@@ -1307,7 +1403,7 @@ pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &dyn WorkHarne
     );
     assert!(r.lease_remaining > LONG / 2, "{:?}", r.lease_remaining);
     match store
-        .claim_migration(&set, "001", &b, ttl(LONG))
+        .claim_migration(Writer::new(&set, "001", &b), ttl(LONG))
         .await
         .unwrap()
     {
@@ -1319,21 +1415,21 @@ pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &dyn WorkHarne
     }
     assert_eq!(
         store
-            .heartbeat_migration(&set, "001", &a, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "001", &a), ttl(LONG))
             .await
             .unwrap(),
         Renewal::Renewed
     );
     assert_eq!(
         store
-            .finish_migration(&set, "001", &a, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001", &a), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::Settled
     );
     assert_eq!(
         store
-            .claim_migration(&set, "001", &a, ttl(LONG))
+            .claim_migration(Writer::new(&set, "001", &a), ttl(LONG))
             .await
             .unwrap(),
         MigrationClaim::Completed,
@@ -1355,7 +1451,7 @@ pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &dyn WorkHarne
     // Its writer has no say over another writer's live claim.
     claimed(&*store, &set, "003", &b, LONG).await;
     match store
-        .claim_migration(&set, "003", &a, ttl(LONG))
+        .claim_migration(Writer::new(&set, "003", &a), ttl(LONG))
         .await
         .unwrap()
     {
@@ -1379,21 +1475,21 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
     claimed(&*store, &set, "001", &a, ms(200)).await;
     assert_eq!(
         store
-            .heartbeat_migration(&set, "001", &b, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "001", &b), ttl(LONG))
             .await
             .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
         store
-            .finish_migration(&set, "001", &b, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001", &b), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::NotOwner
     );
     assert_eq!(
         store
-            .heartbeat_migration(&set, "001", &a, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "001", &a), ttl(LONG))
             .await
             .unwrap(),
         Renewal::Renewed
@@ -1402,7 +1498,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
     assert!(
         matches!(
             store
-                .claim_migration(&set, "001", &b, ttl(LONG))
+                .claim_migration(Writer::new(&set, "001", &b), ttl(LONG))
                 .await
                 .unwrap(),
             MigrationClaim::Busy { .. }
@@ -1412,7 +1508,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
     assert!(record(&*store, &set, "001").await.lease_remaining > LONG / 2);
     assert_eq!(
         store
-            .heartbeat_migration(&set, "absent", &a, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "absent", &a), ttl(LONG))
             .await
             .unwrap(),
         Renewal::NotHeld
@@ -1423,7 +1519,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
     let start = tokio::time::Instant::now();
     while !matches!(
         store
-            .claim_migration(&set, "002", &b, ttl(LONG))
+            .claim_migration(Writer::new(&set, "002", &b), ttl(LONG))
             .await
             .unwrap(),
         MigrationClaim::Claimed { .. }
@@ -1433,14 +1529,14 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
     }
     assert_eq!(
         store
-            .heartbeat_migration(&set, "002", &a, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "002", &a), ttl(LONG))
             .await
             .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
         store
-            .finish_migration(&set, "002", &a, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "002", &a), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::NotOwner
@@ -1452,7 +1548,10 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
     );
     assert_eq!(
         store
-            .finish_migration(&set, "002", &b, MigrationState::RolledBack, "undone")
+            .finish_migration(
+                Writer::new(&set, "002", &b),
+                MigrationEnd::RolledBack("undone")
+            )
             .await
             .unwrap(),
         Settle::Settled
@@ -1460,14 +1559,14 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
     // Finished records have no owner to act for.
     assert_eq!(
         store
-            .heartbeat_migration(&set, "002", &b, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "002", &b), ttl(LONG))
             .await
             .unwrap(),
         Renewal::NotHeld
     );
     assert_eq!(
         store
-            .finish_migration(&set, "002", &b, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "002", &b), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::NotOwner
@@ -1494,7 +1593,7 @@ pub async fn migration_late_finish_without_a_takeover_is_accepted(h: &dyn WorkHa
     .await;
     assert_eq!(
         store
-            .finish_migration(&set, "001", &a, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001", &a), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::Settled
@@ -1520,7 +1619,7 @@ pub async fn store_faults_are_errors_not_answers(h: &dyn WorkHarness) {
     claimed(store, &set, "001", &writer, LONG).await;
     let name = schedule_key(&ns, "s");
     store
-        .register_schedule(&name, "* * * * *", 0)
+        .register_schedule(NewSchedule::new(&name, "* * * * *", 0))
         .await
         .unwrap();
 
@@ -1542,27 +1641,50 @@ pub async fn store_faults_are_errors_not_answers(h: &dyn WorkHarness) {
             .await
             .unwrap_err(),
     );
-    unavailable(store.complete(&key, id, &token).await.unwrap_err());
     unavailable(
         store
-            .fail(&key, id, &token, FailPlan::DeadLetter, "")
+            .complete(ItemRef::new(&key, id, &token))
             .await
             .unwrap_err(),
     );
-    unavailable(store.extend(&key, id, &token, ttl(LONG)).await.unwrap_err());
-    unavailable(store.release(&key, id, &token).await.unwrap_err());
+    unavailable(
+        store
+            .fail(ItemRef::new(&key, id, &token), FailPlan::DeadLetter, "")
+            .await
+            .unwrap_err(),
+    );
+    unavailable(
+        store
+            .extend(ItemRef::new(&key, id, &token), ttl(LONG))
+            .await
+            .unwrap_err(),
+    );
+    unavailable(
+        store
+            .release(ItemRef::new(&key, id, &token))
+            .await
+            .unwrap_err(),
+    );
     unavailable(store.stats("").await.unwrap_err());
     unavailable(store.dead_letters(&key, 1).await.unwrap_err());
     unavailable(store.now_ms().await.unwrap_err());
     unavailable(
         store
-            .register_schedule(&name, "* * * * *", 0)
+            .register_schedule(NewSchedule::new(&name, "* * * * *", 0))
             .await
             .unwrap_err(),
     );
     unavailable(
         store
-            .advance_schedule(&name, 0, 1, &writer, true)
+            .advance_schedule(
+                &name,
+                TickClaim {
+                    expected_due_ms: 0,
+                    next_due_ms: 1,
+                    holder: &writer,
+                    ran: true,
+                },
+            )
             .await
             .unwrap_err(),
     );
@@ -1571,32 +1693,35 @@ pub async fn store_faults_are_errors_not_answers(h: &dyn WorkHarness) {
     unavailable(store.remove_schedule(&name).await.unwrap_err());
     unavailable(
         store
-            .claim_migration(&set, "001", &writer, ttl(LONG))
+            .claim_migration(Writer::new(&set, "001", &writer), ttl(LONG))
             .await
             .unwrap_err(),
     );
     unavailable(
         store
-            .heartbeat_migration(&set, "001", &writer, ttl(LONG))
+            .heartbeat_migration(Writer::new(&set, "001", &writer), ttl(LONG))
             .await
             .unwrap_err(),
     );
     unavailable(
         store
-            .finish_migration(&set, "001", &writer, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001", &writer), MigrationEnd::Completed)
             .await
             .unwrap_err(),
     );
     unavailable(store.migrations(&set).await.unwrap_err());
     faulty.set_failing(false);
     assert_eq!(
-        store.complete(&key, id, &token).await.unwrap(),
+        store
+            .complete(ItemRef::new(&key, id, &token))
+            .await
+            .unwrap(),
         Settle::Settled,
         "the faults changed nothing"
     );
     assert_eq!(
         store
-            .finish_migration(&set, "001", &writer, MigrationState::Completed, "")
+            .finish_migration(Writer::new(&set, "001", &writer), MigrationEnd::Completed)
             .await
             .unwrap(),
         Settle::Settled
@@ -1619,37 +1744,24 @@ impl QueueStore for FaultyWorkStore {
         self.inner.claim(queue, request).await
     }
 
-    async fn complete(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn complete(&self, item: ItemRef<'_>) -> Result<Settle> {
         self.enter()?;
-        self.inner.complete(queue, id, token).await
+        self.inner.complete(item).await
     }
 
-    async fn fail(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        plan: FailPlan,
-        error: &str,
-    ) -> Result<Settle> {
+    async fn fail(&self, item: ItemRef<'_>, plan: FailPlan, error: &str) -> Result<Settle> {
         self.enter()?;
-        self.inner.fail(queue, id, token, plan, error).await
+        self.inner.fail(item, plan, error).await
     }
 
-    async fn extend(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
+    async fn extend(&self, item: ItemRef<'_>, lease: Ttl) -> Result<Renewal> {
         self.enter()?;
-        self.inner.extend(queue, id, token, lease).await
+        self.inner.extend(item, lease).await
     }
 
-    async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
+    async fn release(&self, item: ItemRef<'_>) -> Result<Settle> {
         self.enter()?;
-        self.inner.release(queue, id, token).await
+        self.inner.release(item).await
     }
 
     async fn stats(&self, prefix: &str) -> Result<Vec<QueueStats>> {
@@ -1670,28 +1782,14 @@ impl ScheduleStore for FaultyWorkStore {
         self.inner.now_ms().await
     }
 
-    async fn register_schedule(
-        &self,
-        name: &StoreKey,
-        spec: &str,
-        first_due_ms: i64,
-    ) -> Result<ScheduleRow> {
+    async fn register_schedule(&self, schedule: NewSchedule<'_>) -> Result<ScheduleRow> {
         self.enter()?;
-        self.inner.register_schedule(name, spec, first_due_ms).await
+        self.inner.register_schedule(schedule).await
     }
 
-    async fn advance_schedule(
-        &self,
-        name: &StoreKey,
-        expected_due_ms: i64,
-        next_due_ms: i64,
-        holder: &Holder,
-        ran: bool,
-    ) -> Result<Advance> {
+    async fn advance_schedule(&self, name: &StoreKey, tick: TickClaim<'_>) -> Result<Advance> {
         self.enter()?;
-        self.inner
-            .advance_schedule(name, expected_due_ms, next_due_ms, holder, ran)
-            .await
+        self.inner.advance_schedule(name, tick).await
     }
 
     async fn schedule(&self, name: &StoreKey) -> Result<Option<ScheduleRow>> {
@@ -1712,42 +1810,19 @@ impl ScheduleStore for FaultyWorkStore {
 
 #[async_trait]
 impl MigrationStore for FaultyWorkStore {
-    async fn claim_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<MigrationClaim> {
+    async fn claim_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<MigrationClaim> {
         self.enter()?;
-        self.inner.claim_migration(set, name, writer, lease).await
+        self.inner.claim_migration(writer, lease).await
     }
 
-    async fn heartbeat_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        lease: Ttl,
-    ) -> Result<Renewal> {
+    async fn heartbeat_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<Renewal> {
         self.enter()?;
-        self.inner
-            .heartbeat_migration(set, name, writer, lease)
-            .await
+        self.inner.heartbeat_migration(writer, lease).await
     }
 
-    async fn finish_migration(
-        &self,
-        set: &StoreKey,
-        name: &str,
-        writer: &Holder,
-        state: MigrationState,
-        error: &str,
-    ) -> Result<Settle> {
+    async fn finish_migration(&self, writer: Writer<'_>, end: MigrationEnd<'_>) -> Result<Settle> {
         self.enter()?;
-        self.inner
-            .finish_migration(set, name, writer, state, error)
-            .await
+        self.inner.finish_migration(writer, end).await
     }
 
     async fn migrations(&self, set: &StoreKey) -> Result<Vec<MigrationRecord>> {

@@ -20,7 +20,7 @@ use crate::time::Ttl;
 use crate::{Locks, MemoryStore};
 
 use super::super::store::{
-    ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemId, NewItem, QueueStats,
+    ClaimRequest, ClaimedItem, DeadItem, Enqueued, FailPlan, ItemRef, NewItem, QueueStats,
     QueueStore, Settle, WorkStore,
 };
 use super::super::{
@@ -29,6 +29,7 @@ use super::super::{
     Scheduler, Tick, Worker,
 };
 use super::{FaultyWorkStore, LONG, PATIENCE, WorkHarness, schedule_key};
+use crate::work::store::NewSchedule;
 
 pub(super) fn queue(store: Arc<dyn WorkStore>, ns: &Namespace, name: &str) -> Queue {
     Queue::with_namespace(store, ns.clone(), name).expect("valid queue")
@@ -463,27 +464,20 @@ impl QueueStore for ExtendFails {
         self.0.claim(queue, request).await
     }
 
-    async fn complete(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
-        self.0.complete(queue, id, token).await
+    async fn complete(&self, item: ItemRef<'_>) -> Result<Settle> {
+        self.0.complete(item).await
     }
 
-    async fn fail(
-        &self,
-        queue: &StoreKey,
-        id: ItemId,
-        token: &Holder,
-        plan: FailPlan,
-        error: &str,
-    ) -> Result<Settle> {
-        self.0.fail(queue, id, token, plan, error).await
+    async fn fail(&self, item: ItemRef<'_>, plan: FailPlan, error: &str) -> Result<Settle> {
+        self.0.fail(item, plan, error).await
     }
 
-    async fn extend(&self, _: &StoreKey, _: ItemId, _: &Holder, _: Ttl) -> Result<Renewal> {
+    async fn extend(&self, _item: ItemRef<'_>, _lease: Ttl) -> Result<Renewal> {
         Err(Error::unavailable("injected extend fault"))
     }
 
-    async fn release(&self, queue: &StoreKey, id: ItemId, token: &Holder) -> Result<Settle> {
-        self.0.release(queue, id, token).await
+    async fn release(&self, item: ItemRef<'_>) -> Result<Settle> {
+        self.0.release(item).await
     }
 
     async fn stats(&self, prefix: &str) -> Result<Vec<QueueStats>> {
@@ -872,7 +866,7 @@ async fn missed_ticks(h: &dyn WorkHarness, policy: Missed) {
     let minute = now - now.rem_euclid(60_000);
     let due = minute - 5 * 60_000;
     store
-        .register_schedule(&name, "* * * * *", due)
+        .register_schedule(NewSchedule::new(&name, "* * * * *", due))
         .await
         .unwrap();
     let scheduler = Scheduler::with_namespace(store.clone(), ns.clone());

@@ -22,7 +22,7 @@ use crate::holder::Holder;
 use crate::key::Namespace;
 use crate::{Locks, MemoryStore};
 
-use super::super::store::{MigrationState, Settle, WorkStore};
+use super::super::store::{MigrationEnd, MigrationState, Settle, WorkStore, Writer};
 use super::super::{
     Job, MigrationContext, MigrationError, MigrationFn, MigrationOutcome, Migrations, Missed,
     ReturnContended, Scheduler, Tick, WaitForConvergence, Worker,
@@ -457,7 +457,10 @@ pub async fn migration_runner_killed_mid_up_is_taken_over(h: &dyn WorkHarness) {
     // The killed writer, resumed, cannot record anything.
     assert_eq!(
         store
-            .finish_migration(&set, "002", &zombie, MigrationState::Failed, "late")
+            .finish_migration(
+                Writer::new(&set, "002", &zombie),
+                MigrationEnd::Failed("late")
+            )
             .await
             .unwrap(),
         Settle::NotOwner

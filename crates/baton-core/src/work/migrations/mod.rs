@@ -51,7 +51,9 @@ use crate::retry::{self, Backoff, jitter};
 use crate::telemetry::{self, events};
 use crate::time::{Ttl, format_duration};
 
-use super::store::{MigrationClaim, MigrationRecord, MigrationState, MigrationStore, Settle};
+use super::store::{
+    MigrationClaim, MigrationEnd, MigrationRecord, MigrationState, MigrationStore, Settle, Writer,
+};
 
 mod step;
 
@@ -553,7 +555,7 @@ impl Migrations {
                 let sent = now();
                 let claim = self
                     .store
-                    .claim_migration(&self.set, name, writer, lease)
+                    .claim_migration(Writer::new(&self.set, name, writer), lease)
                     .await?;
                 let (attempt, previous) = match claim {
                     MigrationClaim::Completed => {
@@ -613,7 +615,14 @@ impl Migrations {
                     },
                     Err(up) => (MigrationState::Failed, format!("up: {up}")),
                 };
-                let finished = self.finish(name, writer, state, &error).await;
+                let end = match state {
+                    MigrationState::Completed => MigrationEnd::Completed,
+                    MigrationState::RolledBack => MigrationEnd::RolledBack(&error),
+                    MigrationState::Failed | MigrationState::Pending => {
+                        MigrationEnd::Failed(&error)
+                    }
+                };
+                let finished = self.finish(name, writer, end).await;
                 heartbeat.stop();
                 match finished? {
                     Settle::Settled => {}
@@ -655,16 +664,10 @@ impl Migrations {
 
     /// Records the end of `name`, retrying store faults a few times while the heartbeat
     /// keeps the record.
-    async fn finish(
-        &self,
-        name: &str,
-        writer: &Holder,
-        state: MigrationState,
-        error: &str,
-    ) -> Result<Settle> {
+    async fn finish(&self, name: &str, writer: &Holder, end: MigrationEnd<'_>) -> Result<Settle> {
         retry::retry(FINISH_BACKOFF, FINISH_TRIES, || {
             self.store
-                .finish_migration(&self.set, name, writer, state, error)
+                .finish_migration(Writer::new(&self.set, name, writer), end)
         })
         .await
     }
@@ -700,7 +703,11 @@ impl Heartbeat {
                 name.clone(),
                 writer.clone(),
             );
-            Box::pin(async move { store.heartbeat_migration(&set, &name, &writer, lease).await })
+            Box::pin(async move {
+                store
+                    .heartbeat_migration(Writer::new(&set, &name, &writer), lease)
+                    .await
+            })
         });
         let events = Events {
             not_held: Some(&events::MIGRATION_LEASE_LOST),
