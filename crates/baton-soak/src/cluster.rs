@@ -134,7 +134,11 @@ impl Cluster {
         }
     }
 
-    fn proxy(&self) -> io::Result<&FaultProxy> {
+    /// The fault proxy between the workers and the server.
+    ///
+    /// # Errors
+    /// When this store has none (SQLite, Sentinel).
+    pub fn proxy(&self) -> io::Result<&FaultProxy> {
         self.proxy
             .as_ref()
             .ok_or_else(|| io::Error::other("this store has no fault proxy"))
@@ -231,51 +235,6 @@ impl Cluster {
             }
             _ => Err(io::Error::other("not a Redis store")),
         }
-    }
-
-    /// Delays every chunk of bytes through the proxy by `delay` each way.
-    ///
-    /// # Errors
-    /// Without a proxy.
-    pub fn latency(&self, delay: Duration) -> io::Result<()> {
-        self.proxy()?.set_latency(delay);
-        Ok(())
-    }
-
-    /// Switches the proxy to a blackhole.
-    ///
-    /// # Errors
-    /// Without a proxy.
-    pub fn blackhole(&self) -> io::Result<()> {
-        self.proxy()?.blackhole();
-        Ok(())
-    }
-
-    /// Resets every proxied connection until healed.
-    ///
-    /// # Errors
-    /// Without a proxy.
-    pub fn reset(&self) -> io::Result<()> {
-        self.proxy()?.reset();
-        Ok(())
-    }
-
-    /// Swallows the server's replies until healed.
-    ///
-    /// # Errors
-    /// Without a proxy.
-    pub fn drop_replies(&self) -> io::Result<()> {
-        self.proxy()?.drop_replies();
-        Ok(())
-    }
-
-    /// Resets the current proxied connections once.
-    ///
-    /// # Errors
-    /// Without a proxy.
-    pub fn kill_connections(&self) -> io::Result<()> {
-        self.proxy()?.kill_connections();
-        Ok(())
     }
 
     /// Ends the proxy's fault and its latency. Nothing without a proxy.

@@ -11,6 +11,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use baton_testkit::MonoTime;
+use baton_testkit::proxy::FaultProxy;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{DataLoss, LossCause};
@@ -109,6 +110,13 @@ fn apply(
     log: &mut NemesisLog,
 ) -> std::io::Result<String> {
     let hold = |d: Duration| std::thread::sleep(d);
+    // A proxy fault that lasts until the proxy is healed.
+    let proxied = |start: fn(&FaultProxy), lasts: Duration| -> std::io::Result<String> {
+        start(cluster.proxy()?);
+        hold(lasts);
+        cluster.heal();
+        Ok(String::new())
+    };
     Ok(match *fault {
         Fault::ServerRestart { down, crash } => {
             let from = MonoTime::now();
@@ -165,31 +173,17 @@ fn apply(
         }
         Fault::KillSupervisor { supervisor } => supervisors.kill(supervisor)?,
         Fault::Latency { delay, lasts } => {
-            cluster.latency(delay)?;
+            let proxy = cluster.proxy()?;
+            proxy.set_latency(delay);
             hold(lasts);
-            cluster.latency(Duration::ZERO)?;
+            proxy.set_latency(Duration::ZERO);
             String::new()
         }
-        Fault::Blackhole { lasts } => {
-            cluster.blackhole()?;
-            hold(lasts);
-            cluster.heal();
-            String::new()
-        }
-        Fault::Reset { lasts } => {
-            cluster.reset()?;
-            hold(lasts);
-            cluster.heal();
-            String::new()
-        }
-        Fault::DropReplies { lasts } => {
-            cluster.drop_replies()?;
-            hold(lasts);
-            cluster.heal();
-            String::new()
-        }
+        Fault::Blackhole { lasts } => proxied(FaultProxy::blackhole, lasts)?,
+        Fault::Reset { lasts } => proxied(FaultProxy::reset, lasts)?,
+        Fault::DropReplies { lasts } => proxied(FaultProxy::drop_replies, lasts)?,
         Fault::KillConnections => {
-            cluster.kill_connections()?;
+            cluster.proxy()?.kill_connections();
             String::new()
         }
         Fault::ScriptFlush => {

@@ -53,47 +53,31 @@ impl StoreKind {
         }
     }
 
-    /// The kinds of fault this store is subjected to.
-    pub fn fault_kinds(self) -> &'static [FaultKind] {
+    /// The kinds of fault this store is subjected to: the faults of its server, of the
+    /// worker and supervisor processes, of the fault proxy in front of the server, and those
+    /// only this store knows, in that order (the order the plan's deck is dealt from).
+    pub fn fault_kinds(self) -> Vec<FaultKind> {
         use FaultKind::*;
-        match self {
-            StoreKind::Redis => &[
-                ServerRestart,
-                PauseWorker,
-                KillWorker,
-                KillSupervisor,
-                Latency,
-                Blackhole,
-                Reset,
-                DropReplies,
-                KillConnections,
-                ScriptFlush,
-                ClientKill,
-            ],
-            StoreKind::Postgres => &[
-                ServerRestart,
-                PauseWorker,
-                KillWorker,
-                KillSupervisor,
-                Latency,
-                Blackhole,
-                Reset,
-                DropReplies,
-                KillConnections,
-                TerminateBackends,
-            ],
-            StoreKind::Sqlite => &[PauseWorker, KillWorker, KillSupervisor],
-            // No fault proxy: the workers follow the primary the sentinels name, so they
-            // connect to the servers directly.
-            StoreKind::RedisSentinel => &[
-                PromoteReplica,
-                PauseWorker,
-                KillWorker,
-                KillSupervisor,
-                ScriptFlush,
-                ClientKill,
-            ],
-        }
+        let server: &[FaultKind] = match self {
+            StoreKind::Redis | StoreKind::Postgres => &[ServerRestart],
+            StoreKind::Sqlite => &[],
+            StoreKind::RedisSentinel => &[PromoteReplica],
+        };
+        let processes = [PauseWorker, KillWorker, KillSupervisor];
+        // No fault proxy for SQLite (no server) and Sentinel (the workers follow the
+        // primary the sentinels name, so they connect to the servers directly).
+        let proxy: &[FaultKind] = match self {
+            StoreKind::Redis | StoreKind::Postgres => {
+                &[Latency, Blackhole, Reset, DropReplies, KillConnections]
+            }
+            StoreKind::Sqlite | StoreKind::RedisSentinel => &[],
+        };
+        let own: &[FaultKind] = match self {
+            StoreKind::Redis | StoreKind::RedisSentinel => &[ScriptFlush, ClientKill],
+            StoreKind::Postgres => &[TerminateBackends],
+            StoreKind::Sqlite => &[],
+        };
+        [server, &processes, proxy, own].concat()
     }
 }
 
@@ -417,7 +401,7 @@ impl Plan {
         let mut at = WARMUP;
         loop {
             if deck.is_empty() {
-                deck = kinds.to_vec();
+                deck = kinds.clone();
                 deck.shuffle(&mut rng);
             }
             let kind = deck.pop().expect("the deck was just filled");
@@ -501,7 +485,7 @@ mod tests {
                 .map(|s| s.fault.kind())
                 .collect();
             first.sort();
-            let mut all = kinds.to_vec();
+            let mut all = kinds;
             all.sort();
             assert_eq!(first, all, "seed {seed}: the first round deals every kind");
         }

@@ -448,17 +448,22 @@ mod tests {
         }
     }
 
+    /// The COMMAND of `pid` ended at `at` ms, its supervisor having been killed at `killed`.
+    fn gone(pid: u32, killed: u64, at: u64) -> Line {
+        Line::Gone {
+            pid,
+            killed: t(killed),
+            t: t(at),
+        }
+    }
+
     #[test]
     fn turns_in_fence_order_pass() {
         let report = checked(&[
             start(1, 10, 100),
             Line::End { pid: 10, t: t(200) },
             start(2, 11, 210),
-            Line::Gone {
-                pid: 11,
-                killed: t(300),
-                t: t(302),
-            },
+            gone(11, 300, 302),
             start(3, 12, 1_400),
         ]);
         assert_eq!(report.violations(), 0, "{:?}", report.findings);
@@ -466,15 +471,7 @@ mod tests {
 
     #[test]
     fn a_command_outliving_its_lock_is_a_violation() {
-        let report = checked(&[
-            start(1, 10, 100),
-            Line::Gone {
-                pid: 10,
-                killed: t(150),
-                t: t(5_000),
-            },
-            start(2, 11, 1_200),
-        ]);
+        let report = checked(&[start(1, 10, 100), gone(10, 150, 5_000), start(2, 11, 1_200)]);
         let checkers: Vec<&str> = report.findings.iter().map(|f| f.checker).collect();
         assert_eq!(checkers, ["command-in-lock", "supervisor-death"]);
         assert_eq!(report.violations(), 2);

@@ -61,6 +61,7 @@ pub mod proxy;
 pub mod redis;
 pub mod register;
 pub mod sentinel;
+mod server;
 pub mod stats;
 pub mod time;
 pub mod tls;

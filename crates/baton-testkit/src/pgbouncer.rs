@@ -31,18 +31,17 @@
 //! The binary is `pgbouncer` on `PATH`, else `/usr/sbin/pgbouncer` (Debian's package), else
 //! the file named in [`PGBOUNCER_ENV`]. A missing binary is an error that names the fix.
 
-use std::fmt;
+use std::ffi::OsStr;
 use std::io::{self, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
 
-use tempfile::TempDir;
-
-use crate::postgres::{PostgresServer, free_port, server_owner};
+use crate::postgres::{PostgresServer, give_to, server_owner};
+use crate::server::{ServerProcess, Watchdog, on_a_free_port};
 
 /// The environment variable that names the `pgbouncer` binary to run.
 pub const PGBOUNCER_ENV: &str = "BATON_PGBOUNCER";
@@ -100,24 +99,13 @@ impl PgBouncerOptions {
 }
 
 /// A private PgBouncer on a loopback port. See the [module docs](self).
+#[derive(Debug)]
 pub struct PgBouncer {
     options: PgBouncerOptions,
-    port: u16,
     server_port: u16,
-    dir: TempDir,
-    child: Mutex<Option<Child>>,
-    watchdog: Mutex<Option<Child>>,
-}
-
-impl fmt::Debug for PgBouncer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgBouncer")
-            .field("mode", &self.options.mode)
-            .field("port", &self.port)
-            .field("server_port", &self.server_port)
-            .field("dir", &self.dir.path())
-            .finish()
-    }
+    /// Killed, and its directory removed, when the pooler is dropped.
+    process: ServerProcess,
+    watchdog: Option<Watchdog>,
 }
 
 impl PgBouncer {
@@ -137,30 +125,19 @@ impl PgBouncer {
     pub fn start_with(server: &PostgresServer, options: PgBouncerOptions) -> io::Result<PgBouncer> {
         let binary = find_binary()?;
         let owner = server_owner()?;
-        let dir = tempfile::Builder::new().prefix("baton-pgb-").tempdir()?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
-        }
         let mut pooler = PgBouncer {
             options,
-            port: 0,
             server_port: server.port(),
-            dir,
-            child: Mutex::new(None),
-            watchdog: Mutex::new(None),
+            process: ServerProcess::new("pgbouncer", INSTALL_HINT, 0, Some("pgbouncer.log"))?,
+            watchdog: None,
         };
-        let mut last_error = None;
-        for _ in 0..5 {
-            pooler.port = free_port()?;
-            match pooler.launch(&binary, owner) {
-                Ok(()) => {
-                    pooler.spawn_watchdog()?;
-                    return Ok(pooler);
-                }
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| io::Error::other("pgbouncer did not start")))
+        give_to(owner, pooler.process.dir())?;
+        on_a_free_port(|port| {
+            pooler.process.set_port(port);
+            pooler.launch(&binary, owner)
+        })?;
+        pooler.watchdog = Some(pooler.spawn_watchdog()?);
+        Ok(pooler)
     }
 
     /// One pooler per mode for the whole test binary, in front of
@@ -190,17 +167,17 @@ impl PgBouncer {
 
     /// The URL of database `database` through the pooler.
     pub fn url_for(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port())
     }
 
     /// The loopback address the pooler listens on.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        self.process.addr()
     }
 
     /// The port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.process.port()
     }
 
     /// The pooling mode.
@@ -210,11 +187,11 @@ impl PgBouncer {
 
     /// The pooler's log.
     pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("pgbouncer.log")
+        self.process.log_path()
     }
 
     fn config(&self) -> String {
-        let dir = self.dir.path().display();
+        let dir = self.process.dir().display();
         format!(
             "[databases]\n\
              * = host=127.0.0.1 port={server}\n\
@@ -231,136 +208,46 @@ impl PgBouncer {
              logfile = {dir}/pgbouncer.log\n\
              pidfile = {dir}/pgbouncer.pid\n",
             server = self.server_port,
-            port = self.port,
+            port = self.port(),
             mode = self.options.mode.as_str(),
             pool = self.options.pool_size,
         )
     }
 
     fn launch(&self, binary: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
-        let config = self.dir.path().join("pgbouncer.ini");
-        let users = self.dir.path().join("userlist.txt");
+        let config = self.process.dir().join("pgbouncer.ini");
+        let users = self.process.dir().join("userlist.txt");
         std::fs::File::create(&users)?.write_all(b"\"postgres\" \"\"\n")?;
         std::fs::write(&config, self.config())?;
-        for file in [&config, &users] {
-            if let Some((uid, gid)) = owner {
-                std::os::unix::fs::chown(file, Some(uid), Some(gid))?;
-            }
-        }
+        give_to(owner, &config)?;
+        give_to(owner, &users)?;
         let mut command = Command::new(binary);
         if let Some((uid, gid)) = owner {
             command.uid(uid).gid(gid);
         }
-        let child = command
-            .arg(&config)
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| not_found_hint(e, binary))?;
-        *self.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
-        let deadline = Instant::now() + self.options.startup_timeout;
-        loop {
-            if let Some(status) = self.exited() {
-                return Err(io::Error::other(format!(
-                    "pgbouncer on port {} exited with {status} during startup; {}",
-                    self.port,
-                    self.diagnostics()
-                )));
-            }
-            if TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "pgbouncer on port {} did not accept connections within {:?}; {}",
-                        self.port,
-                        self.options.startup_timeout,
-                        self.diagnostics()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn exited(&self) -> Option<String> {
-        let mut slot = self.child.lock().unwrap_or_else(|p| p.into_inner());
-        let child = slot.as_mut()?;
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                *slot = None;
-                Some(status.to_string())
-            }
-            _ => None,
-        }
-    }
-
-    fn kill(&self) {
-        if let Some(mut child) = self.child.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        command.arg(&config).current_dir(self.process.dir());
+        self.process.start(
+            &mut command,
+            self.options.startup_timeout,
+            "accept connections",
+            || {
+                TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        )
     }
 
     /// Kills the pooler and removes its directory when this process exits without dropping
     /// it.
-    fn spawn_watchdog(&self) -> io::Result<()> {
-        let Some(pid) = self
-            .child
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(Child::id)
-        else {
-            return Ok(());
-        };
-        let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
-kill -KILL "$2" 2>/dev/null
-rm -rf "$3""#;
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .arg("baton-pgbouncer-watchdog")
-            .arg(std::process::id().to_string())
-            .arg(pid.to_string())
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        *self.watchdog.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
-        Ok(())
-    }
-
-    fn diagnostics(&self) -> String {
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(15).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!(
-            "its log ({}):\n{}",
-            self.log_path().display(),
-            tail.join("\n")
+    fn spawn_watchdog(&self) -> io::Result<Watchdog> {
+        let pid = self.process.running_pid()?.to_string();
+        Watchdog::spawn(
+            "baton-pgbouncer-watchdog",
+            r#"kill -KILL "$2" 2>/dev/null
+rm -rf "$3""#,
+            &[OsStr::new(&pid), self.process.dir().as_os_str()],
         )
-    }
-}
-
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        self.kill();
-        if let Some(mut watchdog) = self
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-        }
     }
 }
 
@@ -384,17 +271,6 @@ fn find_binary() -> io::Result<PathBuf> {
             "pgbouncer was not found; PgBouncer tests need it and are never skipped: {INSTALL_HINT}"
         ),
     ))
-}
-
-fn not_found_hint(e: io::Error, binary: &Path) -> io::Error {
-    if e.kind() == io::ErrorKind::NotFound {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("{} was not found: {INSTALL_HINT}", binary.display()),
-        )
-    } else {
-        io::Error::new(e.kind(), format!("cannot run {}: {e}", binary.display()))
-    }
 }
 
 #[cfg(test)]

@@ -43,19 +43,20 @@
 //!   each [`sql`](PostgresServer::sql) call by `psql`'s own connect timeout.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tempfile::TempDir;
+
+use crate::server::{ServerProcess, Watchdog, on_a_free_port, poll_until, retry, spawn_error};
 
 /// The environment variable that names the directory holding `initdb`, `postgres` and
 /// `psql`, when they should not be looked up on `PATH` and under `/usr/lib/postgresql`.
@@ -63,9 +64,6 @@ pub const PG_BIN_ENV: &str = "BATON_PG_BIN";
 
 /// The one-line fix for a machine without PostgreSQL.
 pub const INSTALL_HINT: &str = "install it with `apt-get install postgresql` (Debian/Ubuntu), or name the directory of initdb and postgres in BATON_PG_BIN";
-
-/// The port of the machine's own PostgreSQL, which tests never use.
-const SHARED_PG_PORT: u16 = 5432;
 
 /// Where Debian's packages put the server binaries, one directory per major version.
 const DEBIAN_PG_LIB: &str = "/usr/lib/postgresql";
@@ -133,26 +131,15 @@ pub enum Stop {
 }
 
 /// A private PostgreSQL server on a loopback port. See the [module docs](self).
+#[derive(Debug)]
 pub struct PostgresServer {
     options: PostgresOptions,
     bin: PathBuf,
-    port: u16,
     /// The uid and gid the server runs as, when it is not this process's.
     owner: Option<(u32, u32)>,
-    dir: TempDir,
-    child: Mutex<Option<Child>>,
-    watchdog: Mutex<Option<Child>>,
-}
-
-impl fmt::Debug for PostgresServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresServer")
-            .field("port", &self.port)
-            .field("dir", &self.dir.path())
-            .field("bin", &self.bin)
-            .field("pid", &self.pid())
-            .finish()
-    }
+    watchdog: Option<Watchdog>,
+    /// Its directory is removed when the server is dropped, after [`Drop`] has stopped it.
+    process: ServerProcess,
 }
 
 impl PostgresServer {
@@ -171,35 +158,22 @@ impl PostgresServer {
     /// # Errors
     /// As [`PostgresServer::start`].
     pub fn start_with(options: PostgresOptions) -> io::Result<PostgresServer> {
-        let bin = find_bin_dir()?;
-        let owner = server_owner()?;
-        let dir = tempfile::Builder::new().prefix("baton-pg-").tempdir()?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
-        }
         let mut server = PostgresServer {
             options,
-            bin,
-            port: 0,
-            owner,
-            dir,
-            child: Mutex::new(None),
-            watchdog: Mutex::new(None),
+            bin: find_bin_dir()?,
+            owner: server_owner()?,
+            watchdog: None,
+            process: ServerProcess::new("postgres", INSTALL_HINT, 0, None)?,
         };
+        give_to(server.owner, server.dir())?;
         server.initdb()?;
         server.install_tls()?;
-        server.spawn_watchdog()?;
-        // A free port can be taken by someone else between our probe and the server's bind;
-        // try a few.
-        let mut last_error = None;
-        for _ in 0..5 {
-            server.port = free_port()?;
-            match server.launch() {
-                Ok(()) => return Ok(server),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| io::Error::other("postgres did not start")))
+        server.watchdog = Some(server.spawn_watchdog()?);
+        on_a_free_port(|port| {
+            server.process.set_port(port);
+            server.launch()
+        })?;
+        Ok(server)
     }
 
     /// One server for the whole test binary, started on first use and stopped (by the
@@ -222,37 +196,37 @@ impl PostgresServer {
 
     /// The URL of database `database` on this server.
     pub fn url_for(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port())
     }
 
     /// The loopback address the server listens on.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        self.process.addr()
     }
 
     /// The port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.process.port()
     }
 
     /// The server's directory: the data directory, the unix socket and the log are in it.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.process.dir()
     }
 
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.dir().join("data")
     }
 
     /// The directory of the unix socket (`.s.PGSQL.<port>`).
     pub fn socket_dir(&self) -> &Path {
-        self.dir.path()
+        self.dir()
     }
 
     /// The server's log (its stderr).
     pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("postgres.log")
+        self.process.log_path()
     }
 
     /// The directory the binaries were taken from.
@@ -262,20 +236,12 @@ impl PostgresServer {
 
     /// The postmaster's process id, while the server runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child().as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Whether the server process is running.
     pub fn is_running(&self) -> bool {
-        let mut child = self.child();
-        match child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => true,
-            Some(_) => {
-                *child = None;
-                false
-            }
-            None => false,
-        }
+        self.process.is_running()
     }
 
     /// Stops the server and waits until it has exited. Nothing happens if it is not running.
@@ -283,7 +249,7 @@ impl PostgresServer {
     /// # Errors
     /// When it does not exit within the startup timeout (it is then killed).
     pub fn stop(&self, how: Stop) -> io::Result<()> {
-        let Some(mut child) = self.child().take() else {
+        let Some(mut child) = self.process.take() else {
             return Ok(());
         };
         let signal = match how {
@@ -291,26 +257,28 @@ impl PostgresServer {
             Stop::Immediate => Signal::SIGQUIT,
         };
         let _ = kill(Pid::from_raw(child.id() as i32), signal);
-        let deadline = Instant::now() + self.options.startup_timeout;
-        loop {
-            if child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "postgres on port {} did not stop within {:?}; {}",
-                        self.port,
-                        self.options.startup_timeout,
-                        self.diagnostics()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let timeout = self.options.startup_timeout;
+        poll_until(
+            timeout,
+            Duration::from_millis(10),
+            || {
+                Ok(match child.try_wait()? {
+                    Some(_) => ControlFlow::Break(()),
+                    None => ControlFlow::Continue(()),
+                })
+            },
+            |()| {
+                format!(
+                    "{} did not stop within {timeout:?}; {}",
+                    self.process,
+                    self.process.diagnostics()
+                )
+            },
+        )
+        .inspect_err(|_| {
+            let _ = child.kill();
+            let _ = child.wait();
+        })
     }
 
     /// Starts the stopped server again on the same port, with the same data, and waits until
@@ -323,14 +291,11 @@ impl PostgresServer {
             return Err(io::Error::other("postgres is running already"));
         }
         // A socket of the old process can delay the bind briefly.
-        let deadline = Instant::now() + self.options.startup_timeout;
-        loop {
-            match self.launch() {
-                Ok(()) => return Ok(()),
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        retry(
+            self.options.startup_timeout,
+            Duration::from_millis(100),
+            || self.launch(),
+        )
     }
 
     /// [`stop`](Self::stop)s the server, then [`start_again`](Self::start_again)s it.
@@ -356,29 +321,19 @@ impl PostgresServer {
     /// # Errors
     /// As [`sql`](Self::sql).
     pub fn sql_in(&self, database: &str, sql: &str) -> io::Result<String> {
-        let psql = self.tool("psql");
-        let output = Command::new(&psql)
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
-            .args(["-h", "127.0.0.1", "-U", "postgres"])
-            .arg("-p")
-            .arg(self.port.to_string())
-            .arg("-d")
-            .arg(database)
-            .arg("-c")
-            .arg(sql)
-            .env("PGCONNECT_TIMEOUT", "10")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot run {}: {e}", psql.display())))?;
-        if !output.status.success() {
-            return Err(io::Error::other(format!(
-                "psql on port {} failed ({}) running {sql:?}: {}",
-                self.port,
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        run(
+            Command::new(self.tool("psql"))
+                .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+                .args(["-h", "127.0.0.1", "-U", "postgres"])
+                .arg("-p")
+                .arg(self.port().to_string())
+                .arg("-d")
+                .arg(database)
+                .arg("-c")
+                .arg(sql)
+                .env("PGCONNECT_TIMEOUT", "10"),
+            &format!("psql on port {} running {sql:?}", self.port()),
+        )
     }
 
     /// Creates database `name` (a plain identifier) and returns its URL.
@@ -412,10 +367,6 @@ impl PostgresServer {
             .map_err(|_| io::Error::other(format!("unexpected count {out:?}")))
     }
 
-    fn child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub(crate) fn tool(&self, name: &str) -> PathBuf {
         let in_bin = self.bin.join(name);
         if in_bin.exists() {
@@ -432,7 +383,7 @@ impl PostgresServer {
             command.uid(uid).gid(gid);
         }
         command
-            .current_dir(self.dir.path())
+            .current_dir(self.dir())
             .stdin(Stdio::null())
             .env_remove("PGDATA");
         command
@@ -440,23 +391,15 @@ impl PostgresServer {
 
     fn initdb(&self) -> io::Result<()> {
         let initdb = self.bin.join("initdb");
-        let output = self
-            .as_owner(&initdb)
-            .arg("-D")
-            .arg(self.data_dir())
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
-            .args(["--locale=C"])
-            .output()
-            .map_err(|e| not_found_hint(e, &initdb))?;
-        if !output.status.success() {
-            return Err(io::Error::other(format!(
-                "{} failed ({}): {}",
-                initdb.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
-        Ok(())
+        run(
+            self.as_owner(&initdb)
+                .arg("-D")
+                .arg(self.data_dir())
+                .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+                .args(["--locale=C"]),
+            &initdb.display().to_string(),
+        )
+        .map(drop)
     }
 
     /// Copies the TLS certificate and key into the server's directory, owned by the server's
@@ -466,69 +409,43 @@ impl PostgresServer {
             return Ok(());
         };
         for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
-            let to = self.dir.path().join(to);
+            let to = self.dir().join(to);
             std::fs::copy(from, &to)?;
             std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-            if let Some((uid, gid)) = self.owner {
-                std::os::unix::fs::chown(&to, Some(uid), Some(gid))?;
-            }
+            give_to(self.owner, &to)?;
         }
         Ok(())
     }
 
     /// Stops the server and removes the directory when this process exits without dropping
-    /// the server. It polls for this process every half second.
-    fn spawn_watchdog(&self) -> io::Result<()> {
-        let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
-pid=$(head -n 1 "$2/postmaster.pid" 2>/dev/null) && kill -QUIT "$pid" 2>/dev/null
+    /// the server.
+    fn spawn_watchdog(&self) -> io::Result<Watchdog> {
+        let cleanup = r#"pid=$(head -n 1 "$2/postmaster.pid" 2>/dev/null) && kill -QUIT "$pid" 2>/dev/null
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -e "$2/postmaster.pid" ] || break; sleep 0.5; done
 rm -rf "$3""#;
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .arg("baton-pg-watchdog")
-            .arg(std::process::id().to_string())
-            .arg(self.data_dir())
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        *self.watchdog.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
-        Ok(())
+        Watchdog::spawn(
+            "baton-pg-watchdog",
+            cleanup,
+            &[self.data_dir().as_os_str(), self.dir().as_os_str()],
+        )
     }
 
     /// Starts the postmaster and waits until it is ready.
     fn launch(&self) -> io::Result<()> {
-        assert_ne!(
-            self.port, SHARED_PG_PORT,
-            "tests never use the machine's own PostgreSQL"
-        );
-        let postgres = self.bin.join("postgres");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())?;
-        if let Some((uid, gid)) = self.owner {
-            std::os::unix::fs::chown(self.log_path(), Some(uid), Some(gid))?;
-        }
-        let mut command = self.as_owner(&postgres);
+        let mut command = self.as_owner(&self.bin.join("postgres"));
         command
             .arg("-D")
             .arg(self.data_dir())
             .arg("-p")
-            .arg(self.port.to_string())
+            .arg(self.port().to_string())
             .arg("-c")
             .arg("listen_addresses=127.0.0.1")
             .arg("-c")
-            .arg(format!(
-                "unix_socket_directories={}",
-                self.dir.path().display()
-            ))
+            .arg(format!("unix_socket_directories={}", self.dir().display()))
             .args(["-c", "max_connections=200", "-c", "shared_buffers=32MB"])
             .args(["-c", "dynamic_shared_memory_type=mmap"]);
         if self.options.tls.is_some() {
-            let dir = self.dir.path().display();
+            let dir = self.dir().display();
             command
                 .args(["-c", "ssl=on"])
                 .arg("-c")
@@ -539,101 +456,50 @@ rm -rf "$3""#;
         for (name, value) in &self.options.settings {
             command.arg("-c").arg(format!("{name}={value}"));
         }
-        command.stdout(log.try_clone()?).stderr(log);
-        let child = command.spawn().map_err(|e| not_found_hint(e, &postgres))?;
-        *self.child() = Some(child);
-        self.wait_ready()
-    }
-
-    fn wait_ready(&self) -> io::Result<()> {
-        let deadline = Instant::now() + self.options.startup_timeout;
+        self.process.spawn(&mut command)?;
         let pid_file = self.data_dir().join("postmaster.pid");
-        loop {
-            if let Some(status) = self.exited() {
-                return Err(io::Error::other(format!(
-                    "postgres on port {} exited with {status} during startup; {}",
-                    self.port,
-                    self.diagnostics()
-                )));
-            }
-            // Line 8 of postmaster.pid is the server's status; "ready" once it accepts
-            // connections.
-            let ready = std::fs::read_to_string(&pid_file).is_ok_and(|text| {
-                text.lines().next().map(str::trim) == self.pid().map(|p| p.to_string()).as_deref()
-                    && text.lines().nth(7).map(str::trim) == Some("ready")
-            });
-            if ready {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
+        self.process
+            .wait_ready(self.options.startup_timeout, "become ready", || {
+                // Line 1 of postmaster.pid is the postmaster's pid, line 8 the server's
+                // status: "ready" once it accepts connections.
+                let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().map(str::trim).collect();
+                let pid = self.pid().map(|p| p.to_string());
+                if lines.first().copied() == pid.as_deref() && lines.get(7) == Some(&"ready") {
+                    Ok(())
+                } else {
+                    Err(format!("postmaster.pid {lines:?}"))
+                }
+            })
+            .inspect_err(|_| {
                 let _ = self.stop(Stop::Immediate);
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "postgres on port {} was not ready within {:?}; {}",
-                        self.port,
-                        self.options.startup_timeout,
-                        self.diagnostics()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// The exit status if the process has exited (and forgets it).
-    fn exited(&self) -> Option<String> {
-        let mut slot = self.child();
-        let child = slot.as_mut()?;
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                *slot = None;
-                Some(status.to_string())
-            }
-            _ => None,
-        }
-    }
-
-    /// The tail of the server's log.
-    fn diagnostics(&self) -> String {
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(15).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!(
-            "its log ({}):\n{}",
-            self.log_path().display(),
-            tail.join("\n")
-        )
+            })
     }
 }
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
         let _ = self.stop(Stop::Immediate);
-        if let Some(mut watchdog) = self
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-        }
     }
 }
 
-fn not_found_hint(e: io::Error, binary: &Path) -> io::Error {
-    if e.kind() == io::ErrorKind::NotFound {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "{} was not found; PostgreSQL tests need it and are never skipped: {INSTALL_HINT}",
-                binary.display()
-            ),
-        )
-    } else {
-        io::Error::new(e.kind(), format!("cannot run {}: {e}", binary.display()))
+/// Runs `command` to its end and returns its stdout, trimmed.
+///
+/// # Errors
+/// When it cannot run, or fails: the message names it `what` and quotes its stderr.
+fn run(command: &mut Command, what: &str) -> io::Result<String> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| spawn_error(e, command.get_program(), INSTALL_HINT))?;
+    if !output.status.success() {
+        return Err(io::Error::other(format!(
+            "{what} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
     }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// The directory of `initdb` and `postgres`: [`PG_BIN_ENV`], else `initdb` on `PATH`, else
@@ -712,6 +578,15 @@ pub(crate) fn server_owner() -> io::Result<Option<(u32, u32)>> {
     })
 }
 
+/// Makes `owner` (a uid and gid from [`server_owner`]), when there is one, the owner of
+/// `path`.
+pub(crate) fn give_to(owner: Option<(u32, u32)>, path: &Path) -> io::Result<()> {
+    match owner {
+        Some((uid, gid)) => std::os::unix::fs::chown(path, Some(uid), Some(gid)),
+        None => Ok(()),
+    }
+}
+
 /// The uid and gid of `user` in an `/etc/passwd` text.
 fn passwd_entry(passwd: &str, user: &str) -> Option<(u32, u32)> {
     passwd.lines().find_map(|line| {
@@ -724,18 +599,6 @@ fn passwd_entry(passwd: &str, user: &str) -> Option<(u32, u32)> {
         let gid = fields.next()?.parse().ok()?;
         Some((uid, gid))
     })
-}
-
-/// A port that was free a moment ago.
-pub(crate) fn free_port() -> io::Result<u16> {
-    loop {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
-        if port != SHARED_PG_PORT {
-            return Ok(port);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -792,7 +655,7 @@ mod tests {
     #[test]
     fn server_starts_answers_restarts_and_keeps_its_data() {
         let server = PostgresServer::start().unwrap();
-        assert_ne!(server.port(), SHARED_PG_PORT);
+        assert_ne!(server.port(), 5432, "the machine's own PostgreSQL");
         assert!(server.url().starts_with("postgres://postgres@127.0.0.1:"));
         assert!(
             server
@@ -836,6 +699,6 @@ mod tests {
         let port = server.port();
         drop(server);
         assert!(!dir.exists());
-        assert!(std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err());
+        assert!(std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).is_err());
     }
 }

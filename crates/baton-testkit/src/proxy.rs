@@ -434,7 +434,7 @@ fn pump(shared: &Shared, connection: &Connection, direction: Direction) {
             std::thread::sleep(TICK);
             continue;
         }
-        let Switches { latency, fault } = *shared.switches();
+        let fault = shared.switches().fault;
         if fault == Fault::Reset {
             connection.abort();
             break false;
@@ -472,16 +472,17 @@ fn pump(shared: &Shared, connection: &Connection, direction: Direction) {
         match from.read(&mut buffer) {
             Ok(0) => eof = true,
             Ok(n) => {
-                // Decided when the reply arrives: a reply read during the fault is lost. The
+                // Decided when the bytes arrive: a reply read during the fault is lost, and
+                // the latency set by then applies, even to a read that began before. The
                 // connection is marked under the switches' lock, so a `heal` that ends the
                 // fault right now still sees the mark and resets the connection.
-                let dropped = {
+                let (dropped, latency) = {
                     let switches = shared.switches();
                     let drop = direction == Direction::Down && switches.fault == Fault::DropReplies;
                     if drop {
                         connection.lost_bytes.store(true, Ordering::SeqCst);
                     }
-                    drop
+                    (drop, switches.latency)
                 };
                 if dropped {
                     shared.dropped_bytes.fetch_add(n as u64, Ordering::SeqCst);
@@ -619,6 +620,16 @@ mod tests {
         stream
     }
 
+    /// An echo server, a proxy in front of it, and a client connection through the proxy
+    /// that has carried one round trip of one byte.
+    fn connected() -> (Echo, FaultProxy, TcpStream) {
+        let echo = Echo::start();
+        let proxy = FaultProxy::start(echo.addr).unwrap();
+        let mut stream = client(&proxy);
+        assert_eq!(round_trip(&mut stream, b"1"), b"1");
+        (echo, proxy, stream)
+    }
+
     fn round_trip(stream: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
         stream.write_all(bytes).unwrap();
         read_exactly(stream, bytes.len())
@@ -642,6 +653,22 @@ mod tests {
         }
     }
 
+    /// Writes `bytes` on `stream` and asserts that nothing comes back, and that the stream
+    /// does not close, within `wait`.
+    #[track_caller]
+    fn assert_unanswered(stream: &mut TcpStream, bytes: &[u8], wait: Duration) {
+        stream.write_all(bytes).unwrap();
+        let read = read_briefly(stream, wait);
+        assert!(read.is_none(), "answered: {read:?}");
+    }
+
+    /// Asserts that a new connection through `proxy` carries a round trip.
+    #[track_caller]
+    fn assert_new_connections_work(proxy: &FaultProxy) {
+        let mut fresh = client(proxy);
+        assert_eq!(round_trip(&mut fresh, b"new"), b"new");
+    }
+
     /// Whether the stream was closed abruptly: a reset, or at least an end of stream.
     fn is_closed(result: Option<io::Result<usize>>) -> bool {
         matches!(result, Some(Ok(0)) | Some(Err(_)))
@@ -653,9 +680,7 @@ mod tests {
 
     #[test]
     fn bytes_pass_both_ways() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut stream = client(&proxy);
+        let (_echo, proxy, mut stream) = connected();
         assert_eq!(round_trip(&mut stream, b"hello"), b"hello");
         let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
         assert_eq!(round_trip(&mut stream, &big), big);
@@ -666,9 +691,7 @@ mod tests {
 
     #[test]
     fn latency_delays_each_direction() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut stream = client(&proxy);
+        let (_echo, proxy, mut stream) = connected();
         proxy.set_latency(Duration::from_millis(60));
         let started = Instant::now();
         assert_eq!(round_trip(&mut stream, b"slow"), b"slow");
@@ -680,13 +703,9 @@ mod tests {
 
     #[test]
     fn blackhole_holds_bytes_until_healed() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut stream = client(&proxy);
-        assert_eq!(round_trip(&mut stream, b"a"), b"a");
+        let (echo, proxy, mut stream) = connected();
         proxy.blackhole();
-        stream.write_all(b"held").unwrap();
-        assert!(read_briefly(&mut stream, Duration::from_millis(200)).is_none());
+        assert_unanswered(&mut stream, b"held", Duration::from_millis(200));
         assert_eq!(
             echo.received.load(Ordering::SeqCst),
             1,
@@ -695,8 +714,7 @@ mod tests {
         assert_eq!(proxy.pending_bytes(), 4);
         // New connections are accepted, and silent too.
         let mut late = client(&proxy);
-        late.write_all(b"x").unwrap();
-        assert!(read_briefly(&mut late, Duration::from_millis(100)).is_none());
+        assert_unanswered(&mut late, b"x", Duration::from_millis(100));
         proxy.heal();
         assert_eq!(read_exactly(&mut stream, 4), b"held");
         assert_eq!(read_exactly(&mut late, 1), b"x");
@@ -705,14 +723,12 @@ mod tests {
 
     #[test]
     fn dropped_replies_are_lost_and_the_connection_reset_on_heal() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut stream = client(&proxy);
-        assert_eq!(round_trip(&mut stream, b"ok"), b"ok");
+        let (echo, proxy, mut stream) = connected();
         proxy.drop_replies();
         stream.write_all(b"lost").unwrap();
+        // The byte of the first round trip, and the 4 of this request.
         wait_until("the request to reach the server", || {
-            echo.received.load(Ordering::SeqCst) == 6
+            echo.received.load(Ordering::SeqCst) == 5
         });
         wait_until("the reply to be swallowed", || proxy.dropped_bytes() == 4);
         assert!(read_briefly(&mut stream, Duration::from_millis(100)).is_none());
@@ -721,38 +737,27 @@ mod tests {
             is_closed(read_briefly(&mut stream, PATIENCE)),
             "a connection that lost a reply must not go on"
         );
-        let mut fresh = client(&proxy);
-        assert_eq!(round_trip(&mut fresh, b"again"), b"again");
+        assert_new_connections_work(&proxy);
     }
 
     #[test]
     fn strand_connections_silences_current_connections_for_good_and_new_ones_work() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut stream = client(&proxy);
-        assert_eq!(round_trip(&mut stream, b"1"), b"1");
+        let (_echo, proxy, mut stream) = connected();
         proxy.strand_connections();
-        stream.write_all(b"2").unwrap();
-        assert!(
-            read_briefly(&mut stream, Duration::from_millis(300)).is_none(),
-            "a stranded connection neither answers nor closes"
-        );
+        // A stranded connection neither answers nor closes.
+        assert_unanswered(&mut stream, b"2", Duration::from_millis(300));
         proxy.heal();
         assert!(
             read_briefly(&mut stream, Duration::from_millis(300)).is_none(),
             "healing does not revive a stranded connection"
         );
         assert_eq!(proxy.open_connections(), 1, "it stays open");
-        let mut fresh = client(&proxy);
-        assert_eq!(round_trip(&mut fresh, b"3"), b"3");
+        assert_new_connections_work(&proxy);
     }
 
     #[test]
     fn kill_connections_resets_current_connections_only() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut stream = client(&proxy);
-        assert_eq!(round_trip(&mut stream, b"1"), b"1");
+        let (_echo, proxy, mut stream) = connected();
         proxy.kill_connections();
         match read_briefly(&mut stream, PATIENCE) {
             Some(Err(e)) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}"),
@@ -761,24 +766,19 @@ mod tests {
         wait_until("the connection to be gone", || {
             proxy.open_connections() == 0
         });
-        let mut fresh = client(&proxy);
-        assert_eq!(round_trip(&mut fresh, b"2"), b"2");
+        assert_new_connections_work(&proxy);
     }
 
     #[test]
     fn reset_refuses_until_healed() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut before = client(&proxy);
-        assert_eq!(round_trip(&mut before, b"1"), b"1");
+        let (_echo, proxy, mut before) = connected();
         proxy.reset();
         assert!(is_closed(read_briefly(&mut before, PATIENCE)));
         let mut during = client(&proxy);
         let _ = during.write_all(b"x");
         assert!(is_closed(read_briefly(&mut during, PATIENCE)));
         proxy.heal();
-        let mut after = client(&proxy);
-        assert_eq!(round_trip(&mut after, b"3"), b"3");
+        assert_new_connections_work(&proxy);
     }
 
     #[test]
@@ -794,9 +794,7 @@ mod tests {
 
     #[test]
     fn half_close_is_passed_on() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
-        let mut stream = client(&proxy);
+        let (_echo, _proxy, mut stream) = connected();
         stream.write_all(b"bye").unwrap();
         stream.shutdown(Shutdown::Write).unwrap();
         assert_eq!(read_exactly(&mut stream, 3), b"bye");
@@ -811,11 +809,8 @@ mod tests {
 
     #[test]
     fn dropping_the_proxy_closes_its_connections() {
-        let echo = Echo::start();
-        let proxy = FaultProxy::start(echo.addr).unwrap();
+        let (_echo, proxy, mut stream) = connected();
         let addr = proxy.addr();
-        let mut stream = client(&proxy);
-        assert_eq!(round_trip(&mut stream, b"1"), b"1");
         drop(proxy);
         assert!(is_closed(read_briefly(&mut stream, PATIENCE)));
         assert!(TcpStream::connect(addr).is_err());

@@ -34,15 +34,14 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fmt;
 use std::io::{self, BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use tempfile::TempDir;
+use crate::server::{ServerProcess, free_port, on_a_free_port, poll_until, retry};
 
 /// The environment variable that names the `redis-server` binary to run, when it is not
 /// `redis-server` on `PATH`.
@@ -50,9 +49,6 @@ pub const REDIS_SERVER_ENV: &str = "BATON_REDIS_SERVER";
 
 /// The one-line fix for a machine without Redis.
 pub const INSTALL_HINT: &str = "install it with `apt-get install redis-server` (Debian/Ubuntu), or name the binary in BATON_REDIS_SERVER";
-
-/// The port of the machine's own Redis, which tests never use.
-const SHARED_REDIS_PORT: u16 = 6379;
 
 /// How long one admin command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -107,22 +103,12 @@ impl RedisOptions {
 }
 
 /// A private `redis-server` on a loopback port. See the [module docs](self).
+#[derive(Debug)]
 pub struct RedisServer {
     options: RedisOptions,
     binary: OsString,
-    port: u16,
-    dir: TempDir,
-    child: Mutex<Option<Child>>,
-}
-
-impl fmt::Debug for RedisServer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisServer")
-            .field("port", &self.port)
-            .field("dir", &self.dir.path())
-            .field("pid", &self.pid())
-            .finish()
-    }
+    /// Killed, and its directory removed, when the server is dropped.
+    process: ServerProcess,
 }
 
 impl RedisServer {
@@ -143,25 +129,20 @@ impl RedisServer {
         let binary = std::env::var_os(REDIS_SERVER_ENV)
             .filter(|b| !b.is_empty())
             .unwrap_or_else(|| OsString::from("redis-server"));
-        // A free port can be taken by someone else between our probe and the server's bind;
-        // try a few.
-        let mut last_error = None;
-        for _ in 0..5 {
-            let port = free_port()?;
-            let server = RedisServer {
-                options: options.clone(),
-                binary: binary.clone(),
-                port,
-                dir: tempfile::Builder::new().prefix("baton-redis-").tempdir()?,
-                child: Mutex::new(None),
-            };
-            match server.launch() {
-                Ok(()) => return Ok(server),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| io::Error::other("redis-server did not start")))
+        on_a_free_port(|port| {
+            let server = RedisServer::unstarted(options.clone(), binary.clone(), port)?;
+            server.launch()?;
+            Ok(server)
+        })
+    }
+
+    /// A server of `binary` on `port`, in a new directory, not started yet.
+    fn unstarted(options: RedisOptions, binary: OsString, port: u16) -> io::Result<RedisServer> {
+        Ok(RedisServer {
+            options,
+            binary,
+            process: ServerProcess::new("redis-server", INSTALL_HINT, port, Some("redis.log"))?,
+        })
     }
 
     /// Starts a replica of `primary` (`--replicaof 127.0.0.1 <port>`) with `options`, and
@@ -185,22 +166,13 @@ impl RedisServer {
         ]))?;
         replica.wait_replicating(timeout)?;
         // The primary counts the replica for WAIT once it lists it online.
-        let deadline = Instant::now() + timeout;
-        while !primary
-            .info("replication")?
-            .contains(&format!("port={},state=online", replica.port()))
-        {
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the primary does not list the replica on port {} online",
-                        replica.port()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let online = format!("port={},state=online", replica.port());
+        primary.wait_for_info(
+            "replication",
+            timeout,
+            &format!("list the replica on port {} online", replica.port()),
+            |info| info.contains(&online),
+        )?;
         Ok(replica)
     }
 
@@ -209,23 +181,36 @@ impl RedisServer {
     /// # Errors
     /// When the link is not up within `timeout` (the message quotes `INFO replication`).
     pub fn wait_replicating(&self, timeout: Duration) -> io::Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let info = self.info("replication")?;
-            if info.lines().any(|l| l.trim() == "master_link_status:up") {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "redis-server on port {} did not synchronize with its primary within {timeout:?}: {info}",
-                        self.port
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_for_info(
+            "replication",
+            timeout,
+            "synchronize with its primary",
+            |info| info.lines().any(|l| l.trim() == "master_link_status:up"),
+        )
+    }
+
+    /// Waits until `INFO <section>` shows what `holds` looks for; `what` names it in the
+    /// error, which quotes the section.
+    fn wait_for_info(
+        &self,
+        section: &str,
+        timeout: Duration,
+        what: &str,
+        holds: impl Fn(&str) -> bool,
+    ) -> io::Result<()> {
+        poll_until(
+            timeout,
+            Duration::from_millis(20),
+            || {
+                let info = self.info(section)?;
+                Ok(if holds(&info) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(info)
+                })
+            },
+            |info| format!("{} did not {what} within {timeout:?}: {info}", self.process),
+        )
     }
 
     /// Cuts this replica off from its primary, keeping the data it has: it is pointed at a
@@ -266,58 +251,43 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://127.0.0.1:{}", self.port())
     }
 
     /// The loopback address the server listens on.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        self.process.addr()
     }
 
     /// The port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.process.port()
     }
 
     /// The server's working directory (its log, and its append-only file when enabled).
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.process.dir()
     }
 
     /// The server's log file.
     pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("redis.log")
-    }
-
-    fn stderr_path(&self) -> PathBuf {
-        self.dir.path().join("redis.stderr")
+        self.process.log_path()
     }
 
     /// The process id, while the server runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child().as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Whether the process is running (a paused process is running).
     pub fn is_running(&self) -> bool {
-        let mut child = self.child();
-        match child.as_mut().map(Child::try_wait) {
-            Some(Ok(None)) => true,
-            Some(_) => {
-                *child = None;
-                false
-            }
-            None => false,
-        }
+        self.process.is_running()
     }
 
     /// Kills the server (SIGKILL) and reaps it. Without persistence its data is gone.
     /// Nothing happens if it is not running.
     pub fn kill(&self) {
-        if let Some(mut child) = self.child().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Suspends the server (SIGSTOP): connections stay open and nothing is answered.
@@ -325,8 +295,7 @@ impl RedisServer {
     /// # Errors
     /// When the server is not running or the signal cannot be sent.
     pub fn pause(&self) -> io::Result<()> {
-        let pid = self.running_pid()?;
-        crate::process::pause(pid).map_err(io::Error::from)
+        crate::process::pause(self.process.running_pid()?).map_err(io::Error::from)
     }
 
     /// Resumes a paused server (SIGCONT).
@@ -334,8 +303,7 @@ impl RedisServer {
     /// # Errors
     /// As [`RedisServer::pause`].
     pub fn resume(&self) -> io::Result<()> {
-        let pid = self.running_pid()?;
-        crate::process::resume(pid).map_err(io::Error::from)
+        crate::process::resume(self.process.running_pid()?).map_err(io::Error::from)
     }
 
     /// Kills the server if it runs, then starts it again on the same port, in the same
@@ -347,16 +315,11 @@ impl RedisServer {
         self.kill();
         // The port is ours until someone else binds it; a lingering socket of the old
         // process can delay the bind briefly.
-        let deadline = Instant::now() + self.options.startup_timeout;
-        loop {
-            match self.launch() {
-                Ok(()) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::NotFound || Instant::now() >= deadline => {
-                    return Err(e);
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        retry(
+            self.options.startup_timeout,
+            Duration::from_millis(100),
+            || self.launch(),
+        )
     }
 
     /// Sends one command (`["SCRIPT", "FLUSH"]`) on a new connection and returns the reply.
@@ -406,128 +369,34 @@ impl RedisServer {
         Ok(parse_commandstats(&self.info("commandstats")?))
     }
 
-    fn child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn running_pid(&self) -> io::Result<u32> {
-        self.pid()
-            .ok_or_else(|| io::Error::other("redis-server is not running"))
-    }
-
     /// Starts the process and waits until it answers `PING`.
     fn launch(&self) -> io::Result<()> {
-        assert_ne!(
-            self.port, SHARED_REDIS_PORT,
-            "tests never use the machine's own Redis"
-        );
         let mut command = Command::new(&self.binary);
         command
             .arg("--port")
-            .arg(self.port.to_string())
+            .arg(self.port().to_string())
             .args(["--bind", "127.0.0.1"])
             .arg("--dir")
-            .arg(self.dir.path())
+            .arg(self.dir())
             .arg("--logfile")
             .arg(self.log_path())
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(&self.options.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.stderr_path())?);
-        let child = command.spawn().map_err(|e| {
-            if e.kind() == io::ErrorKind::NotFound {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!(
-                        "{} was not found; Redis tests need it and are never skipped: {INSTALL_HINT}",
-                        self.binary.to_string_lossy()
-                    ),
-                )
-            } else {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot start {}: {e}", self.binary.to_string_lossy()),
-                )
-            }
-        })?;
-        *self.child() = Some(child);
-        self.wait_ready()
-    }
-
-    fn wait_ready(&self) -> io::Result<()> {
-        let started = Instant::now();
-        let deadline = started + self.options.startup_timeout;
-        loop {
-            if let Some(status) = self.exited() {
-                return Err(io::Error::other(format!(
-                    "redis-server on port {} exited with {status} during startup; {}",
-                    self.port,
-                    self.diagnostics()
-                )));
-            }
-            let reply = command(self.addr(), &["PING"], Duration::from_millis(500));
-            if matches!(&reply, Ok(Resp::Simple(pong)) if pong == "PONG") {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "redis-server on port {} did not answer PING within {:?} (last: {reply:?}); {}",
-                        self.port,
-                        self.options.startup_timeout,
-                        self.diagnostics()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// The exit status if the process has exited (and forgets it).
-    fn exited(&self) -> Option<String> {
-        let mut slot = self.child();
-        let child = slot.as_mut()?;
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                *slot = None;
-                let stderr = std::fs::read_to_string(self.stderr_path()).unwrap_or_default();
-                Some(format!("{status} (stderr: {:?})", stderr.trim()))
-            }
-            _ => None,
-        }
-    }
-
-    /// The tail of the server's log.
-    fn diagnostics(&self) -> String {
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(15).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!(
-            "its log ({}):\n{}",
-            self.log_path().display(),
-            tail.join("\n")
+            .args(&self.options.args);
+        self.process.start(
+            &mut command,
+            self.options.startup_timeout,
+            "answer PING",
+            || ping(self.addr()),
         )
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A port that was free a moment ago.
-pub(crate) fn free_port() -> io::Result<u16> {
-    loop {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
-        if port != SHARED_REDIS_PORT {
-            return Ok(port);
-        }
+/// Whether the server at `addr` answers `PING` with `PONG`; `Err` with what it answered
+/// instead.
+pub(crate) fn ping(addr: SocketAddr) -> Result<(), String> {
+    match command(addr, &["PING"], Duration::from_millis(500)) {
+        Ok(Resp::Simple(pong)) if pong == "PONG" => Ok(()),
+        reply => Err(format!("{reply:?}")),
     }
 }
 
@@ -702,13 +571,12 @@ mod tests {
 
     #[test]
     fn a_missing_binary_is_a_loud_error_with_the_install_hint() {
-        let server = RedisServer {
-            options: RedisOptions::new(),
-            binary: OsString::from("/nonexistent/redis-server"),
-            port: free_port().unwrap(),
-            dir: tempfile::tempdir().unwrap(),
-            child: Mutex::new(None),
-        };
+        let server = RedisServer::unstarted(
+            RedisOptions::new(),
+            OsString::from("/nonexistent/redis-server"),
+            free_port().unwrap(),
+        )
+        .unwrap();
         let err = server.launch().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(
@@ -720,7 +588,7 @@ mod tests {
     #[test]
     fn server_answers_survives_pause_and_comes_back_after_kill() {
         let server = RedisServer::start().unwrap();
-        assert_ne!(server.port(), SHARED_REDIS_PORT);
+        assert_ne!(server.port(), 6379, "the machine's own Redis");
         assert!(server.url().starts_with("redis://127.0.0.1:"));
         server.command_ok(&["SET", "k", "v"]).unwrap();
         assert_eq!(

@@ -29,18 +29,17 @@
 //! - The servers keep the testkit's defaults (no persistence); the replica announces
 //!   `127.0.0.1` and its port, so the sentinels name loopback addresses only.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::ops::ControlFlow;
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
-
-use crate::redis::{RedisOptions, RedisServer, Resp, command};
+use crate::redis::{RedisOptions, RedisServer, Resp, command, ping};
+use crate::server::{ServerProcess, on_a_free_port, poll_until, retry};
 
 /// The environment variable that names the `redis-sentinel` binary, when it is not
 /// `redis-sentinel` on `PATH`.
@@ -81,28 +80,14 @@ impl fmt::Debug for SentinelTopology {
                     .map(RedisServer::port)
                     .collect::<Vec<_>>(),
             )
-            .field(
-                "sentinels",
-                &self.sentinels.iter().map(|s| s.port).collect::<Vec<_>>(),
-            )
+            .field("sentinels", &self.sentinel_ports())
             .finish()
     }
 }
 
+/// One `redis-sentinel`, killed when dropped.
 struct Sentinel {
-    port: u16,
-    dir: TempDir,
-    child: Mutex<Option<Child>>,
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    process: ServerProcess,
 }
 
 impl SentinelTopology {
@@ -141,7 +126,7 @@ impl SentinelTopology {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
+            .map(|s| format!("127.0.0.1:{}", s.port()))
             .collect();
         format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
     }
@@ -168,20 +153,14 @@ impl SentinelTopology {
             .ok_or_else(|| io::Error::other(format!("no server on port {port}")))?;
         server.kill();
         // The port is free now; take it before anyone else does.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
-                Ok(listener) => {
-                    self.reserved
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(listener);
-                    return Ok(());
-                }
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
+        let listener = retry(Duration::from_secs(5), Duration::from_millis(10), || {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+        })?;
+        self.reserved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(listener);
+        Ok(())
     }
 
     /// Frees the port that [`SentinelTopology::kill`] held and starts the server on it
@@ -203,7 +182,7 @@ impl SentinelTopology {
 
     /// The ports of the sentinels.
     pub fn sentinel_ports(&self) -> Vec<u16> {
-        self.sentinels.iter().map(|s| s.port).collect()
+        self.sentinels.iter().map(Sentinel::port).collect()
     }
 
     /// The port of the primary the first sentinel that answers names.
@@ -227,152 +206,117 @@ impl SentinelTopology {
     /// # Errors
     /// When that does not happen within `timeout` (the message quotes a sentinel's log).
     pub fn wait_for_failover(&self, old: u16, timeout: Duration) -> io::Result<u16> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let named: Vec<Option<u16>> = self.sentinels.iter().map(|s| s.primary().ok()).collect();
-            if let Some(Some(new)) = named.first()
-                && *new != old
-                && named.iter().all(|n| *n == Some(*new))
-                && self
-                    .server(*new)
-                    .and_then(|s| s.info("replication").ok())
-                    .is_some_and(|info| info.lines().any(|l| l.trim() == "role:master"))
-            {
-                return Ok(*new);
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the sentinels named {named:?} (old primary {old}) after {timeout:?}; {}",
-                        self.sentinels[0].diagnostics()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        poll_until(
+            timeout,
+            Duration::from_millis(50),
+            || {
+                let named: Vec<Option<u16>> =
+                    self.sentinels.iter().map(|s| s.primary().ok()).collect();
+                if let Some(Some(new)) = named.first()
+                    && *new != old
+                    && named.iter().all(|n| *n == Some(*new))
+                    && self.answers_as_primary(*new)
+                {
+                    return Ok(ControlFlow::Break(*new));
+                }
+                Ok(ControlFlow::Continue(named))
+            },
+            |named| {
+                format!(
+                    "the sentinels named {named:?} (old primary {old}) after {timeout:?}; the first, {}: {}",
+                    self.sentinels[0].process,
+                    self.sentinels[0].process.diagnostics()
+                )
+            },
+        )
+    }
+
+    /// Whether the server on `port` answers as a primary (`role:master`).
+    fn answers_as_primary(&self, port: u16) -> bool {
+        self.server(port)
+            .and_then(|s| s.info("replication").ok())
+            .is_some_and(|info| info.lines().any(|l| l.trim() == "role:master"))
     }
 
     /// Waits until every sentinel knows the replica and the two other sentinels.
     fn wait_until_known(&self) -> io::Result<()> {
         let deadline = Instant::now() + STARTUP;
         for sentinel in &self.sentinels {
-            loop {
-                let replicas = sentinel.count(&["SENTINEL", "REPLICAS", MASTER_NAME]);
-                let others = sentinel.count(&["SENTINEL", "SENTINELS", MASTER_NAME]);
-                if replicas == Some(1) && others == Some(2) {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "sentinel on port {} knows {replicas:?} replicas and {others:?} other sentinels after {STARTUP:?}; {}",
-                            sentinel.port,
-                            sentinel.diagnostics()
-                        ),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            poll_until(
+                deadline.saturating_duration_since(Instant::now()),
+                Duration::from_millis(50),
+                || {
+                    let replicas = sentinel.count(&["SENTINEL", "REPLICAS", MASTER_NAME]);
+                    let others = sentinel.count(&["SENTINEL", "SENTINELS", MASTER_NAME]);
+                    Ok(if replicas == Some(1) && others == Some(2) {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue((replicas, others))
+                    })
+                },
+                |(replicas, others)| {
+                    format!(
+                        "{} knows {replicas:?} replicas and {others:?} other sentinels after {STARTUP:?}; {}",
+                        sentinel.process,
+                        sentinel.process.diagnostics()
+                    )
+                },
+            )?;
         }
         Ok(())
     }
 }
 
 impl Sentinel {
-    fn start(binary: &OsString, primary: u16) -> io::Result<Sentinel> {
-        let mut last = None;
-        for _ in 0..5 {
-            let port = crate::redis::free_port()?;
-            let dir = tempfile::Builder::new()
-                .prefix("baton-sentinel-")
-                .tempdir()?;
-            let config = dir.path().join("sentinel.conf");
-            std::fs::write(
-                &config,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
-                     sentinel announce-ip 127.0.0.1\nsentinel announce-port {port}\n\
-                     sentinel resolve-hostnames no\n\
-                     sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
-                     sentinel failover-timeout {MASTER_NAME} {failover}\n\
-                     sentinel parallel-syncs {MASTER_NAME} 1\n",
-                    dir = dir.path().display(),
-                    log = dir.path().join("sentinel.log").display(),
-                    down = DOWN_AFTER.as_millis(),
-                    failover = FAILOVER_TIMEOUT.as_millis(),
-                ),
-            )?;
-            let child = Command::new(binary)
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(dir.path().join("sentinel.stderr"))?)
-                .spawn()
-                .map_err(|e| {
-                    if e.kind() == io::ErrorKind::NotFound {
-                        io::Error::new(
-                            io::ErrorKind::NotFound,
-                            format!(
-                                "{} was not found; Sentinel tests need it and are never skipped: {INSTALL_HINT}",
-                                binary.to_string_lossy()
-                            ),
-                        )
-                    } else {
-                        io::Error::new(e.kind(), format!("cannot start {}: {e}", binary.to_string_lossy()))
-                    }
-                })?;
+    /// Starts a sentinel monitoring the primary on port `primary`, and waits until it
+    /// answers `PING`.
+    fn start(binary: &OsStr, primary: u16) -> io::Result<Sentinel> {
+        on_a_free_port(|port| {
             let sentinel = Sentinel {
-                port,
-                dir,
-                child: Mutex::new(Some(child)),
+                process: ServerProcess::new(
+                    "redis-sentinel",
+                    INSTALL_HINT,
+                    port,
+                    Some("sentinel.log"),
+                )?,
             };
-            match sentinel.wait_ready() {
-                Ok(()) => return Ok(sentinel),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("redis-sentinel did not start")))
+            sentinel.launch(binary, primary)?;
+            Ok(sentinel)
+        })
+    }
+
+    fn launch(&self, binary: &OsStr, primary: u16) -> io::Result<()> {
+        let dir = self.process.dir();
+        let config = dir.join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
+                 sentinel announce-ip 127.0.0.1\nsentinel announce-port {port}\n\
+                 sentinel resolve-hostnames no\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
+                 sentinel failover-timeout {MASTER_NAME} {failover}\n\
+                 sentinel parallel-syncs {MASTER_NAME} 1\n",
+                port = self.port(),
+                dir = dir.display(),
+                log = self.process.log_path().display(),
+                down = DOWN_AFTER.as_millis(),
+                failover = FAILOVER_TIMEOUT.as_millis(),
+            ),
+        )?;
+        let mut command = Command::new(binary);
+        command.arg(&config);
+        self.process
+            .start(&mut command, STARTUP, "answer PING", || ping(self.addr()))
+    }
+
+    fn port(&self) -> u16 {
+        self.process.port()
     }
 
     fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
-    }
-
-    fn wait_ready(&self) -> io::Result<()> {
-        let deadline = Instant::now() + STARTUP;
-        loop {
-            let exited = {
-                let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
-                child.as_mut().and_then(|c| c.try_wait().ok().flatten())
-            };
-            if let Some(status) = exited {
-                return Err(io::Error::other(format!(
-                    "redis-sentinel on port {} exited with {status}; {}",
-                    self.port,
-                    self.diagnostics()
-                )));
-            }
-            if matches!(
-                command(self.addr(), &["PING"], Duration::from_millis(500)),
-                Ok(Resp::Simple(ref pong)) if pong == "PONG"
-            ) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "redis-sentinel on port {} did not answer PING; {}",
-                        self.port,
-                        self.diagnostics()
-                    ),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.process.addr()
     }
 
     /// The port of the primary this sentinel names.
@@ -397,22 +341,6 @@ impl Sentinel {
             Resp::Array(Some(items)) => Some(items.len()),
             _ => None,
         }
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("sentinel.log")
-    }
-
-    fn diagnostics(&self) -> String {
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!(
-            "the log of sentinel {} ({}):\n{}",
-            self.port,
-            self.log_path().display(),
-            tail.join("\n")
-        )
     }
 }
 

@@ -66,6 +66,21 @@ struct Scope {
     effects: Vec<(Who, u32, MonoTime)>,
 }
 
+impl Scope {
+    /// For each effect, whether a newer attempt than the effect's was acquired (took the
+    /// scope over).
+    fn effects_taken_over(&self) -> impl Iterator<Item = bool> + '_ {
+        let newest = self
+            .acquires
+            .iter()
+            .filter_map(|a| a.acquired().map(|(n, _)| n))
+            .max();
+        self.effects
+            .iter()
+            .map(move |&(_, attempt, _)| newest.is_some_and(|m| m > attempt))
+    }
+}
+
 fn gather(operations: &[Operation<'_>]) -> BTreeMap<String, Scope> {
     let mut scopes: BTreeMap<String, Scope> = BTreeMap::new();
     for op in operations {
@@ -339,16 +354,10 @@ pub fn check(
         }
 
         // idem-effects-once, observed side: effects of attempts nobody took over.
-        let newest = scope
-            .acquires
-            .iter()
-            .filter_map(|a| a.acquired().map(|(n, _)| n))
-            .max();
-        for &(_, attempt, _) in &scope.effects {
-            if newest.is_some_and(|m| m > attempt) {
-                reexecuted += 1;
-            }
-        }
+        reexecuted += scope
+            .effects_taken_over()
+            .filter(|&taken_over| taken_over)
+            .count() as u64;
     }
     report.stat(
         "idem effects of taken-over attempts (documented at-least-once)",
@@ -358,14 +367,8 @@ pub fn check(
     // idem-effects-once: every acknowledged completion's effect exactly once.
     let mut observed: Vec<String> = Vec::new();
     for key in acked.keys() {
-        let scope = &scopes[*key];
-        let newest = scope
-            .acquires
-            .iter()
-            .filter_map(|a| a.acquired().map(|(n, _)| n))
-            .max();
-        for &(_, attempt, _) in &scope.effects {
-            if newest.is_none_or(|m| m <= attempt) {
+        for taken_over in scopes[*key].effects_taken_over() {
+            if !taken_over {
                 observed.push((*key).to_owned());
             }
         }
@@ -431,14 +434,11 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::{CheckRow, DataLoss};
-    use crate::journal::{Detail, Event, Events};
+    use crate::check::DataLoss;
+    use crate::check::tests::{assert_violations, report_of, row, t};
+    use crate::journal::{Detail, Event};
 
-    fn t(ms: u64) -> MonoTime {
-        MonoTime::from_nanos(1_000_000_000 + ms * 1_000_000)
-    }
-
-    #[derive(Default)]
+    #[derive(Default, Clone)]
     struct Script {
         events: Vec<Event>,
     }
@@ -499,15 +499,10 @@ mod tests {
             }
         }
 
-        fn check(mut self, losses: &Losses, audit: &Audit) -> CheckReport {
-            self.events.sort_by_key(|e| (e.process, e.seq));
-            let events = Events {
-                events: self.events,
-                torn_lines: 0,
-            };
-            let mut report = CheckReport::default();
-            check(&events.operations(), losses, audit, &mut report);
-            report
+        fn check(self, losses: &Losses, audit: &Audit) -> CheckReport {
+            report_of(self.events, |operations, report| {
+                check(operations, losses, audit, report)
+            })
         }
     }
 
@@ -515,17 +510,19 @@ mod tests {
         [("req-1".to_owned(), Some(("completed".to_owned(), n)))].into()
     }
 
-    fn row<'a>(report: &'a CheckReport, name: &str) -> &'a CheckRow {
-        &report.rows.iter().find(|(n, _)| *n == name).unwrap().1
+    /// The report on p1 acquiring attempt 1 at 0 and dying before finalizing, and p2
+    /// taking over at `at` ms and completing.
+    fn taken_over_at(at: u64) -> CheckReport {
+        let mut s = Script::default();
+        s.attempt(1, 0, 1, false, false);
+        s.attempt(2, at, 2, true, true);
+        s.check(&Losses::none(t(0)), &completed(2))
     }
 
     #[test]
     fn one_completed_attempt_and_a_late_takeover_of_a_crashed_one_are_clean() {
-        let mut s = Script::default();
-        // p1 acquires attempt 1 and dies before finalizing; p2 takes over after the lease.
-        s.attempt(1, 0, 1, false, false);
-        s.attempt(2, 1_500, 2, true, true);
-        let report = s.check(&Losses::none(t(0)), &completed(2));
+        // After the lease.
+        let report = taken_over_at(1_500);
         assert_eq!(report.violations(), 0, "{:?}", report.findings);
         assert_eq!(
             report.stats["idem effects of taken-over attempts (documented at-least-once)"],
@@ -539,16 +536,8 @@ mod tests {
 
     #[test]
     fn a_takeover_within_the_owners_lease_is_a_violation() {
-        let mut s = Script::default();
-        s.attempt(1, 0, 1, false, false);
-        s.attempt(2, 500, 2, true, true);
-        let report = s.check(&Losses::none(t(0)), &completed(2));
-        assert_eq!(
-            row(&report, "idem-takeover").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
+        let report = taken_over_at(500);
+        assert_violations(&report, "idem-takeover", 1);
         assert_eq!(report.violations(), 1, "{:?}", report.findings);
     }
 
@@ -557,26 +546,15 @@ mod tests {
         let mut s = Script::default();
         s.attempt(1, 0, 1, false, true);
         s.attempt(2, 100, 1, false, true);
-        let report = s.check(&Losses::none(t(0)), &completed(1));
-        assert!(
-            row(&report, "idem-attempts").violations >= 1,
-            "{:?}",
-            report.findings
-        );
-        assert!(
-            row(&report, "idem-effects-once").violations >= 1,
-            "{:?}",
-            report.findings
-        );
-        assert!(
-            row(&report, "idem-finalize").violations >= 1,
-            "{:?}",
-            report.findings
-        );
+        let report = s.clone().check(&Losses::none(t(0)), &completed(1));
+        for checker in ["idem-attempts", "idem-effects-once", "idem-finalize"] {
+            assert!(
+                row(&report, checker).violations >= 1,
+                "{checker}: {:?}",
+                report.findings
+            );
+        }
 
-        let mut s = Script::default();
-        s.attempt(1, 0, 1, false, true);
-        s.attempt(2, 100, 1, false, true);
         let losses = Losses {
             losses: vec![DataLoss {
                 from: t(50),
@@ -596,11 +574,6 @@ mod tests {
         let mut s = Script::default();
         s.attempt(1, 0, 1, false, true);
         let report = s.check(&Losses::none(t(0)), &[("req-1".to_owned(), None)].into());
-        assert_eq!(
-            row(&report, "idem-final-state").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
+        assert_violations(&report, "idem-final-state", 1);
     }
 }

@@ -323,17 +323,33 @@ fn lost_updates(writes: &[WriteInfo], grants: &[Grant], losses: &Losses, report:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::{Detail, Event, Events};
+    use crate::check::tests::{assert_violations, report_of, row, t};
+    use crate::journal::{Detail, Event};
 
-    fn t(ms: u64) -> MonoTime {
-        MonoTime::from_nanos(1_000_000_000 + ms * 1_000_000)
-    }
-
-    /// Builds journals by hand: (process, contender, op, phase, at ms, key, detail).
+    /// Builds journals of key `k` by hand.
+    #[derive(Clone)]
     struct Script {
         events: Vec<Event>,
         next: u64,
         order: u64,
+    }
+
+    /// A grant's fence and its `valid_until` (ms).
+    fn grant(fence: u64, until: u64) -> Detail {
+        Detail {
+            fence: Some(fence),
+            valid_until: Some(t(until)),
+            ..Detail::default()
+        }
+    }
+
+    /// A script of locks [`held`](Script::held), each `(p, fence, from, to, value)`.
+    fn holders(held: &[(u32, u64, u64, u64, u64)]) -> Script {
+        let mut s = Script::new();
+        for &(p, fence, from, to, value) in held {
+            s.held(p, fence, from, to, value);
+        }
+        s
     }
 
     impl Script {
@@ -345,130 +361,75 @@ mod tests {
             }
         }
 
-        fn op(
-            &mut self,
-            process: u32,
-            contender: u32,
-            op: Op,
-            key: &str,
-            invoke: (u64, Detail),
-            done: Option<(u64, Phase, Detail)>,
-        ) {
+        /// Operation `op` on `k` by `holder` (process, contender), invoked at `invoke.0` ms
+        /// with `invoke.1` and completed `Ok` at `ok.0` with `ok.1`.
+        fn op(&mut self, holder: (u32, u32), op: Op, invoke: (u64, Detail), ok: (u64, Detail)) {
             let id = self.next;
             self.next += 1;
-            let mut push = |at, phase, detail| {
+            for (at, phase, detail) in
+                [(invoke.0, Phase::Invoke, invoke.1), (ok.0, Phase::Ok, ok.1)]
+            {
                 let seq = self.events.len() as u64;
                 self.events.push(Event {
-                    process,
+                    process: holder.0,
                     worker: 0,
-                    contender,
+                    contender: holder.1,
                     seq,
                     id,
                     at: t(at),
                     op,
                     phase,
-                    key: key.into(),
+                    key: "k".into(),
                     detail,
                 });
-            };
-            push(invoke.0, Phase::Invoke, invoke.1);
-            if let Some((at, phase, detail)) = done {
-                push(at, phase, detail);
             }
         }
 
-        /// A lock held by (process, contender) over [from, to) with fence, valid until
-        /// `until`, writing `value` (accepted) in between.
-        #[allow(clippy::too_many_arguments)]
-        fn held(&mut self, p: u32, c: u32, fence: u64, from: u64, to: u64, until: u64, value: u64) {
+        /// A lock held by contender 0 of process `p` over [from, to) with `fence`, valid
+        /// until 1 s, writing `value` (accepted) in between.
+        fn held(&mut self, p: u32, fence: u64, from: u64, to: u64, value: u64) {
+            let (c, until) = (0, 1_000);
+            let acquire = (from.saturating_sub(1), Detail::default());
             self.op(
-                p,
-                c,
+                (p, c),
                 Op::LockAcquire,
-                "k",
-                (from.saturating_sub(1), Detail::default()),
-                Some((
-                    from,
-                    Phase::Ok,
-                    Detail {
-                        fence: Some(fence),
-                        valid_until: Some(t(until)),
-                        ..Detail::default()
-                    },
-                )),
+                acquire,
+                (from, grant(fence, until)),
             );
             self.order += 1;
-            let order = self.order;
-            self.op(
-                p,
-                c,
-                Op::LockWrite,
-                "k",
-                (
-                    from + 1,
-                    Detail {
-                        fence: Some(fence),
-                        value: Some(value),
-                        valid_until: Some(t(until)),
-                        ..Detail::default()
-                    },
-                ),
-                Some((
-                    from + 2,
-                    Phase::Ok,
-                    Detail {
-                        accepted: Some(true),
-                        order: Some(order),
-                        ..Detail::default()
-                    },
-                )),
-            );
-            self.op(
-                p,
-                c,
-                Op::LockRelease,
-                "k",
-                (
-                    to,
-                    Detail {
-                        fence: Some(fence),
-                        valid_until: Some(t(until)),
-                        ..Detail::default()
-                    },
-                ),
-                Some((
-                    to + 1,
-                    Phase::Ok,
-                    Detail {
-                        outcome: Some("released".into()),
-                        ..Detail::default()
-                    },
-                )),
-            );
-        }
-
-        fn check(mut self, losses: &Losses) -> CheckReport {
-            self.events.sort_by_key(|e| (e.process, e.seq));
-            let events = Events {
-                events: self.events,
-                torn_lines: 0,
+            let write = Detail {
+                value: Some(value),
+                ..grant(fence, until)
             };
-            let mut report = CheckReport::default();
-            check(&events.operations(), losses, &mut report);
-            report
+            let accepted = Detail {
+                accepted: Some(true),
+                order: Some(self.order),
+                ..Detail::default()
+            };
+            self.op(
+                (p, c),
+                Op::LockWrite,
+                (from + 1, write),
+                (from + 2, accepted),
+            );
+            let released = Detail {
+                outcome: Some("released".into()),
+                ..Detail::default()
+            };
+            let release = (to, grant(fence, until));
+            self.op((p, c), Op::LockRelease, release, (to + 1, released));
         }
-    }
 
-    fn row<'a>(report: &'a CheckReport, name: &str) -> &'a super::super::CheckRow {
-        &report.rows.iter().find(|(n, _)| *n == name).unwrap().1
+        fn check(self, losses: &Losses) -> CheckReport {
+            report_of(self.events, |operations, report| {
+                check(operations, losses, report)
+            })
+        }
     }
 
     #[test]
     fn back_to_back_holders_in_two_processes_are_clean() {
-        let mut s = Script::new();
-        s.held(1, 0, 10, 0, 50, 1_000, 1);
-        s.held(2, 0, 11, 60, 100, 1_000, 2);
-        let report = s.check(&Losses::none(t(0)));
+        let report = holders(&[(1, 10, 0, 50, 1), (2, 11, 60, 100, 2)]).check(&Losses::none(t(0)));
         assert_eq!(report.violations(), 0, "{:?}", report.findings);
         assert_eq!(row(&report, "no-overlap").checked, "2 grants on 1 keys");
         assert_eq!(report.stats["lock grants"], 2);
@@ -476,22 +437,9 @@ mod tests {
 
     #[test]
     fn overlapping_holders_and_their_lost_update_are_violations() {
-        let mut s = Script::new();
-        s.held(1, 0, 10, 0, 50, 1_000, 1);
-        s.held(2, 0, 11, 20, 100, 1_000, 1);
-        let report = s.check(&Losses::none(t(0)));
-        assert_eq!(
-            row(&report, "no-overlap").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
-        assert_eq!(
-            row(&report, "lost-update").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
+        let report = holders(&[(1, 10, 0, 50, 1), (2, 11, 20, 100, 1)]).check(&Losses::none(t(0)));
+        assert_violations(&report, "no-overlap", 1);
+        assert_violations(&report, "lost-update", 1);
         assert_eq!(report.violations(), 2);
     }
 
@@ -501,51 +449,25 @@ mod tests {
         // holder believed until 90, so a grant at 60 overlaps.
         let mut s = Script::new();
         s.op(
-            1,
-            0,
+            (1, 0),
             Op::LockAcquire,
-            "k",
             (0, Detail::default()),
-            Some((
-                1,
-                Phase::Ok,
-                Detail {
-                    fence: Some(1),
-                    valid_until: Some(t(40)),
-                    ..Detail::default()
-                },
-            )),
+            (1, grant(1, 40)),
         );
         s.op(
-            1,
-            0,
+            (1, 0),
             Op::LockRelease,
-            "k",
-            (
-                90,
-                Detail {
-                    fence: Some(1),
-                    valid_until: Some(t(200)),
-                    ..Detail::default()
-                },
-            ),
-            Some((91, Phase::Ok, Detail::default())),
+            (90, grant(1, 200)),
+            (91, Detail::default()),
         );
-        s.held(2, 0, 2, 60, 80, 1_000, 5);
+        s.held(2, 2, 60, 80, 5);
         let report = s.check(&Losses::none(t(0)));
-        assert_eq!(
-            row(&report, "no-overlap").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
+        assert_violations(&report, "no-overlap", 1);
     }
 
     #[test]
     fn an_overlap_across_a_redis_data_loss_is_documented_not_a_violation() {
-        let mut s = Script::new();
-        s.held(1, 0, 10, 0, 500, 1_000, 1);
-        s.held(2, 0, 99, 200, 300, 1_000, 2);
+        let overlap = holders(&[(1, 10, 0, 500, 1), (2, 99, 200, 300, 2)]);
         let loss = super::super::DataLoss {
             from: t(100),
             to: t(110),
@@ -556,7 +478,7 @@ mod tests {
             losses: vec![loss],
             start: t(0),
         };
-        let report = s.check(&losses);
+        let report = overlap.clone().check(&losses);
         assert_eq!(report.violations(), 0, "{:?}", report.findings);
         assert_eq!(row(&report, "no-overlap").documented, 1);
         assert!(
@@ -567,20 +489,9 @@ mod tests {
                 .contains("(replica promoted): killed at +0.100s")
         );
         // Fences are never excused: a lower fence after a promotion is a violation.
-        let mut s = Script::new();
-        s.held(1, 0, 10, 0, 50, 1_000, 1);
-        s.held(2, 0, 9, 200, 300, 1_000, 2);
-        let report = s.check(&losses);
-        assert_eq!(
-            row(&report, "fences-increase").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
+        let report = holders(&[(1, 10, 0, 50, 1), (2, 9, 200, 300, 2)]).check(&losses);
+        assert_violations(&report, "fences-increase", 1);
         // The same overlap with the loss after both grants began is a violation.
-        let mut s = Script::new();
-        s.held(1, 0, 10, 0, 500, 1_000, 1);
-        s.held(2, 0, 99, 200, 300, 1_000, 2);
         let late = Losses {
             losses: vec![super::super::DataLoss {
                 from: t(250),
@@ -590,27 +501,14 @@ mod tests {
             }],
             start: t(0),
         };
-        assert_eq!(s.check(&late).violations(), 1);
+        assert_eq!(overlap.check(&late).violations(), 1);
     }
 
     #[test]
     fn a_stale_write_accepted_and_a_lower_fence_later_are_violations() {
-        let mut s = Script::new();
-        s.held(1, 0, 10, 0, 50, 1_000, 1);
-        s.held(2, 0, 9, 60, 100, 1_000, 2);
-        let report = s.check(&Losses::none(t(0)));
-        assert_eq!(
-            row(&report, "fences-increase").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
+        let report = holders(&[(1, 10, 0, 50, 1), (2, 9, 60, 100, 2)]).check(&Losses::none(t(0)));
+        assert_violations(&report, "fences-increase", 1);
         // order 2 after order 1 with a lower fence, yet recorded accepted.
-        assert_eq!(
-            row(&report, "stale-fence").violations,
-            1,
-            "{:?}",
-            report.findings
-        );
+        assert_violations(&report, "stale-fence", 1);
     }
 }

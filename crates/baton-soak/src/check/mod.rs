@@ -268,3 +268,46 @@ pub fn check_all(events: &Events, losses: &Losses, audit: &Audit) -> CheckReport
     rate::check(&operations, losses, &mut report);
     report
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::journal::{Event, Operation};
+
+    /// `ms` milliseconds after the journals' start, one second after the clock's zero.
+    pub(crate) fn t(ms: u64) -> MonoTime {
+        MonoTime::from_nanos(1_000_000_000 + ms * 1_000_000)
+    }
+
+    /// The report of `check` over hand-built `events`, read as journals are (in process and
+    /// recording order).
+    pub(crate) fn report_of(
+        mut events: Vec<Event>,
+        check: impl FnOnce(&[Operation<'_>], &mut CheckReport),
+    ) -> CheckReport {
+        events.sort_by_key(|e| (e.process, e.seq));
+        let events = Events {
+            events,
+            torn_lines: 0,
+        };
+        let mut report = CheckReport::default();
+        check(&events.operations(), &mut report);
+        report
+    }
+
+    /// The row of `checker`.
+    pub(crate) fn row<'a>(report: &'a CheckReport, checker: &str) -> &'a CheckRow {
+        &report.rows.iter().find(|(n, _)| *n == checker).unwrap().1
+    }
+
+    /// Asserts that `checker` found `n` violations.
+    #[track_caller]
+    pub(crate) fn assert_violations(report: &CheckReport, checker: &str, n: usize) {
+        assert_eq!(
+            row(report, checker).violations,
+            n,
+            "{checker}: {:?}",
+            report.findings
+        );
+    }
+}

@@ -70,84 +70,55 @@ pub(super) fn grant_ops(history: &History, grants: &[&Grant]) -> Vec<Op> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::tests::{held, t};
-    use crate::history::{OpKind, Recorder};
+    use crate::check::tests::{acquired, held, holders, only_violation, released};
+    use crate::history::{Outcome, Recorder};
 
     #[test]
     fn back_to_back_holders_pass() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 1, 0, 10);
-        held(&r, 1, "k", 2, 10, 20);
-        held(&r, 2, "k", 3, 25, 30);
-        held(&r, 3, "j", 1, 5, 28);
-        assert!(no_overlap(&r.history()).is_empty());
+        let history = holders(&[
+            (0, "k", 1, 0, 10),
+            (1, "k", 2, 10, 20),
+            (2, "k", 3, 25, 30),
+            (3, "j", 1, 5, 28),
+        ]);
+        assert!(no_overlap(&history).is_empty());
     }
 
     #[test]
     fn overlapping_holders_are_reported_with_their_ops() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 1, 0, 10);
-        held(&r, 1, "k", 2, 9, 20);
-        let found = no_overlap(&r.history());
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].rule, Rule::Overlap);
-        assert_eq!(found[0].key, "k");
-        assert_eq!(found[0].ops.len(), 4);
-        assert!(found[0].detail.contains("1ms"), "{}", found[0].detail);
+        let history = holders(&[(0, "k", 1, 0, 10), (1, "k", 2, 9, 20)]);
+        let overlap = only_violation(no_overlap(&history), Rule::Overlap, "1ms");
+        assert_eq!(overlap.key, "k");
+        assert_eq!(overlap.ops.len(), 4);
         assert!(
-            found[0].detail.contains("fence 1 held by p1/c0"),
+            overlap.detail.contains("fence 1 held by p1/c0"),
             "{}",
-            found[0].detail
+            overlap.detail
         );
     }
 
     #[test]
     fn a_long_holder_overlaps_later_short_ones() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 1, 0, 100);
-        held(&r, 1, "k", 2, 10, 20);
-        held(&r, 2, "k", 3, 30, 40);
-        assert_eq!(no_overlap(&r.history()).len(), 2);
+        let history = holders(&[
+            (0, "k", 1, 0, 100),
+            (1, "k", 2, 10, 20),
+            (2, "k", 3, 30, 40),
+        ]);
+        assert_eq!(no_overlap(&history).len(), 2);
     }
 
     #[test]
     fn the_window_ends_at_valid_until_when_the_release_is_late() {
         let r = Recorder::new(1);
-        r.record(
-            0,
-            "k",
-            t(0),
-            OpKind::Acquired {
-                fence: 1,
-                requested: t(0),
-                valid_until: t(50),
-            },
-        );
+        acquired(&r, 0, "k", 1, 0, 0, 50);
         // Released long after its deadline: it stopped believing at 50.
-        r.record(
-            0,
-            "k",
-            t(200),
-            OpKind::Released {
-                fence: 1,
-                outcome: crate::history::Outcome::Expired,
-            },
-        );
+        released(&r, 0, "k", 1, 200, Outcome::Expired);
         held(&r, 1, "k", 2, 60, 70);
         assert!(no_overlap(&r.history()).is_empty());
 
         // Never released at all: believed until valid_until.
         let r = Recorder::new(1);
-        r.record(
-            0,
-            "k",
-            t(0),
-            OpKind::Acquired {
-                fence: 1,
-                requested: t(0),
-                valid_until: t(50),
-            },
-        );
+        acquired(&r, 0, "k", 1, 0, 0, 50);
         held(&r, 1, "k", 2, 40, 70);
         assert_eq!(no_overlap(&r.history()).len(), 1);
     }
@@ -156,17 +127,8 @@ mod tests {
     fn a_grant_never_believed_overlaps_nothing() {
         let r = Recorder::new(1);
         held(&r, 1, "k", 2, 10, 70);
-        // Its acquire returned after its deadline (paused holder).
-        r.record(
-            0,
-            "k",
-            t(60),
-            OpKind::Acquired {
-                fence: 1,
-                requested: t(0),
-                valid_until: t(5),
-            },
-        );
+        // Its acquire returned at 60, after its deadline at 5 (paused holder).
+        acquired(&r, 0, "k", 1, 60, 0, 5);
         assert!(no_overlap(&r.history()).is_empty());
     }
 

@@ -60,43 +60,34 @@ pub fn fences_increase(history: &History) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::tests::{held, t};
-    use crate::history::{OpKind, Recorder};
+    use crate::check::tests::{acquired, held, holders, only_violation};
+    use crate::history::Recorder;
 
     #[test]
     fn increasing_fences_pass() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 3, 0, 10);
-        held(&r, 1, "k", 7, 10, 20);
-        held(&r, 0, "k", 8, 20, 30);
-        held(&r, 0, "j", 1, 0, 30);
-        assert!(fences_increase(&r.history()).is_empty());
+        let history = holders(&[
+            (0, "k", 3, 0, 10),
+            (1, "k", 7, 10, 20),
+            (0, "k", 8, 20, 30),
+            (0, "j", 1, 0, 30),
+        ]);
+        assert!(fences_increase(&history).is_empty());
     }
 
     #[test]
     fn a_smaller_fence_after_a_larger_one_is_reported() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 5, 0, 10);
-        held(&r, 1, "k", 4, 10, 20);
-        let found = fences_increase(&r.history());
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].rule, Rule::FenceOrder);
-        assert!(
-            found[0].detail.contains("fence 4 came after fence 5"),
-            "{}",
-            found[0].detail
+        let history = holders(&[(0, "k", 5, 0, 10), (1, "k", 4, 10, 20)]);
+        only_violation(
+            fences_increase(&history),
+            Rule::FenceOrder,
+            "fence 4 came after fence 5",
         );
     }
 
     #[test]
     fn a_repeated_fence_is_reported_once_per_repeat() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 5, 0, 10);
-        held(&r, 1, "k", 5, 10, 20);
-        let rules: Vec<Rule> = fences_increase(&r.history())
-            .iter()
-            .map(|v| v.rule)
-            .collect();
+        let history = holders(&[(0, "k", 5, 0, 10), (1, "k", 5, 10, 20)]);
+        let rules: Vec<Rule> = fences_increase(&history).iter().map(|v| v.rule).collect();
         assert_eq!(rules, [Rule::DuplicateFence, Rule::FenceOrder]);
     }
 
@@ -104,17 +95,8 @@ mod tests {
     fn a_grant_never_believed_is_only_checked_for_repeats() {
         let r = Recorder::new(1);
         held(&r, 1, "k", 9, 10, 20);
-        // Granted before fence 9 and paused: returned later, already expired.
-        r.record(
-            0,
-            "k",
-            t(30),
-            OpKind::Acquired {
-                fence: 8,
-                requested: t(0),
-                valid_until: t(8),
-            },
-        );
+        // Granted before fence 9 and paused: returned at 30, already expired at 8.
+        acquired(&r, 0, "k", 8, 30, 0, 8);
         held(&r, 2, "k", 10, 40, 50);
         assert!(fences_increase(&r.history()).is_empty());
     }

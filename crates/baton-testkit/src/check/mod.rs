@@ -157,63 +157,91 @@ pub(crate) mod tests {
         MonoTime::from_nanos(ms * 1_000_000)
     }
 
+    /// Records that `contender`'s `acquire` of `key`, sent at `requested`, returned at `at`
+    /// with `fence`, valid until `valid_until` (all in ms).
+    pub(crate) fn acquired(
+        r: &Recorder,
+        contender: u32,
+        key: &str,
+        fence: u64,
+        at: u64,
+        requested: u64,
+        valid_until: u64,
+    ) {
+        let kind = OpKind::Acquired {
+            fence,
+            requested: t(requested),
+            valid_until: t(valid_until),
+        };
+        r.record(contender, key, t(at), kind);
+    }
+
+    /// Records that `contender` released `fence` of `key` at `at` ms, with `outcome`.
+    pub(crate) fn released(
+        r: &Recorder,
+        contender: u32,
+        key: &str,
+        fence: u64,
+        at: u64,
+        outcome: Outcome,
+    ) {
+        r.record(contender, key, t(at), OpKind::Released { fence, outcome });
+    }
+
     /// Records a grant of `key` held over [from, to) (released at `to`), valid for 1 s.
     pub(crate) fn held(r: &Recorder, contender: u32, key: &str, fence: u64, from: u64, to: u64) {
-        r.record(
-            contender,
-            key,
-            t(from),
-            OpKind::Acquired {
-                fence,
-                requested: t(from.saturating_sub(1)),
-                valid_until: t(from + 1_000),
-            },
-        );
-        r.record(
-            contender,
-            key,
-            t(to),
-            OpKind::Released {
-                fence,
-                outcome: Outcome::Released,
-            },
-        );
+        let requested = from.saturating_sub(1);
+        acquired(r, contender, key, fence, from, requested, from + 1_000);
+        released(r, contender, key, fence, to, Outcome::Released);
+    }
+
+    /// The history of one process whose grants, each `(contender, key, fence, from, to)`,
+    /// are [`held`].
+    pub(crate) fn holders(grants: &[(u32, &str, u64, u64, u64)]) -> History {
+        let r = Recorder::new(1);
+        for &(contender, key, fence, from, to) in grants {
+            held(&r, contender, key, fence, from, to);
+        }
+        r.history()
+    }
+
+    /// The one violation `found`, which breaks `rule` and whose detail says `detail`.
+    #[track_caller]
+    pub(crate) fn only_violation(found: Vec<Violation>, rule: Rule, detail: &str) -> Violation {
+        let [violation]: [Violation; 1] = found
+            .try_into()
+            .unwrap_or_else(|found| panic!("not one violation: {found:?}"));
+        assert_eq!(violation.rule, rule, "{violation}");
+        assert!(violation.detail.contains(detail), "{violation}");
+        violation
     }
 
     #[test]
     fn a_release_without_a_grant_is_malformed() {
         let r = Recorder::new(1);
         held(&r, 0, "k", 1, 0, 10);
-        r.record(
-            0,
-            "k",
-            t(20),
-            OpKind::Released {
-                fence: 1,
-                outcome: Outcome::Released,
-            },
+        released(&r, 0, "k", 1, 20, Outcome::Released);
+        only_violation(
+            well_formed(&r.history()),
+            Rule::Malformed,
+            "released fence 1",
         );
-        let found = well_formed(&r.history());
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].rule, Rule::Malformed);
     }
 
     #[test]
     fn a_clean_history_passes_everything() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 1, 0, 10);
-        held(&r, 1, "k", 2, 10, 20);
-        held(&r, 0, "other", 1, 5, 15);
-        assert!(all(&r.history()).is_empty());
+        let history = holders(&[
+            (0, "k", 1, 0, 10),
+            (1, "k", 2, 10, 20),
+            (0, "other", 1, 5, 15),
+        ]);
+        assert!(all(&history).is_empty());
         assert_clean(&[]);
     }
 
     #[test]
     #[should_panic(expected = "1 violation(s) in the recorded history:\n1. Overlap on \"k\"")]
     fn assert_clean_lists_the_violations() {
-        let r = Recorder::new(1);
-        held(&r, 0, "k", 1, 0, 10);
-        held(&r, 1, "k", 2, 5, 20);
-        assert_clean(&all(&r.history()));
+        assert_clean(&all(&holders(&[(0, "k", 1, 0, 10), (1, "k", 2, 5, 20)])));
     }
 }

@@ -71,48 +71,46 @@ pub fn stale_fences(history: &History) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::tests::t;
+    use crate::check::tests::{only_violation, t};
     use crate::history::Recorder;
 
-    fn write(r: &Recorder, order: u64, fence: u64, accepted: bool) {
-        r.record(
-            0,
-            "k",
-            t(order),
-            OpKind::Write {
-                register: "reg".into(),
-                fence,
-                order,
-                value: order,
-                accepted,
-            },
-        );
+    /// Records a write to register `reg` sent at `at` ms, applied as the register's
+    /// `order`th.
+    fn write_at(r: &Recorder, at: u64, order: u64, fence: u64, accepted: bool) {
+        let kind = OpKind::Write {
+            register: "reg".into(),
+            fence,
+            order,
+            value: order,
+            accepted,
+        };
+        r.record(0, "k", t(at), kind);
+    }
+
+    /// The history of one process whose writes, each `(order, fence, accepted)`, were sent
+    /// when the register applied them.
+    fn writes(writes: &[(u64, u64, bool)]) -> History {
+        let r = Recorder::new(1);
+        for &(order, fence, accepted) in writes {
+            write_at(&r, order, order, fence, accepted);
+        }
+        r.history()
     }
 
     #[test]
     fn rejecting_stale_fences_passes() {
-        let r = Recorder::new(1);
-        write(&r, 0, 2, true);
-        write(&r, 1, 2, true);
-        write(&r, 2, 1, false);
-        write(&r, 3, 5, true);
-        assert!(stale_fences(&r.history()).is_empty());
+        let history = writes(&[(0, 2, true), (1, 2, true), (2, 1, false), (3, 5, true)]);
+        assert!(stale_fences(&history).is_empty());
     }
 
     #[test]
     fn an_accepted_stale_fence_is_reported() {
-        let r = Recorder::new(1);
-        write(&r, 0, 5, true);
-        write(&r, 1, 3, true);
-        let found = stale_fences(&r.history());
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].rule, Rule::StaleFenceAccepted);
-        assert!(
-            found[0].detail.contains("fence 3 accepted after fence 5"),
-            "{}",
-            found[0].detail
+        let stale = only_violation(
+            stale_fences(&writes(&[(0, 5, true), (1, 3, true)])),
+            Rule::StaleFenceAccepted,
+            "fence 3 accepted after fence 5",
         );
-        assert_eq!(found[0].ops.len(), 2);
+        assert_eq!(stale.ops.len(), 2);
     }
 
     #[test]
@@ -120,40 +118,15 @@ mod tests {
         let a = Recorder::new(1);
         let b = Recorder::new(2);
         // Process 2 sent its write earlier but the register applied it second.
-        a.record(
-            0,
-            "k",
-            t(10),
-            OpKind::Write {
-                register: "reg".into(),
-                fence: 7,
-                order: 0,
-                value: 1,
-                accepted: true,
-            },
-        );
-        b.record(
-            0,
-            "k",
-            t(5),
-            OpKind::Write {
-                register: "reg".into(),
-                fence: 6,
-                order: 1,
-                value: 1,
-                accepted: false,
-            },
-        );
+        write_at(&a, 10, 0, 7, true);
+        write_at(&b, 5, 1, 6, false);
         assert!(stale_fences(&History::merge([a.history(), b.history()])).is_empty());
     }
 
     #[test]
     fn a_rejected_current_fence_and_a_repeated_order_are_reported() {
-        let r = Recorder::new(1);
-        write(&r, 0, 5, true);
-        write(&r, 1, 6, false);
-        write(&r, 1, 7, true);
-        let rules: Vec<Rule> = stale_fences(&r.history()).iter().map(|v| v.rule).collect();
+        let history = writes(&[(0, 5, true), (1, 6, false), (1, 7, true)]);
+        let rules: Vec<Rule> = stale_fences(&history).iter().map(|v| v.rule).collect();
         assert_eq!(rules, [Rule::CurrentFenceRejected, Rule::Malformed]);
     }
 }
