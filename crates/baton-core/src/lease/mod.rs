@@ -371,7 +371,8 @@ impl Leases {
         ttl: Ttl,
         interval: Duration,
     ) -> LeaseKeepAlive {
-        let grant = GrantState::new(Arc::clone(&self.store), key, holder, fence, sent, ttl);
+        let store = Arc::clone(&self.store);
+        let grant = Arc::new(GrantState::new(store, key, holder, fence, sent, ttl));
         spawn_watchdog(
             Arc::clone(&grant),
             Watch {

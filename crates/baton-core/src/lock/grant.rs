@@ -53,20 +53,9 @@ pub(crate) struct GrantState {
 }
 
 impl GrantState {
+    /// A grant with no deadline entry: the caller watches it (a keep-alive, or a deadline
+    /// timer that sets `deadline`).
     pub(crate) fn new(
-        store: Arc<dyn LeaseStore>,
-        key: StoreKey,
-        holder: Holder,
-        fence: Fence,
-        sent_at: Instant,
-        ttl: Ttl,
-    ) -> Arc<Self> {
-        Arc::new(GrantState::unwatched(
-            store, key, holder, fence, sent_at, ttl,
-        ))
-    }
-
-    fn unwatched(
         store: Arc<dyn LeaseStore>,
         key: StoreKey,
         holder: Holder,
@@ -199,7 +188,7 @@ impl Deadlines {
         sent_at: Instant,
         ttl: Ttl,
     ) -> Arc<GrantState> {
-        let mut grant = GrantState::unwatched(store, key, holder, fence, sent_at, ttl);
+        let mut grant = GrantState::new(store, key, holder, fence, sent_at, ttl);
         let entry = Entry {
             timer: Arc::clone(&self.timer),
             at: sent_at + ttl.get(),

@@ -458,7 +458,14 @@ impl Locks {
                 .deadlines
                 .watch(store, key, holder, fence, sent, options.ttl),
             Some(_) => {
-                let grant = GrantState::new(store, key, holder, fence, sent, options.ttl);
+                let grant = Arc::new(GrantState::new(
+                    store,
+                    key,
+                    holder,
+                    fence,
+                    sent,
+                    options.ttl,
+                ));
                 spawn_watchdog(
                     Arc::clone(&grant),
                     Watch {

@@ -139,25 +139,20 @@ mod tests {
 
     #[test]
     fn five_and_six_fields() {
-        let minute = CronSpec::parse("* * * * *").unwrap();
-        assert_eq!(
-            minute.next_after_ms(JAN_1_2024).unwrap(),
-            JAN_1_2024 + 60_000
-        );
-        assert_eq!(
-            minute.next_after_ms(JAN_1_2024 + 59_999).unwrap(),
-            JAN_1_2024 + 60_000
-        );
-        let second = CronSpec::parse("* * * * * *").unwrap();
-        assert_eq!(
-            second.next_after_ms(JAN_1_2024).unwrap(),
-            JAN_1_2024 + 1_000
-        );
-        assert_eq!(
-            second.next_after_ms(JAN_1_2024 + 500).unwrap(),
-            JAN_1_2024 + 1_000
-        );
-        assert_eq!(second.next_after_ms(JAN_1_2024 - 1).unwrap(), JAN_1_2024);
+        for (spec, after, next) in [
+            ("* * * * *", JAN_1_2024, JAN_1_2024 + 60_000),
+            ("* * * * *", JAN_1_2024 + 59_999, JAN_1_2024 + 60_000),
+            ("* * * * * *", JAN_1_2024, JAN_1_2024 + 1_000),
+            ("* * * * * *", JAN_1_2024 + 500, JAN_1_2024 + 1_000),
+            ("* * * * * *", JAN_1_2024 - 1, JAN_1_2024),
+        ] {
+            let spec = CronSpec::parse(spec).unwrap();
+            assert_eq!(
+                spec.next_after_ms(after).unwrap(),
+                next,
+                "{spec:?} after {after}"
+            );
+        }
         let nightly = CronSpec::parse("  0 3 * * MON-FRI ").unwrap();
         assert_eq!(nightly.as_str(), "0 3 * * MON-FRI");
         // 2024-01-01 is a Monday.

@@ -58,6 +58,19 @@ struct State {
     migrations: HashMap<StoreKey, BTreeMap<String, Migration>>,
 }
 
+impl State {
+    /// `writer`'s pending migration record: the one record the heartbeat and the finish
+    /// of a migration may change.
+    fn pending_of(&mut self, writer: Writer<'_>) -> Option<&mut Migration> {
+        self.migrations
+            .get_mut(writer.set)
+            .and_then(|records| records.get_mut(writer.name))
+            .filter(|record| {
+                record.state == MigrationState::Pending && record.claimed_by == *writer.token
+            })
+    }
+}
+
 #[derive(Debug, Default)]
 struct Queue {
     items: BTreeMap<i64, Item>,
@@ -281,15 +294,7 @@ impl QueueStore for MemoryStore {
             if !key.as_str().starts_with(prefix) || q.items.is_empty() {
                 continue;
             }
-            let mut stats = QueueStats {
-                key: key.clone(),
-                ready: 0,
-                scheduled: 0,
-                running: 0,
-                expired: 0,
-                dead: 0,
-                oldest_due: None,
-            };
+            let mut stats = QueueStats::empty(key.clone());
             let mut claimable_since: Option<Instant> = None;
             for item in q.items.values() {
                 let since = match &item.state {
@@ -467,41 +472,27 @@ impl MigrationStore for MemoryStore {
     }
 
     async fn heartbeat_migration(&self, writer: Writer<'_>, lease: Ttl) -> Result<Renewal> {
-        let (set, name, writer) = (writer.set, writer.name, writer.token);
         let now = self.clock.now();
         let mut state = self.work.state();
-        match state
-            .migrations
-            .get_mut(set)
-            .and_then(|records| records.get_mut(name))
-        {
-            Some(record)
-                if record.state == MigrationState::Pending && record.claimed_by == *writer =>
-            {
+        Ok(match state.pending_of(writer) {
+            Some(record) => {
                 record.lease_until = now + lease.get();
-                Ok(Renewal::Renewed)
+                Renewal::Renewed
             }
-            _ => Ok(Renewal::NotHeld),
-        }
+            None => Renewal::NotHeld,
+        })
     }
 
     async fn finish_migration(&self, writer: Writer<'_>, end: MigrationEnd<'_>) -> Result<Settle> {
-        let (set, name, writer) = (writer.set, writer.name, writer.token);
         let mut state = self.work.state();
-        match state
-            .migrations
-            .get_mut(set)
-            .and_then(|records| records.get_mut(name))
-        {
-            Some(record)
-                if record.state == MigrationState::Pending && record.claimed_by == *writer =>
-            {
+        Ok(match state.pending_of(writer) {
+            Some(record) => {
                 record.state = end.state();
                 record.error = end.error().to_owned();
-                Ok(Settle::Settled)
+                Settle::Settled
             }
-            _ => Ok(Settle::NotOwner),
-        }
+            None => Settle::NotOwner,
+        })
     }
 
     async fn migrations(&self, set: &StoreKey) -> Result<Vec<MigrationRecord>> {

@@ -347,15 +347,7 @@ impl Queue {
         Ok(all
             .into_iter()
             .find(|s| s.key == self.inner.key)
-            .unwrap_or_else(|| QueueStats {
-                key: self.inner.key.clone(),
-                ready: 0,
-                scheduled: 0,
-                running: 0,
-                expired: 0,
-                dead: 0,
-                oldest_due: None,
-            }))
+            .unwrap_or_else(|| QueueStats::empty(self.inner.key.clone())))
     }
 
     /// The counts of every queue of `namespace` whose name starts with `prefix` (empty: all),

@@ -224,6 +224,19 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
+    /// The counts of a queue with no items.
+    pub fn empty(key: StoreKey) -> Self {
+        QueueStats {
+            key,
+            ready: 0,
+            scheduled: 0,
+            running: 0,
+            expired: 0,
+            dead: 0,
+            oldest_due: None,
+        }
+    }
+
     /// The queue's name, as it was given to [`Queue::new`](super::Queue::new) or
     /// `baton.queue(name)`.
     pub fn queue(&self) -> &str {
