@@ -364,6 +364,16 @@ pub mod events {
             within: minutes(15),
         },
     };
+    /// An attempt's keep-alive saw its lease pass without a successful renewal.
+    pub const IDEMPOTENCY_LEASE_LAPSED: Event = Event {
+        key: "baton.idempotency.lease_lapsed",
+        level: Level::WARN,
+        help: "an attempt's lease passed without a successful renewal (the store was unreachable or slower than the lease), so its keep-alive presumed it taken over and fired its lost signal; another attempt may run the side effect too, so check it for this key",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(15),
+        },
+    };
     /// An HTTP request with an idempotency key ran unguarded because the store faulted.
     pub const HTTP_IDEMPOTENCY_UNGUARDED: Event = Event {
         key: "baton.http.idempotency_unguarded",
@@ -663,6 +673,7 @@ pub const REGISTRY: &[Event] = &[
     events::IDEMPOTENCY_UNAVAILABLE,
     events::IDEMPOTENCY_TAKEOVER,
     events::IDEMPOTENCY_NOT_OWNER,
+    events::IDEMPOTENCY_LEASE_LAPSED,
     events::HTTP_IDEMPOTENCY_UNGUARDED,
     events::HTTP_IDEMPOTENCY_REFUSED,
     events::HTTP_IDEMPOTENCY_NOT_RECORDED,

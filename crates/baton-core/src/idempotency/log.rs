@@ -321,10 +321,15 @@ impl IdempotencyLog {
             let (store, key, token) = (Arc::clone(&store), key.clone(), token.clone());
             Box::pin(async move { renew(&*store, &key, &token, lease, number).await })
         });
-        // `renew` reports a not-owner answer and a fault itself.
+        // `renew` reports a not-owner answer and a fault itself; a lease that passes
+        // without a renewal is reported here.
+        let events = Events {
+            expired: Some(&events::IDEMPOTENCY_LEASE_LAPSED),
+            ..Events::default()
+        };
         keepalive::spawn(
             Arc::clone(&life),
-            Plan::new(lease.get(), lease.get() / 3, Events::default()),
+            Plan::new(lease.get(), lease.get() / 3, events),
             renew,
         );
         AttemptKeepAlive { life }
