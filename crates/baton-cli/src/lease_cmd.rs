@@ -24,7 +24,10 @@ use serde::Serialize;
 
 use crate::cli::{GlobalArgs, LeaseCommand, ListArgs};
 use crate::exit::{CONTENDED, Failure, SUCCESS};
-use crate::output::{human_duration, millis, print_json, print_line, print_table, write_failure};
+use crate::output::{
+    human_duration, millis, print_json, print_json_or_line, print_line, print_rows, print_table,
+    write_failure,
+};
 use crate::store;
 
 /// The answer of one lease command, as printed.
@@ -218,21 +221,11 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
                 .into_iter()
                 .map(LeaseRow::from)
                 .collect();
-            if global.json {
-                print_json(&rows)
-            } else {
-                print_table(&HEADER, &rows.into_iter().map(cells).collect::<Vec<_>>())
-            }
-            .map_err(write_failure)?;
+            print_rows(global.json, &HEADER, &rows, cells)?;
             return Ok(SUCCESS);
         }
     };
-    if global.json {
-        print_json(&answer)
-    } else {
-        print_line(&answer.line())
-    }
-    .map_err(write_failure)?;
+    print_json_or_line(global.json, &answer, &answer.line())?;
     Ok(answer.status())
 }
 
@@ -251,18 +244,18 @@ fn print_status(global: &GlobalArgs, key: &str, row: Option<LeaseRow>) -> std::i
         return print_json(&status);
     }
     match row {
-        Some(row) => print_table(&HEADER, &[cells(row)]),
+        Some(row) => print_table(&HEADER, &[cells(&row)]),
         None => print_line(&format!("{key}: free")),
     }
 }
 
-fn cells(row: LeaseRow) -> Vec<String> {
+fn cells(row: &LeaseRow) -> Vec<String> {
     vec![
-        row.key,
-        row.holder,
+        row.key.clone(),
+        row.holder.clone(),
         row.fence.to_string(),
         human_duration(Duration::from_millis(row.remaining_ms)),
-        row.reason,
+        row.reason.clone(),
     ]
 }
 

@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::cli::GlobalArgs;
 use crate::exit::{CONTENDED, Failure, SUCCESS, USAGE};
-use crate::output::{human_duration, print_json, print_line, write_failure};
+use crate::output::{human_duration, print_json_or_line};
 use crate::store;
 
 /// `baton limit`.
@@ -135,12 +135,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &LimitArgs) -> Result<u8, Fai
         }
         Err(e) => return Err(baton::Error::from(e).into()),
     };
-    if global.json {
-        print_json(&answer)
-    } else {
-        print_line(&answer.line())
-    }
-    .map_err(write_failure)?;
+    print_json_or_line(global.json, &answer, &answer.line())?;
     Ok(answer.status())
 }
 

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use crate::cli::{GlobalArgs, ListArgs, LockCommand};
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{human_duration, millis, print_json, print_line, print_table, write_failure};
+use crate::output::{
+    human_duration, millis, print_json, print_line, print_rows, print_table, write_failure,
+};
 use crate::store;
 
 /// One held lock, as printed.
@@ -58,7 +60,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
                 print_json(&status).map_err(write_failure)?;
             } else {
                 match row {
-                    Some(row) => print_table(&HEADER, &[cells(row)]),
+                    Some(row) => print_table(&HEADER, &[cells(&row)]),
                     None => print_line(&format!("{key}: free")),
                 }
                 .map_err(write_failure)?;
@@ -72,12 +74,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
                 .into_iter()
                 .map(row)
                 .collect();
-            if global.json {
-                print_json(&rows)
-            } else {
-                print_table(&HEADER, &rows.into_iter().map(cells).collect::<Vec<_>>())
-            }
-            .map_err(write_failure)?;
+            print_rows(global.json, &HEADER, &rows, cells)?;
         }
     }
     Ok(SUCCESS)
@@ -92,10 +89,10 @@ fn row(info: baton::store::HolderInfo) -> LockRow {
     }
 }
 
-fn cells(row: LockRow) -> Vec<String> {
+fn cells(row: &LockRow) -> Vec<String> {
     vec![
-        row.key,
-        row.holder,
+        row.key.clone(),
+        row.holder.clone(),
         row.fence.to_string(),
         human_duration(std::time::Duration::from_millis(row.remaining_ms)),
     ]

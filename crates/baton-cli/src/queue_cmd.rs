@@ -35,7 +35,9 @@ use serde::Serialize;
 
 use crate::cli::GlobalArgs;
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{human_duration, millis, print_json, print_line, print_table, write_failure};
+use crate::output::{
+    human_duration, millis, print_json, print_json_or_line, print_rows, print_table, write_failure,
+};
 use crate::store;
 
 /// `baton queue ...`.
@@ -208,32 +210,29 @@ async fn enqueue(global: &GlobalArgs, args: &EnqueueArgs) -> Result<u8, Failure>
     let answer = queue.enqueue(payload.as_bytes(), options).await?;
     let name = args.queue.as_str();
     let item = answer.id().0;
-    let printed = match (answer.is_added(), args.dedup.as_deref()) {
-        (true, dedup) => {
-            if global.json {
-                print_json(&Enqueued::Added {
-                    queue: name,
-                    item,
-                    dedup,
-                })
-            } else {
-                print_line(&format!("Added {name} item={item}"))
-            }
-        }
+    match (answer.is_added(), args.dedup.as_deref()) {
+        (true, dedup) => print_json_or_line(
+            global.json,
+            &Enqueued::Added {
+                queue: name,
+                item,
+                dedup,
+            },
+            &format!("Added {name} item={item}"),
+        )?,
         (false, dedup) => {
             let dedup = dedup.unwrap_or_default();
-            if global.json {
-                print_json(&Enqueued::Duplicate {
+            print_json_or_line(
+                global.json,
+                &Enqueued::Duplicate {
                     queue: name,
                     item,
                     dedup,
-                })
-            } else {
-                print_line(&format!("Duplicate {name} item={item} dedup={dedup}"))
-            }
+                },
+                &format!("Duplicate {name} item={item} dedup={dedup}"),
+            )?;
         }
-    };
-    printed.map_err(write_failure)?;
+    }
     Ok(SUCCESS)
 }
 
@@ -255,15 +254,7 @@ async fn stats(global: &GlobalArgs, args: &StatsArgs) -> Result<u8, Failure> {
         }
         None => {
             let rows = list_queues(&baton, &store, &args.prefix).await?;
-            if global.json {
-                print_json(&rows)
-            } else {
-                print_table(
-                    &STATS_HEADER,
-                    &rows.iter().map(StatsRow::cells).collect::<Vec<_>>(),
-                )
-            }
-            .map_err(write_failure)?;
+            print_rows(global.json, &STATS_HEADER, &rows, StatsRow::cells)?;
         }
     }
     Ok(SUCCESS)

@@ -69,7 +69,7 @@ use tokio_util::sync::CancellationToken;
 use crate::child::{Child, shell_status};
 use crate::cli::GlobalArgs;
 use crate::exit::{Failure, INTERNAL, SUCCESS};
-use crate::output::{human_duration, print_json, print_line, write_failure};
+use crate::output::{human_duration, print_json_or_line};
 use crate::queue_cmd::{connect_work, parse_queue};
 use crate::signals::Forwarded;
 
@@ -381,12 +381,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
     };
 
     let summary = Summary::of(&args.queue, stopped_by, &report);
-    if global.json {
-        print_json(&summary)
-    } else {
-        print_line(&summary.line())
-    }
-    .map_err(write_failure)?;
+    print_json_or_line(global.json, &summary, &summary.line())?;
     let fatal = context
         .fatal
         .lock()
