@@ -261,50 +261,62 @@ pub(crate) struct ListArgs {
     pub(crate) limit: usize,
 }
 
-fn parse_key(text: &str) -> Result<String, String> {
-    baton::Key::new(text)
+/// `text` itself, once `check` (one of the library's rules) accepts it; otherwise the
+/// library's message.
+pub(crate) fn checked_text<'a, T>(
+    text: &'a str,
+    check: impl FnOnce(&'a str) -> baton::Result<T>,
+) -> Result<String, String> {
+    check(text)
         .map(|_| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }
 
-fn parse_reason(text: &str) -> Result<String, String> {
-    baton::lease::check_reason(text)
-        .map(|()| text.to_owned())
+/// `text` read as a duration, once `check` (one of the library's rules) accepts it;
+/// otherwise the library's message.
+pub(crate) fn checked_duration<T>(
+    text: &str,
+    check: impl FnOnce(Duration) -> baton::Result<T>,
+) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    check(duration)
+        .map(|_| duration)
         .map_err(|e| e.message().to_owned())
+}
+
+pub(crate) fn parse_key(text: &str) -> Result<String, String> {
+    checked_text(text, baton::Key::new)
+}
+
+fn parse_reason(text: &str) -> Result<String, String> {
+    checked_text(text, baton::lease::check_reason)
 }
 
 /// A key prefix for listing: empty, or what a key could start with.
 fn parse_prefix(text: &str) -> Result<String, String> {
-    baton::Namespace::default()
-        .qualify_prefix(baton::store::KeyKind::Lock, text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, |prefix| {
+        baton::Namespace::default().qualify_prefix(baton::store::KeyKind::Lock, prefix)
+    })
 }
 
 fn parse_holder(text: &str) -> Result<String, String> {
-    baton::lease::Holder::new(text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, baton::lease::Holder::new)
 }
 
 fn parse_namespace(text: &str) -> Result<Namespace, String> {
     Namespace::new(text).map_err(|e| e.message().to_owned())
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     baton::time::parse_duration(text).map_err(|e| e.message().to_owned())
 }
 
-fn parse_ttl(text: &str) -> Result<Duration, String> {
-    let ttl = parse_duration(text)?;
-    Ttl::new(ttl).map_err(|e| e.message().to_owned())?;
-    Ok(ttl)
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
+    checked_duration(text, Ttl::new)
 }
 
 fn parse_wait(text: &str) -> Result<Duration, String> {
-    let wait = parse_duration(text)?;
-    WaitTime::new(wait).map_err(|e| e.message().to_owned())?;
-    Ok(wait)
+    checked_duration(text, WaitTime::new)
 }
 
 fn parse_grace(text: &str) -> Result<Duration, String> {

@@ -33,7 +33,7 @@ use baton::work::{
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::cli::GlobalArgs;
+use crate::cli::{GlobalArgs, checked_duration, checked_text};
 use crate::exit::{Failure, SUCCESS};
 use crate::output::{
     human_duration, millis, print_json, print_json_or_line, print_rows, print_table, write_failure,
@@ -317,9 +317,7 @@ fn check_work_url(url: &str) -> Result<(), Failure> {
 
 /// Checks a queue name by the library's own rules (no I/O).
 pub(crate) fn parse_queue(text: &str) -> Result<String, String> {
-    Queue::new(Arc::new(MemoryStore::new()), text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, |name| Queue::new(Arc::new(MemoryStore::new()), name))
 }
 
 fn parse_payload(text: &str) -> Result<Payload, String> {
@@ -357,28 +355,17 @@ fn read_stdin_payload() -> Result<String, Failure> {
 }
 
 fn parse_dedup_id(text: &str) -> Result<String, String> {
-    EnqueueOptions::dedup(text)
-        .validate()
-        .map(|()| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, |id| EnqueueOptions::dedup(id).validate())
 }
 
 fn parse_dedup_window(text: &str) -> Result<Duration, String> {
-    let window = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    EnqueueOptions::dedup("x")
-        .dedup_window(window)
-        .validate()
-        .map(|()| window)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |window| {
+        EnqueueOptions::dedup("x").dedup_window(window).validate()
+    })
 }
 
 fn parse_delay(text: &str) -> Result<Duration, String> {
-    let delay = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    EnqueueOptions::new()
-        .delay(delay)
-        .validate()
-        .map(|()| delay)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |delay| EnqueueOptions::new().delay(delay).validate())
 }
 
 fn parse_max_attempts(text: &str) -> Result<u32, String> {

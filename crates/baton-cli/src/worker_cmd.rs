@@ -67,7 +67,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{Child, shell_status};
-use crate::cli::GlobalArgs;
+use crate::cli::{GlobalArgs, checked_duration, parse_duration};
 use crate::exit::{Failure, INTERNAL, SUCCESS};
 use crate::output::{human_duration, print_json_or_line};
 use crate::queue_cmd::{connect_work, parse_queue};
@@ -574,24 +574,15 @@ fn parse_batch(text: &str) -> Result<u32, String> {
 }
 
 fn parse_lease(text: &str) -> Result<Duration, String> {
-    let lease = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    QueueOptions::new()
-        .lease(lease)
-        .validate()
-        .map(|()| lease)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |lease| QueueOptions::new().lease(lease).validate())
 }
 
 fn parse_backoff(text: &str) -> Result<Duration, String> {
-    let delay = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    Backoff::fixed(delay)
-        .validate()
-        .map(|()| delay)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |delay| Backoff::fixed(delay).validate())
 }
 
 fn parse_limited(text: &str, max: Duration) -> Result<Duration, String> {
-    let d = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let d = parse_duration(text)?;
     if d > max {
         return Err(format!(
             "{text:?} is above the maximum of {}",

@@ -69,7 +69,7 @@ pub(crate) struct StatusArgs {
 }
 
 fn parse_refresh(text: &str) -> Result<Duration, String> {
-    let d = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let d = crate::cli::parse_duration(text)?;
     if d.subsec_nanos() != 0 || d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
         return Err(format!(
             "{text:?}: the refresh is whole seconds from 1s to 1h"
