@@ -34,10 +34,10 @@ use tokio::sync::Mutex;
 
 use super::LazyStore;
 use super::alerts::prometheus_duration;
-use super::http::{self, Request, Response};
-use super::{parse_listen, unix_ms, utc};
+use super::http::{Request, Response};
+use super::{parse_listen, serve_at, unix_ms, utc};
 use crate::cli::{DEFAULT_LIST_LIMIT, GlobalArgs};
-use crate::exit::{Failure, INTERNAL, SUCCESS, UNAVAILABLE};
+use crate::exit::Failure;
 use crate::output::{human_duration, millis};
 use crate::queue_cmd::{StatsRow, list_queues, url_keeps_work};
 
@@ -158,17 +158,9 @@ pub(crate) async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Fa
         limit: args.limit,
         cached: Mutex::new(None),
     });
-    let listener = http::bind(args.listen).await.map_err(|e| {
-        Failure::new(
-            UNAVAILABLE,
-            format!("cannot listen on {}: {e}", args.listen),
-        )
-    })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Failure::new(INTERNAL, e.to_string()))?;
-    eprintln!("baton status: serving http://{local}/ (JSON at /status.json)");
-    http::serve_until_stopped(listener, move |request: Request| {
+    let announce =
+        |local| eprintln!("baton status: serving http://{local}/ (JSON at /status.json)");
+    serve_at(args.listen, announce, move |request: Request| {
         let page = Arc::clone(&page);
         async move {
             match request.path.as_str() {
@@ -182,8 +174,6 @@ pub(crate) async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Fa
         }
     })
     .await
-    .map_err(|e| Failure::new(UNAVAILABLE, format!("serving on {local} failed: {e}")))?;
-    Ok(SUCCESS)
 }
 
 impl Page {
