@@ -118,14 +118,14 @@ impl Answer {
     }
 }
 
-/// One live lease, as printed by status and list.
-#[derive(Debug, Serialize)]
-struct LeaseRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-    reason: String,
+/// One live lease, as printed by status and list, and shown by `baton status`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LeaseRow {
+    pub(crate) key: String,
+    pub(crate) holder: String,
+    pub(crate) fence: u64,
+    pub(crate) remaining_ms: u64,
+    pub(crate) reason: String,
 }
 
 impl From<LeaseInfo> for LeaseRow {

@@ -13,13 +13,13 @@ use crate::output::{
 };
 use crate::store;
 
-/// One held lock, as printed.
-#[derive(Debug, Serialize)]
-struct LockRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
+/// One held lock, as printed by status and list, and shown by `baton status`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LockRow {
+    pub(crate) key: String,
+    pub(crate) holder: String,
+    pub(crate) fence: u64,
+    pub(crate) remaining_ms: u64,
 }
 
 /// `baton lock status --json`: `held`, and the holder's fields when held.
@@ -46,7 +46,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
     let baton = store::connect(global).await?;
     match command {
         LockCommand::Status { key } => {
-            let row = baton.locks().inspect(key).await?.map(row);
+            let row = baton.locks().inspect(key).await?.map(LockRow::from);
             if global.json {
                 let status = LockStatus {
                     key: key.clone(),
@@ -72,7 +72,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
                 .list(prefix, *limit)
                 .await?
                 .into_iter()
-                .map(row)
+                .map(LockRow::from)
                 .collect();
             print_rows(global.json, &HEADER, &rows, cells)?;
         }
@@ -80,12 +80,14 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
     Ok(SUCCESS)
 }
 
-fn row(info: baton::store::HolderInfo) -> LockRow {
-    LockRow {
-        key: info.key.user_key().to_owned(),
-        holder: info.holder.as_str().to_owned(),
-        fence: info.fence.get(),
-        remaining_ms: millis(info.remaining),
+impl From<baton::store::HolderInfo> for LockRow {
+    fn from(info: baton::store::HolderInfo) -> Self {
+        LockRow {
+            key: info.key.user_key().to_owned(),
+            holder: info.holder.as_str().to_owned(),
+            fence: info.fence.get(),
+            remaining_ms: millis(info.remaining),
+        }
     }
 }
 

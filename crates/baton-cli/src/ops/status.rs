@@ -38,6 +38,8 @@ use super::http::{Request, Response};
 use super::{parse_listen, serve_at, unix_ms, utc};
 use crate::cli::{DEFAULT_LIST_LIMIT, GlobalArgs};
 use crate::exit::Failure;
+use crate::lease_cmd::LeaseRow;
+use crate::lock_cmd::LockRow;
 use crate::output::{human_duration, millis};
 use crate::queue_cmd::{StatsRow, list_queues, url_keeps_work};
 
@@ -76,25 +78,6 @@ fn parse_refresh(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
-}
-
-/// One held lock.
-#[derive(Debug, Clone, Serialize)]
-struct LockRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-}
-
-/// One live lease.
-#[derive(Debug, Clone, Serialize)]
-struct LeaseRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-    reason: String,
 }
 
 /// One recent event.
@@ -231,25 +214,8 @@ impl Page {
             store_error,
             locks_truncated,
             leases_truncated,
-            locks: locks
-                .into_iter()
-                .map(|info| LockRow {
-                    key: info.key.user_key().to_owned(),
-                    holder: info.holder.as_str().to_owned(),
-                    fence: info.fence.get(),
-                    remaining_ms: millis(info.remaining),
-                })
-                .collect(),
-            leases: leases
-                .into_iter()
-                .map(|info| LeaseRow {
-                    key: info.key,
-                    holder: info.holder,
-                    fence: info.fence.get(),
-                    remaining_ms: millis(info.remaining),
-                    reason: info.reason,
-                })
-                .collect(),
+            locks: locks.into_iter().map(LockRow::from).collect(),
+            leases: leases.into_iter().map(LeaseRow::from).collect(),
             queues,
             queues_truncated,
             events: telemetry::recent_events()
