@@ -157,6 +157,14 @@ pub(crate) struct RunArgs {
     #[arg(value_name = "KEY", value_parser = parse_key)]
     pub(crate) key: String,
 
+    #[command(flatten)]
+    pub(crate) command: CommandLine,
+}
+
+/// COMMAND and its arguments, after `--`: what `baton run`, `baton worker` and the exec guard
+/// start.
+#[derive(Debug, Args)]
+pub(crate) struct CommandLine {
     /// The command and its arguments, after `--`.
     #[arg(
         value_name = "COMMAND",
@@ -165,7 +173,7 @@ pub(crate) struct RunArgs {
         num_args = 1..,
         allow_hyphen_values = true
     )]
-    pub(crate) command: Vec<OsString>,
+    pub(crate) argv: Vec<OsString>,
 }
 
 /// What `baton run` does to COMMAND when the lock is lost.
@@ -349,7 +357,7 @@ mod tests {
         assert_eq!(run.grace, Duration::from_secs(10));
         assert_eq!(run.on_lost, OnLost::Term);
         assert_eq!(run.key, "job");
-        assert_eq!(run.command, ["echo", "-n", "hi"]);
+        assert_eq!(run.command.argv, ["echo", "-n", "hi"]);
         assert_eq!(cli.global.namespace.as_str(), "baton");
     }
 
@@ -360,7 +368,7 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(run.ttl, Duration::from_secs(300));
-        assert_eq!(run.command, ["cmd", "--ttl", "1s"]);
+        assert_eq!(run.command.argv, ["cmd", "--ttl", "1s"]);
     }
 
     #[test]
@@ -376,7 +384,7 @@ mod tests {
         assert_eq!(worker.drain, Duration::from_secs(30));
         assert_eq!(worker.grace, Duration::from_secs(10));
         assert!(!worker.exit_when_empty);
-        assert_eq!(worker.command, ["./send", "--dry-run"]);
+        assert_eq!(worker.command.argv, ["./send", "--dry-run"]);
     }
 
     #[test]

@@ -67,7 +67,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{Child, shell_status};
-use crate::cli::{GlobalArgs, checked_duration, parse_duration};
+use crate::cli::{CommandLine, GlobalArgs, checked_duration, parse_duration};
 use crate::exit::{Failure, INTERNAL, SUCCESS};
 use crate::output::{human_duration, print_json_or_line};
 use crate::queue_cmd::{connect_work, parse_queue};
@@ -95,6 +95,9 @@ const RELEASE_MARGIN: Duration = Duration::from_secs(1);
 
 /// `baton worker`.
 #[derive(Debug, Args)]
+#[command(mut_arg("argv", |arg| {
+    arg.help("The command and its arguments, after `--`. It gets the payload on stdin")
+}))]
 pub(crate) struct WorkerArgs {
     /// How many COMMANDs run at once (1 to 1024).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_concurrency)]
@@ -140,15 +143,8 @@ pub(crate) struct WorkerArgs {
     #[arg(value_name = "QUEUE", value_parser = parse_queue)]
     pub(crate) queue: String,
 
-    /// The command and its arguments, after `--`. It gets the payload on stdin.
-    #[arg(
-        value_name = "COMMAND",
-        last = true,
-        required = true,
-        num_args = 1..,
-        allow_hyphen_values = true
-    )]
-    pub(crate) command: Vec<OsString>,
+    #[command(flatten)]
+    pub(crate) command: CommandLine,
 }
 
 /// Why the worker stopped.
@@ -323,7 +319,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
 
     let context = Arc::new(Context {
         queue: args.queue.clone(),
-        command: args.command.clone(),
+        command: args.command.argv.clone(),
         stdout_to_stderr: global.json,
         grace: args.grace,
         shutdown: CancellationToken::new(),
