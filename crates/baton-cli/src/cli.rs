@@ -208,11 +208,8 @@ pub(crate) enum LeaseCommand {
     /// Claiming again as the same holder is idempotent: it extends the lease and keeps its
     /// fence.
     Claim {
-        /// The lease's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
         #[command(flatten)]
-        holder: HolderArg,
+        lease: HeldLease,
         /// How long the lease lasts without a renewal.
         #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
         ttl: Duration,
@@ -223,22 +220,16 @@ pub(crate) enum LeaseCommand {
     /// Extend --holder's lease KEY to --ttl from now: prints Renewed, or NotHolder
     /// (status 75).
     Renew {
-        /// The lease's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
         #[command(flatten)]
-        holder: HolderArg,
+        lease: HeldLease,
         /// The new time to live, from now.
         #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
         ttl: Duration,
     },
     /// Release --holder's lease KEY: prints Removed, NoHolder, or Reclaimed (status 75).
     Release {
-        /// The lease's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
         #[command(flatten)]
-        holder: HolderArg,
+        lease: HeldLease,
     },
     /// Show the holder of lease KEY, its fence, remaining time and reason.
     Status {
@@ -248,6 +239,16 @@ pub(crate) enum LeaseCommand {
     },
     /// List live leases.
     List(ListArgs),
+}
+
+/// The lease KEY and the `--holder` that claims, renews or releases it.
+#[derive(Debug, Args)]
+pub(crate) struct HeldLease {
+    /// The lease's key.
+    #[arg(value_name = "KEY", value_parser = parse_key)]
+    pub(crate) key: String,
+    #[command(flatten)]
+    pub(crate) holder: HolderArg,
 }
 
 /// `--holder`.

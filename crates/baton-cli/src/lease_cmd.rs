@@ -22,7 +22,7 @@ use std::time::Duration;
 use baton::lease::{ClaimResult, LeaseInfo, RemoveResult, Renewal};
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, LeaseCommand, ListArgs};
+use crate::cli::{GlobalArgs, HeldLease, LeaseCommand, ListArgs};
 use crate::exit::{CONTENDED, Failure, SUCCESS};
 use crate::output::{
     human_duration, millis, print_json, print_json_or_line, print_line, print_rows, print_table,
@@ -166,8 +166,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
     let leases = baton.leases();
     let answer = match command {
         LeaseCommand::Claim {
-            key,
-            holder,
+            lease: HeldLease { key, holder },
             ttl,
             reason,
         } => match leases.claim(key, &holder.id, *ttl, reason).await? {
@@ -185,20 +184,23 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
                 remaining_ms: millis(remaining),
             },
         },
-        LeaseCommand::Renew { key, holder, ttl } => {
-            match leases.renew(key, &holder.id, *ttl).await? {
-                Renewal::Renewed => Answer::Renewed {
-                    key: key.clone(),
-                    holder: holder.id.clone(),
-                    ttl_ms: millis(*ttl),
-                },
-                Renewal::NotHeld => Answer::NotHolder {
-                    key: key.clone(),
-                    holder: holder.id.clone(),
-                },
-            }
-        }
-        LeaseCommand::Release { key, holder } => match leases.release(key, &holder.id).await? {
+        LeaseCommand::Renew {
+            lease: HeldLease { key, holder },
+            ttl,
+        } => match leases.renew(key, &holder.id, *ttl).await? {
+            Renewal::Renewed => Answer::Renewed {
+                key: key.clone(),
+                holder: holder.id.clone(),
+                ttl_ms: millis(*ttl),
+            },
+            Renewal::NotHeld => Answer::NotHolder {
+                key: key.clone(),
+                holder: holder.id.clone(),
+            },
+        },
+        LeaseCommand::Release {
+            lease: HeldLease { key, holder },
+        } => match leases.release(key, &holder.id).await? {
             RemoveResult::Removed { holder } => Answer::Removed {
                 key: key.clone(),
                 holder,
