@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::cli::GlobalArgs;
 use crate::exit::{Failure, INTERNAL, SUCCESS, UNAVAILABLE};
-use crate::output::{print_json, print_line, write_failure};
+use crate::output::{print_json, print_json_or_line, write_failure};
 use crate::store;
 
 /// `baton publish`.
@@ -114,19 +114,13 @@ pub(crate) async fn publish(global: &GlobalArgs, args: &PublishArgs) -> Result<u
     let broadcast = baton.broadcast()?;
     let seq = broadcast.publish(&args.channel, &args.message).await?;
     let publisher = broadcast.publisher().to_string();
-    if global.json {
-        print_json(&Published {
-            channel: &args.channel,
-            publisher,
-            seq,
-        })
-    } else {
-        print_line(&format!(
-            "Published {} seq={seq} publisher={publisher}",
-            args.channel
-        ))
-    }
-    .map_err(write_failure)?;
+    let line = format!("Published {} seq={seq} publisher={publisher}", args.channel);
+    let published = Published {
+        channel: &args.channel,
+        publisher,
+        seq,
+    };
+    print_json_or_line(global.json, &published, &line)?;
     Ok(SUCCESS)
 }
 

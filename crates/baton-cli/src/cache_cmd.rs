@@ -15,12 +15,11 @@
 
 use std::time::Duration;
 
-use baton::Ttl;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::cli::GlobalArgs;
+use crate::cli::{GlobalArgs, parse_key, parse_ttl};
 use crate::exit::{Failure, SUCCESS};
 use crate::output::{human_duration, print_json, print_line, write_failure};
 use crate::store;
@@ -137,12 +136,6 @@ pub(crate) async fn run(global: &GlobalArgs, command: &CacheCommand) -> Result<u
     Ok(status)
 }
 
-fn parse_key(text: &str) -> Result<String, String> {
-    baton::Key::new(text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
-}
-
 /// Checks that `text` is one JSON value and keeps its text, without the whitespace outside
 /// strings (so `{"a": 1}` is stored as `{"a":1}`, and every number digit for digit).
 fn parse_json(text: &str) -> Result<Box<RawValue>, String> {
@@ -171,12 +164,6 @@ fn compact(text: &str) -> String {
         }
     }
     out
-}
-
-fn parse_ttl(text: &str) -> Result<Duration, String> {
-    let ttl = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    Ttl::new(ttl).map_err(|e| e.message().to_owned())?;
-    Ok(ttl)
 }
 
 #[cfg(test)]

@@ -157,6 +157,14 @@ pub(crate) struct RunArgs {
     #[arg(value_name = "KEY", value_parser = parse_key)]
     pub(crate) key: String,
 
+    #[command(flatten)]
+    pub(crate) command: CommandLine,
+}
+
+/// COMMAND and its arguments, after `--`: what `baton run`, `baton worker` and the exec guard
+/// start.
+#[derive(Debug, Args)]
+pub(crate) struct CommandLine {
     /// The command and its arguments, after `--`.
     #[arg(
         value_name = "COMMAND",
@@ -165,7 +173,7 @@ pub(crate) struct RunArgs {
         num_args = 1..,
         allow_hyphen_values = true
     )]
-    pub(crate) command: Vec<OsString>,
+    pub(crate) argv: Vec<OsString>,
 }
 
 /// What `baton run` does to COMMAND when the lock is lost.
@@ -200,11 +208,8 @@ pub(crate) enum LeaseCommand {
     /// Claiming again as the same holder is idempotent: it extends the lease and keeps its
     /// fence.
     Claim {
-        /// The lease's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
         #[command(flatten)]
-        holder: HolderArg,
+        lease: HeldLease,
         /// How long the lease lasts without a renewal.
         #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
         ttl: Duration,
@@ -215,22 +220,16 @@ pub(crate) enum LeaseCommand {
     /// Extend --holder's lease KEY to --ttl from now: prints Renewed, or NotHolder
     /// (status 75).
     Renew {
-        /// The lease's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
         #[command(flatten)]
-        holder: HolderArg,
+        lease: HeldLease,
         /// The new time to live, from now.
         #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
         ttl: Duration,
     },
     /// Release --holder's lease KEY: prints Removed, NoHolder, or Reclaimed (status 75).
     Release {
-        /// The lease's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
         #[command(flatten)]
-        holder: HolderArg,
+        lease: HeldLease,
     },
     /// Show the holder of lease KEY, its fence, remaining time and reason.
     Status {
@@ -240,6 +239,16 @@ pub(crate) enum LeaseCommand {
     },
     /// List live leases.
     List(ListArgs),
+}
+
+/// The lease KEY and the `--holder` that claims, renews or releases it.
+#[derive(Debug, Args)]
+pub(crate) struct HeldLease {
+    /// The lease's key.
+    #[arg(value_name = "KEY", value_parser = parse_key)]
+    pub(crate) key: String,
+    #[command(flatten)]
+    pub(crate) holder: HolderArg,
 }
 
 /// `--holder`.
@@ -261,50 +270,62 @@ pub(crate) struct ListArgs {
     pub(crate) limit: usize,
 }
 
-fn parse_key(text: &str) -> Result<String, String> {
-    baton::Key::new(text)
+/// `text` itself, once `check` (one of the library's rules) accepts it; otherwise the
+/// library's message.
+pub(crate) fn checked_text<'a, T>(
+    text: &'a str,
+    check: impl FnOnce(&'a str) -> baton::Result<T>,
+) -> Result<String, String> {
+    check(text)
         .map(|_| text.to_owned())
         .map_err(|e| e.message().to_owned())
 }
 
-fn parse_reason(text: &str) -> Result<String, String> {
-    baton::lease::check_reason(text)
-        .map(|()| text.to_owned())
+/// `text` read as a duration, once `check` (one of the library's rules) accepts it;
+/// otherwise the library's message.
+pub(crate) fn checked_duration<T>(
+    text: &str,
+    check: impl FnOnce(Duration) -> baton::Result<T>,
+) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    check(duration)
+        .map(|_| duration)
         .map_err(|e| e.message().to_owned())
+}
+
+pub(crate) fn parse_key(text: &str) -> Result<String, String> {
+    checked_text(text, baton::Key::new)
+}
+
+fn parse_reason(text: &str) -> Result<String, String> {
+    checked_text(text, baton::lease::check_reason)
 }
 
 /// A key prefix for listing: empty, or what a key could start with.
 fn parse_prefix(text: &str) -> Result<String, String> {
-    baton::Namespace::default()
-        .qualify_prefix(baton::store::KeyKind::Lock, text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, |prefix| {
+        baton::Namespace::default().qualify_prefix(baton::store::KeyKind::Lock, prefix)
+    })
 }
 
 fn parse_holder(text: &str) -> Result<String, String> {
-    baton::lease::Holder::new(text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, baton::lease::Holder::new)
 }
 
 fn parse_namespace(text: &str) -> Result<Namespace, String> {
     Namespace::new(text).map_err(|e| e.message().to_owned())
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     baton::time::parse_duration(text).map_err(|e| e.message().to_owned())
 }
 
-fn parse_ttl(text: &str) -> Result<Duration, String> {
-    let ttl = parse_duration(text)?;
-    Ttl::new(ttl).map_err(|e| e.message().to_owned())?;
-    Ok(ttl)
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
+    checked_duration(text, Ttl::new)
 }
 
 fn parse_wait(text: &str) -> Result<Duration, String> {
-    let wait = parse_duration(text)?;
-    WaitTime::new(wait).map_err(|e| e.message().to_owned())?;
-    Ok(wait)
+    checked_duration(text, WaitTime::new)
 }
 
 fn parse_grace(text: &str) -> Result<Duration, String> {
@@ -337,7 +358,7 @@ mod tests {
         assert_eq!(run.grace, Duration::from_secs(10));
         assert_eq!(run.on_lost, OnLost::Term);
         assert_eq!(run.key, "job");
-        assert_eq!(run.command, ["echo", "-n", "hi"]);
+        assert_eq!(run.command.argv, ["echo", "-n", "hi"]);
         assert_eq!(cli.global.namespace.as_str(), "baton");
     }
 
@@ -348,7 +369,7 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(run.ttl, Duration::from_secs(300));
-        assert_eq!(run.command, ["cmd", "--ttl", "1s"]);
+        assert_eq!(run.command.argv, ["cmd", "--ttl", "1s"]);
     }
 
     #[test]
@@ -364,7 +385,7 @@ mod tests {
         assert_eq!(worker.drain, Duration::from_secs(30));
         assert_eq!(worker.grace, Duration::from_secs(10));
         assert!(!worker.exit_when_empty);
-        assert_eq!(worker.command, ["./send", "--dry-run"]);
+        assert_eq!(worker.command.argv, ["./send", "--dry-run"]);
     }
 
     #[test]

@@ -41,6 +41,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::{Pid, getppid};
 
 use crate::child::spawn_failure;
+use crate::cli::CommandLine;
 use crate::exit::{INTERNAL, SIGNAL_BASE, USAGE};
 
 /// The first argument that selects the guard; it is not part of baton's documented grammar.
@@ -106,15 +107,8 @@ pub(crate) struct ExecGuardArgs {
     /// The write end of the supervisor's report pipe (above 2).
     #[arg(long, value_name = "FD", value_parser = clap::value_parser!(i32).range(3..))]
     report_fd: i32,
-    /// COMMAND and its arguments.
-    #[arg(
-        value_name = "COMMAND",
-        last = true,
-        required = true,
-        num_args = 1..,
-        allow_hyphen_values = true
-    )]
-    command: Vec<OsString>,
+    #[command(flatten)]
+    command: CommandLine,
 }
 
 /// Runs the guard with `args` (the arguments after `exec-guard`); returns only when COMMAND
@@ -152,7 +146,11 @@ fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
         );
         return SIGNAL_BASE + Signal::SIGKILL as u8;
     }
-    let (program, rest) = args.command.split_first().expect("clap requires COMMAND");
+    let (program, rest) = args
+        .command
+        .argv
+        .split_first()
+        .expect("clap requires COMMAND");
     let error = Command::new(program).args(rest).exec();
     let failure = spawn_failure(&program.to_string_lossy(), &error);
     report_failure(report, failure.status, &failure.message)

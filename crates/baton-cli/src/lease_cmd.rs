@@ -22,9 +22,12 @@ use std::time::Duration;
 use baton::lease::{ClaimResult, LeaseInfo, RemoveResult, Renewal};
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, LeaseCommand, ListArgs};
+use crate::cli::{GlobalArgs, HeldLease, LeaseCommand, ListArgs};
 use crate::exit::{CONTENDED, Failure, SUCCESS};
-use crate::output::{human_duration, millis, print_json, print_line, print_table, write_failure};
+use crate::output::{
+    human_duration, millis, print_json, print_json_or_line, print_line, print_rows, print_table,
+    write_failure,
+};
 use crate::store;
 
 /// The answer of one lease command, as printed.
@@ -115,14 +118,14 @@ impl Answer {
     }
 }
 
-/// One live lease, as printed by status and list.
-#[derive(Debug, Serialize)]
-struct LeaseRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-    reason: String,
+/// One live lease, as printed by status and list, and shown by `baton status`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LeaseRow {
+    pub(crate) key: String,
+    pub(crate) holder: String,
+    pub(crate) fence: u64,
+    pub(crate) remaining_ms: u64,
+    pub(crate) reason: String,
 }
 
 impl From<LeaseInfo> for LeaseRow {
@@ -163,8 +166,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
     let leases = baton.leases();
     let answer = match command {
         LeaseCommand::Claim {
-            key,
-            holder,
+            lease: HeldLease { key, holder },
             ttl,
             reason,
         } => match leases.claim(key, &holder.id, *ttl, reason).await? {
@@ -182,20 +184,23 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
                 remaining_ms: millis(remaining),
             },
         },
-        LeaseCommand::Renew { key, holder, ttl } => {
-            match leases.renew(key, &holder.id, *ttl).await? {
-                Renewal::Renewed => Answer::Renewed {
-                    key: key.clone(),
-                    holder: holder.id.clone(),
-                    ttl_ms: millis(*ttl),
-                },
-                Renewal::NotHeld => Answer::NotHolder {
-                    key: key.clone(),
-                    holder: holder.id.clone(),
-                },
-            }
-        }
-        LeaseCommand::Release { key, holder } => match leases.release(key, &holder.id).await? {
+        LeaseCommand::Renew {
+            lease: HeldLease { key, holder },
+            ttl,
+        } => match leases.renew(key, &holder.id, *ttl).await? {
+            Renewal::Renewed => Answer::Renewed {
+                key: key.clone(),
+                holder: holder.id.clone(),
+                ttl_ms: millis(*ttl),
+            },
+            Renewal::NotHeld => Answer::NotHolder {
+                key: key.clone(),
+                holder: holder.id.clone(),
+            },
+        },
+        LeaseCommand::Release {
+            lease: HeldLease { key, holder },
+        } => match leases.release(key, &holder.id).await? {
             RemoveResult::Removed { holder } => Answer::Removed {
                 key: key.clone(),
                 holder,
@@ -218,21 +223,11 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
                 .into_iter()
                 .map(LeaseRow::from)
                 .collect();
-            if global.json {
-                print_json(&rows)
-            } else {
-                print_table(&HEADER, &rows.into_iter().map(cells).collect::<Vec<_>>())
-            }
-            .map_err(write_failure)?;
+            print_rows(global.json, &HEADER, &rows, cells)?;
             return Ok(SUCCESS);
         }
     };
-    if global.json {
-        print_json(&answer)
-    } else {
-        print_line(&answer.line())
-    }
-    .map_err(write_failure)?;
+    print_json_or_line(global.json, &answer, &answer.line())?;
     Ok(answer.status())
 }
 
@@ -251,18 +246,18 @@ fn print_status(global: &GlobalArgs, key: &str, row: Option<LeaseRow>) -> std::i
         return print_json(&status);
     }
     match row {
-        Some(row) => print_table(&HEADER, &[cells(row)]),
+        Some(row) => print_table(&HEADER, &[cells(&row)]),
         None => print_line(&format!("{key}: free")),
     }
 }
 
-fn cells(row: LeaseRow) -> Vec<String> {
+fn cells(row: &LeaseRow) -> Vec<String> {
     vec![
-        row.key,
-        row.holder,
+        row.key.clone(),
+        row.holder.clone(),
         row.fence.to_string(),
         human_duration(Duration::from_millis(row.remaining_ms)),
-        row.reason,
+        row.reason.clone(),
     ]
 }
 

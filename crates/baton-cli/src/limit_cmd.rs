@@ -23,9 +23,9 @@ use baton::time::{MAX_WAIT, format_duration};
 use clap::Args;
 use serde::Serialize;
 
-use crate::cli::GlobalArgs;
+use crate::cli::{GlobalArgs, parse_duration, parse_key};
 use crate::exit::{CONTENDED, Failure, SUCCESS, USAGE};
-use crate::output::{human_duration, print_json, print_line, write_failure};
+use crate::output::{human_duration, print_json_or_line};
 use crate::store;
 
 /// `baton limit`.
@@ -135,23 +135,12 @@ pub(crate) async fn run(global: &GlobalArgs, args: &LimitArgs) -> Result<u8, Fai
         }
         Err(e) => return Err(baton::Error::from(e).into()),
     };
-    if global.json {
-        print_json(&answer)
-    } else {
-        print_line(&answer.line())
-    }
-    .map_err(write_failure)?;
+    print_json_or_line(global.json, &answer, &answer.line())?;
     Ok(answer.status())
 }
 
-fn parse_key(text: &str) -> Result<String, String> {
-    baton::Key::new(text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
-}
-
 fn parse_window(text: &str) -> Result<Duration, String> {
-    let window = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let window = parse_duration(text)?;
     Quota::new(1, window).map_err(|_| {
         format!(
             "window {} is out of range; use {} to {}",
@@ -164,7 +153,7 @@ fn parse_window(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_wait(text: &str) -> Result<Duration, String> {
-    let wait = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let wait = parse_duration(text)?;
     if wait > MAX_WAIT {
         return Err(format!(
             "wait {} is above the maximum of {}",

@@ -8,16 +8,18 @@ use serde::Serialize;
 
 use crate::cli::{GlobalArgs, ListArgs, LockCommand};
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{human_duration, millis, print_json, print_line, print_table, write_failure};
+use crate::output::{
+    human_duration, millis, print_json, print_line, print_rows, print_table, write_failure,
+};
 use crate::store;
 
-/// One held lock, as printed.
-#[derive(Debug, Serialize)]
-struct LockRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
+/// One held lock, as printed by status and list, and shown by `baton status`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LockRow {
+    pub(crate) key: String,
+    pub(crate) holder: String,
+    pub(crate) fence: u64,
+    pub(crate) remaining_ms: u64,
 }
 
 /// `baton lock status --json`: `held`, and the holder's fields when held.
@@ -44,7 +46,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
     let baton = store::connect(global).await?;
     match command {
         LockCommand::Status { key } => {
-            let row = baton.locks().inspect(key).await?.map(row);
+            let row = baton.locks().inspect(key).await?.map(LockRow::from);
             if global.json {
                 let status = LockStatus {
                     key: key.clone(),
@@ -58,7 +60,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
                 print_json(&status).map_err(write_failure)?;
             } else {
                 match row {
-                    Some(row) => print_table(&HEADER, &[cells(row)]),
+                    Some(row) => print_table(&HEADER, &[cells(&row)]),
                     None => print_line(&format!("{key}: free")),
                 }
                 .map_err(write_failure)?;
@@ -70,32 +72,29 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
                 .list(prefix, *limit)
                 .await?
                 .into_iter()
-                .map(row)
+                .map(LockRow::from)
                 .collect();
-            if global.json {
-                print_json(&rows)
-            } else {
-                print_table(&HEADER, &rows.into_iter().map(cells).collect::<Vec<_>>())
-            }
-            .map_err(write_failure)?;
+            print_rows(global.json, &HEADER, &rows, cells)?;
         }
     }
     Ok(SUCCESS)
 }
 
-fn row(info: baton::store::HolderInfo) -> LockRow {
-    LockRow {
-        key: info.key.user_key().to_owned(),
-        holder: info.holder.as_str().to_owned(),
-        fence: info.fence.get(),
-        remaining_ms: millis(info.remaining),
+impl From<baton::store::HolderInfo> for LockRow {
+    fn from(info: baton::store::HolderInfo) -> Self {
+        LockRow {
+            key: info.key.user_key().to_owned(),
+            holder: info.holder.as_str().to_owned(),
+            fence: info.fence.get(),
+            remaining_ms: millis(info.remaining),
+        }
     }
 }
 
-fn cells(row: LockRow) -> Vec<String> {
+fn cells(row: &LockRow) -> Vec<String> {
     vec![
-        row.key,
-        row.holder,
+        row.key.clone(),
+        row.holder.clone(),
         row.fence.to_string(),
         human_duration(std::time::Duration::from_millis(row.remaining_ms)),
     ]

@@ -22,6 +22,36 @@ pub(crate) fn print_line(line: &str) -> io::Result<()> {
     writeln!(io::stdout().lock(), "{line}")
 }
 
+/// With `--json`, prints `value` as JSON; otherwise prints `line`, for people.
+pub(crate) fn print_json_or_line<T: Serialize>(
+    json: bool,
+    value: &T,
+    line: &str,
+) -> Result<(), Failure> {
+    if json {
+        print_json(value)
+    } else {
+        print_line(line)
+    }
+    .map_err(write_failure)
+}
+
+/// With `--json`, prints `rows` as one JSON array; otherwise prints their `cells` as a table
+/// under `header`.
+pub(crate) fn print_rows<R: Serialize>(
+    json: bool,
+    header: &[&str],
+    rows: &[R],
+    cells: impl Fn(&R) -> Vec<String>,
+) -> Result<(), Failure> {
+    if json {
+        print_json(&rows)
+    } else {
+        print_table(header, &rows.iter().map(cells).collect::<Vec<_>>())
+    }
+    .map_err(write_failure)
+}
+
 /// The failure for output that could not be written.
 ///
 /// A reader that closed the pipe (`baton lease list | head`) has all it wanted: the

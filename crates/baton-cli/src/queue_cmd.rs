@@ -33,9 +33,11 @@ use baton::work::{
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::cli::GlobalArgs;
+use crate::cli::{GlobalArgs, checked_duration, checked_text};
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{human_duration, millis, print_json, print_line, print_table, write_failure};
+use crate::output::{
+    human_duration, millis, print_json, print_json_or_line, print_rows, print_table, write_failure,
+};
 use crate::store;
 
 /// `baton queue ...`.
@@ -208,32 +210,29 @@ async fn enqueue(global: &GlobalArgs, args: &EnqueueArgs) -> Result<u8, Failure>
     let answer = queue.enqueue(payload.as_bytes(), options).await?;
     let name = args.queue.as_str();
     let item = answer.id().0;
-    let printed = match (answer.is_added(), args.dedup.as_deref()) {
-        (true, dedup) => {
-            if global.json {
-                print_json(&Enqueued::Added {
-                    queue: name,
-                    item,
-                    dedup,
-                })
-            } else {
-                print_line(&format!("Added {name} item={item}"))
-            }
-        }
+    match (answer.is_added(), args.dedup.as_deref()) {
+        (true, dedup) => print_json_or_line(
+            global.json,
+            &Enqueued::Added {
+                queue: name,
+                item,
+                dedup,
+            },
+            &format!("Added {name} item={item}"),
+        )?,
         (false, dedup) => {
             let dedup = dedup.unwrap_or_default();
-            if global.json {
-                print_json(&Enqueued::Duplicate {
+            print_json_or_line(
+                global.json,
+                &Enqueued::Duplicate {
                     queue: name,
                     item,
                     dedup,
-                })
-            } else {
-                print_line(&format!("Duplicate {name} item={item} dedup={dedup}"))
-            }
+                },
+                &format!("Duplicate {name} item={item} dedup={dedup}"),
+            )?;
         }
-    };
-    printed.map_err(write_failure)?;
+    }
     Ok(SUCCESS)
 }
 
@@ -255,15 +254,7 @@ async fn stats(global: &GlobalArgs, args: &StatsArgs) -> Result<u8, Failure> {
         }
         None => {
             let rows = list_queues(&baton, &store, &args.prefix).await?;
-            if global.json {
-                print_json(&rows)
-            } else {
-                print_table(
-                    &STATS_HEADER,
-                    &rows.iter().map(StatsRow::cells).collect::<Vec<_>>(),
-                )
-            }
-            .map_err(write_failure)?;
+            print_rows(global.json, &STATS_HEADER, &rows, StatsRow::cells)?;
         }
     }
     Ok(SUCCESS)
@@ -326,9 +317,7 @@ fn check_work_url(url: &str) -> Result<(), Failure> {
 
 /// Checks a queue name by the library's own rules (no I/O).
 pub(crate) fn parse_queue(text: &str) -> Result<String, String> {
-    Queue::new(Arc::new(MemoryStore::new()), text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, |name| Queue::new(Arc::new(MemoryStore::new()), name))
 }
 
 fn parse_payload(text: &str) -> Result<Payload, String> {
@@ -366,28 +355,17 @@ fn read_stdin_payload() -> Result<String, Failure> {
 }
 
 fn parse_dedup_id(text: &str) -> Result<String, String> {
-    EnqueueOptions::dedup(text)
-        .validate()
-        .map(|()| text.to_owned())
-        .map_err(|e| e.message().to_owned())
+    checked_text(text, |id| EnqueueOptions::dedup(id).validate())
 }
 
 fn parse_dedup_window(text: &str) -> Result<Duration, String> {
-    let window = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    EnqueueOptions::dedup("x")
-        .dedup_window(window)
-        .validate()
-        .map(|()| window)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |window| {
+        EnqueueOptions::dedup("x").dedup_window(window).validate()
+    })
 }
 
 fn parse_delay(text: &str) -> Result<Duration, String> {
-    let delay = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    EnqueueOptions::new()
-        .delay(delay)
-        .validate()
-        .map(|()| delay)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |delay| EnqueueOptions::new().delay(delay).validate())
 }
 
 fn parse_max_attempts(text: &str) -> Result<u32, String> {

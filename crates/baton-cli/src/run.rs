@@ -96,7 +96,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
         ("BATON_KEY", args.key.clone()),
         ("BATON_FENCE", guard.fence().to_string()),
     ];
-    let child = match Child::spawn(&args.command, &env, args.grace).await {
+    let child = match Child::spawn(&args.command.argv, &env, args.grace).await {
         Ok(child) => child,
         Err(failure) => {
             guard.release().await;

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::cli::GlobalArgs;
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{print_json, print_table, utc_token, write_failure};
+use crate::output::{print_rows, utc_token};
 use crate::queue_cmd::connect_work;
 
 /// `baton schedule ...`.
@@ -92,15 +92,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &ScheduleCommand) -> Resul
                 .into_iter()
                 .map(ScheduleRow::of)
                 .collect();
-            if global.json {
-                print_json(&rows)
-            } else {
-                print_table(
-                    &HEADER,
-                    &rows.iter().map(ScheduleRow::cells).collect::<Vec<_>>(),
-                )
-            }
-            .map_err(write_failure)?;
+            print_rows(global.json, &HEADER, &rows, ScheduleRow::cells)?;
         }
     }
     Ok(SUCCESS)

@@ -67,9 +67,9 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{Child, shell_status};
-use crate::cli::GlobalArgs;
+use crate::cli::{CommandLine, GlobalArgs, checked_duration, parse_duration};
 use crate::exit::{Failure, INTERNAL, SUCCESS};
-use crate::output::{human_duration, print_json, print_line, write_failure};
+use crate::output::{human_duration, print_json_or_line};
 use crate::queue_cmd::{connect_work, parse_queue};
 use crate::signals::Forwarded;
 
@@ -95,6 +95,9 @@ const RELEASE_MARGIN: Duration = Duration::from_secs(1);
 
 /// `baton worker`.
 #[derive(Debug, Args)]
+#[command(mut_arg("argv", |arg| {
+    arg.help("The command and its arguments, after `--`. It gets the payload on stdin")
+}))]
 pub(crate) struct WorkerArgs {
     /// How many COMMANDs run at once (1 to 1024).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_concurrency)]
@@ -140,15 +143,8 @@ pub(crate) struct WorkerArgs {
     #[arg(value_name = "QUEUE", value_parser = parse_queue)]
     pub(crate) queue: String,
 
-    /// The command and its arguments, after `--`. It gets the payload on stdin.
-    #[arg(
-        value_name = "COMMAND",
-        last = true,
-        required = true,
-        num_args = 1..,
-        allow_hyphen_values = true
-    )]
-    pub(crate) command: Vec<OsString>,
+    #[command(flatten)]
+    pub(crate) command: CommandLine,
 }
 
 /// Why the worker stopped.
@@ -323,7 +319,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
 
     let context = Arc::new(Context {
         queue: args.queue.clone(),
-        command: args.command.clone(),
+        command: args.command.argv.clone(),
         stdout_to_stderr: global.json,
         grace: args.grace,
         shutdown: CancellationToken::new(),
@@ -381,12 +377,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
     };
 
     let summary = Summary::of(&args.queue, stopped_by, &report);
-    if global.json {
-        print_json(&summary)
-    } else {
-        print_line(&summary.line())
-    }
-    .map_err(write_failure)?;
+    print_json_or_line(global.json, &summary, &summary.line())?;
     let fatal = context
         .fatal
         .lock()
@@ -579,24 +570,15 @@ fn parse_batch(text: &str) -> Result<u32, String> {
 }
 
 fn parse_lease(text: &str) -> Result<Duration, String> {
-    let lease = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    QueueOptions::new()
-        .lease(lease)
-        .validate()
-        .map(|()| lease)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |lease| QueueOptions::new().lease(lease).validate())
 }
 
 fn parse_backoff(text: &str) -> Result<Duration, String> {
-    let delay = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
-    Backoff::fixed(delay)
-        .validate()
-        .map(|()| delay)
-        .map_err(|e| e.message().to_owned())
+    checked_duration(text, |delay| Backoff::fixed(delay).validate())
 }
 
 fn parse_limited(text: &str, max: Duration) -> Result<Duration, String> {
-    let d = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let d = parse_duration(text)?;
     if d > max {
         return Err(format!(
             "{text:?} is above the maximum of {}",

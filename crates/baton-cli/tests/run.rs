@@ -182,9 +182,12 @@ fn a_waiting_run_can_be_interrupted() {
 }
 
 /// Loses the lock of a running `baton run --on-lost POLICY`: stops baton (not COMMAND) past
-/// its TTL, lets another run take and release the lock, and resumes it. Returns the stopped
-/// run's result, the events COMMAND wrote, and the fences of both runs.
-fn lose_the_lock(env: &Env, on_lost: &str) -> (Finished, String, u64, u64) {
+/// its TTL, lets another run take and release the lock, and resumes it; the stopped run must
+/// exit 79. Returns the stopped run's result, the events COMMAND wrote, and the fences of
+/// both runs.
+#[track_caller]
+fn lose_the_lock(on_lost: &str) -> (Finished, String, u64, u64) {
+    let env = &Env::new();
     let (holder, fence) = start_holder(
         env,
         "job",
@@ -208,6 +211,7 @@ fn lose_the_lock(env: &Env, on_lost: &str) -> (Finished, String, u64, u64) {
         std::fs::remove_file(env.path("hold")).unwrap();
     }
     let out = holder.finish();
+    out.assert_status(LOCK_LOST);
     let events = env.read("events");
     let taker_fence = fence_of(&lines_starting(&events, "taker")[0]);
     (out, events, fence, taker_fence)
@@ -215,9 +219,7 @@ fn lose_the_lock(env: &Env, on_lost: &str) -> (Finished, String, u64, u64) {
 
 #[test]
 fn a_lost_lock_terminates_command_and_exits_79() {
-    let env = Env::new();
-    let (out, events, fence, taker_fence) = lose_the_lock(&env, "term");
-    out.assert_status(LOCK_LOST);
+    let (out, events, fence, taker_fence) = lose_the_lock("term");
     assert!(out.stderr.contains("lost the lock"), "{}", out.stderr);
     assert!(events.contains("term"), "COMMAND got no SIGTERM:\n{events}");
     assert!(!events.contains("finished"), "{events}");
@@ -226,18 +228,14 @@ fn a_lost_lock_terminates_command_and_exits_79() {
 
 #[test]
 fn on_lost_kill_kills_command_at_once() {
-    let env = Env::new();
-    let (out, events, _, _) = lose_the_lock(&env, "kill");
-    out.assert_status(LOCK_LOST);
+    let (_, events, _, _) = lose_the_lock("kill");
     assert!(!events.contains("term"), "COMMAND got SIGTERM:\n{events}");
     assert!(!events.contains("finished"), "{events}");
 }
 
 #[test]
 fn on_lost_ignore_lets_command_finish_and_still_exits_79() {
-    let env = Env::new();
-    let (out, events, _, _) = lose_the_lock(&env, "ignore");
-    out.assert_status(LOCK_LOST);
+    let (_, events, _, _) = lose_the_lock("ignore");
     assert!(!events.contains("term"), "COMMAND got SIGTERM:\n{events}");
     assert!(events.contains("finished"), "{events}");
 }

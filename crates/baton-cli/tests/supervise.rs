@@ -115,14 +115,18 @@ fn start_with_job(env: &Env, args: &[&str], script: &str) -> (Running, i32) {
 }
 
 /// Loses `holder`'s lock: stops it past its TTL, lets another run take and release the
-/// lock, and resumes it.
-fn lose_the_lock(env: &Env, holder: &Running) {
+/// lock, and resumes it. Then `holder` must exit 79 and its `job` must be gone.
+#[track_caller]
+fn lose_the_lock_and_expect_the_job_gone(env: &Env, holder: Running, job: i32) {
     holder.signal(Signal::SIGSTOP);
     eventually("the stopped holder's lock to expire", || {
         env.lock_status("job")["held"] == false
     });
     env.run(["run", "job", "--", "true"]).assert_status(0);
     holder.signal(Signal::SIGCONT);
+    let out = holder.finish();
+    out.assert_status(LOCK_LOST);
+    assert!(!alive(job), "the job outlived the lost lock");
 }
 
 #[test]
@@ -247,10 +251,7 @@ fn a_lost_lock_reaches_the_jobs_command_left_behind() {
     let script = format!("{IGNORES_TERM}; sleep 30 & wait");
     let args = ["--ttl", "2s", "--grace", "1s", "--on-lost", "term"];
     let (holder, job) = start_with_job(&env, &args, &script);
-    lose_the_lock(&env, &holder);
-    let out = holder.finish();
-    out.assert_status(LOCK_LOST);
-    assert!(!alive(job), "the job outlived the lost lock");
+    lose_the_lock_and_expect_the_job_gone(&env, holder, job);
 }
 
 #[test]
@@ -263,10 +264,7 @@ fn a_lost_lock_after_command_exited_kills_the_jobs_it_left() {
     eventually("the lock to be held", || {
         env.lock_status("job")["held"] == true
     });
-    lose_the_lock(&env, &holder);
-    let out = holder.finish();
-    out.assert_status(LOCK_LOST);
-    assert!(!alive(job), "the job outlived the lost lock");
+    lose_the_lock_and_expect_the_job_gone(&env, holder, job);
 }
 
 #[test]
@@ -274,17 +272,7 @@ fn a_worker_item_settles_only_once_its_group_is_empty() {
     let env = Env::new();
     env.run(["queue", "enqueue", "q", "1"]).assert_status(0);
     let script = IGNORES_TERM;
-    let out = env.run([
-        "worker",
-        "q",
-        "--grace",
-        "1s",
-        "--exit-when-empty",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
+    let out = env.run(worker_until_empty("q", &["--grace", "1s"], script));
     out.assert_status(0);
     let job = pid_in(&env, "bg");
     assert!(!alive(job), "the job outlived its item");

@@ -25,6 +25,11 @@ fn summary(stdout: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// `baton queue enqueue ARGS...`.
+fn enqueue(env: &Env, args: &[&str]) -> Finished {
+    env.run(["queue", "enqueue"].iter().chain(args))
+}
+
 /// `baton queue stats QUEUE --json`, parsed.
 fn stats(env: &Env, queue: &str) -> serde_json::Value {
     let out = env.run(["queue", "stats", queue, "--json"]);
@@ -35,68 +40,30 @@ fn stats(env: &Env, queue: &str) -> serde_json::Value {
 #[test]
 fn enqueue_deduplicates_and_stats_count() {
     let env = Env::new();
-    let out = env.run(["queue", "enqueue", "emails", r#"{"to":"ada@example.com"}"#]);
+    let out = enqueue(&env, &["emails", r#"{"to":"ada@example.com"}"#]);
     out.assert_status(0);
     assert_eq!(out.stdout.trim(), "Added emails item=1");
 
-    let out = env.run([
-        "queue",
-        "enqueue",
-        "emails",
-        r#"{"to":"bob"}"#,
-        "--dedup",
-        "signup-42",
-    ]);
+    let out = enqueue(&env, &["emails", r#"{"to":"bob"}"#, "--dedup", "signup-42"]);
     out.assert_status(0);
     assert_eq!(out.stdout.trim(), "Added emails item=2");
     // A duplicate is a no-op that says so, with status 0: the work is queued either way.
-    let out = env.run([
-        "queue",
-        "enqueue",
-        "emails",
-        r#"{"to":"bob"}"#,
-        "--dedup",
-        "signup-42",
-    ]);
+    let out = enqueue(&env, &["emails", r#"{"to":"bob"}"#, "--dedup", "signup-42"]);
     out.assert_status(0);
     assert_eq!(out.stdout.trim(), "Duplicate emails item=2 dedup=signup-42");
-    let out = env.run([
-        "queue",
-        "enqueue",
-        "emails",
-        "1",
-        "--dedup",
-        "signup-42",
-        "--json",
-    ]);
+    let out = enqueue(&env, &["emails", "1", "--dedup", "signup-42", "--json"]);
     out.assert_status(0);
     assert_eq!(
         out.json(),
         serde_json::json!({"result": "Duplicate", "queue": "emails", "item": 2, "dedup": "signup-42"})
     );
-    let out = env.run([
-        "queue",
-        "enqueue",
-        "emails",
-        "\"later\"",
-        "--delay",
-        "1h",
-        "--json",
-    ]);
+    let out = enqueue(&env, &["emails", "\"later\"", "--delay", "1h", "--json"]);
     out.assert_status(0);
     assert_eq!(
         out.json(),
         serde_json::json!({"result": "Added", "queue": "emails", "item": 3})
     );
-    env.run([
-        "queue",
-        "enqueue",
-        "reports",
-        "[1,2]",
-        "--max-attempts",
-        "2",
-    ])
-    .assert_status(0);
+    enqueue(&env, &["reports", "[1,2]", "--max-attempts", "2"]).assert_status(0);
     // Another namespace has its own queues and de-duplication ids.
     let out = env.run([
         "--namespace",
@@ -162,15 +129,7 @@ fn a_payload_can_come_from_stdin() {
     out.assert_status(0);
     assert_eq!(out.stdout.trim(), "Added big item=1");
     // The worker hands the payload back byte for byte, larger than a pipe's buffer.
-    let out = env.run([
-        "worker",
-        "big",
-        "--exit-when-empty",
-        "--",
-        "sh",
-        "-c",
-        "cat > got.json",
-    ]);
+    let out = env.run(worker_until_empty("big", &[], "cat > got.json"));
     out.assert_status(0);
     assert_eq!(
         std::fs::read(env.path("got.json")).unwrap(),
@@ -268,25 +227,14 @@ fn three_workers_process_every_item_exactly_once() {
     let env = Env::new();
     const ITEMS: usize = 24;
     for n in 0..ITEMS {
-        env.run(["queue", "enqueue", "jobs", &format!("{{\"n\":{n}}}")])
-            .assert_status(0);
+        enqueue(&env, &["jobs", &format!("{{\"n\":{n}}}")]).assert_status(0);
     }
     // Each COMMAND appends its payload (one write of one line) after a short pause, so
     // that the workers overlap.
     let script = r#"p=$(cat); sleep 0.05; echo "$p $BATON_ITEM_ID $BATON_ATTEMPT" >> done.log"#;
     let workers: Vec<Running> = (0..3)
         .map(|_| {
-            Running::spawn(env.baton([
-                "worker",
-                "jobs",
-                "--concurrency",
-                "2",
-                "--exit-when-empty",
-                "--",
-                "sh",
-                "-c",
-                script,
-            ]))
+            Running::spawn(env.baton(worker_until_empty("jobs", &["--concurrency", "2"], script)))
         })
         .collect();
     let mut completed = 0;
@@ -327,29 +275,13 @@ fn three_workers_process_every_item_exactly_once() {
 #[test]
 fn a_failing_command_is_retried_then_dead_lettered() {
     let env = Env::new();
-    env.run([
-        "queue",
-        "enqueue",
-        "flaky",
-        "{}",
-        "--max-attempts",
-        "3",
-        "--dedup",
-        "d-1",
-    ])
+    enqueue(
+        &env,
+        &["flaky", "{}", "--max-attempts", "3", "--dedup", "d-1"],
+    )
     .assert_status(0);
     let script = r#"echo "$BATON_ATTEMPT/$BATON_MAX_ATTEMPTS $BATON_DEDUP_ID" >> attempts; echo "boom" >&2; exit 3"#;
-    let out = env.run([
-        "worker",
-        "flaky",
-        "--backoff",
-        "0s",
-        "--exit-when-empty",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ]);
+    let out = env.run(worker_until_empty("flaky", &["--backoff", "0s"], script));
     out.assert_status(0);
     assert_eq!(env.read("attempts"), "1/3 d-1\n2/3 d-1\n3/3 d-1\n");
     let counts = summary(&out.stdout);
@@ -374,8 +306,7 @@ fn a_failing_command_is_retried_then_dead_lettered() {
     );
 
     // With the default backoff the retry waits, and --exit-when-empty leaves it for later.
-    env.run(["queue", "enqueue", "later", "{}", "--max-attempts", "2"])
-        .assert_status(0);
+    enqueue(&env, &["later", "{}", "--max-attempts", "2"]).assert_status(0);
     let out = env.run(["worker", "later", "--exit-when-empty", "--", "false"]);
     out.assert_status(0);
     let counts = summary(&out.stdout);
@@ -390,10 +321,8 @@ fn a_failing_command_is_retried_then_dead_lettered() {
 #[test]
 fn sigterm_lets_a_running_command_finish_within_the_drain() {
     let env = Env::new();
-    env.run(["queue", "enqueue", "slow", r#""one""#])
-        .assert_status(0);
-    env.run(["queue", "enqueue", "slow", r#""two""#])
-        .assert_status(0);
+    enqueue(&env, &["slow", r#""one""#]).assert_status(0);
+    enqueue(&env, &["slow", r#""two""#]).assert_status(0);
     let script = r#"touch started; while [ ! -e done ]; do sleep 0.05; done; cat >> out"#;
     let mut worker =
         Running::spawn(env.baton(["worker", "slow", "--drain", "2m", "--", "sh", "-c", script]));
@@ -427,8 +356,7 @@ fn sigterm_lets_a_running_command_finish_within_the_drain() {
 #[test]
 fn sigterm_during_a_long_command_releases_its_item_to_another_worker() {
     let env = Env::new();
-    env.run(["queue", "enqueue", "long", r#"{"id":7}"#])
-        .assert_status(0);
+    enqueue(&env, &["long", r#"{"id":7}"#]).assert_status(0);
     // COMMAND exits at the SIGTERM that ends the drain. --grace is long: the item must be
     // released when COMMAND has exited, not when --drain + --grace + 1s (61.2s) are over.
     let script = r#"echo $$ > pid; while :; do sleep 0.05; done"#;
@@ -483,15 +411,11 @@ fn sigterm_during_a_long_command_releases_its_item_to_another_worker() {
     eventually("COMMAND to be gone", || {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
     });
-    let out = env.run([
-        "worker",
+    let out = env.run(worker_until_empty(
         "long",
-        "--exit-when-empty",
-        "--",
-        "sh",
-        "-c",
+        &[],
         r#"echo "$BATON_ATTEMPT $(cat)" > out"#,
-    ]);
+    ));
     out.assert_status(0);
     assert_eq!(env.read("out"), "1 {\"id\":7}\n");
     assert_eq!(summary(&out.stdout)["completed"], "1");
@@ -500,8 +424,7 @@ fn sigterm_during_a_long_command_releases_its_item_to_another_worker() {
 #[test]
 fn a_command_whose_lease_is_lost_is_terminated() {
     let env = Env::new();
-    env.run(["queue", "enqueue", "q", r#""x""#])
-        .assert_status(0);
+    enqueue(&env, &["q", r#""x""#]).assert_status(0);
     // COMMAND stops baton (its parent) so that no extension lands: the lease lapses and
     // another worker takes the item.
     let script = r#"echo $$ > pid; kill -STOP $PPID; while :; do sleep 0.05; done"#;
@@ -510,15 +433,11 @@ fn a_command_whose_lease_is_lost_is_terminated() {
     ]));
     eventually("COMMAND to start", || !env.read("pid").trim().is_empty());
     eventually("the lease to lapse", || stats(&env, "q")["expired"] == 1);
-    let out = env.run([
-        "worker",
+    let out = env.run(worker_until_empty(
         "q",
-        "--exit-when-empty",
-        "--",
-        "sh",
-        "-c",
+        &[],
         r#"echo "$BATON_ATTEMPT" > second"#,
-    ]);
+    ));
     out.assert_status(0);
     assert_eq!(
         env.read("second"),
@@ -557,8 +476,8 @@ fn a_command_whose_lease_is_lost_is_terminated() {
 #[test]
 fn a_command_that_cannot_run_fails_its_item_and_stops_the_worker() {
     let env = Env::new();
-    env.run(["queue", "enqueue", "q", "1"]).assert_status(0);
-    env.run(["queue", "enqueue", "q", "2"]).assert_status(0);
+    enqueue(&env, &["q", "1"]).assert_status(0);
+    enqueue(&env, &["q", "2"]).assert_status(0);
     let out = env.run([
         "worker",
         "q",
@@ -596,8 +515,7 @@ fn a_command_that_cannot_run_fails_its_item_and_stops_the_worker() {
 #[test]
 fn json_output_is_one_document_and_command_stdout_goes_to_stderr() {
     let env = Env::new();
-    env.run(["queue", "enqueue", "q", r#""payload-text""#])
-        .assert_status(0);
+    enqueue(&env, &["q", r#""payload-text""#]).assert_status(0);
     let out = env.run(["worker", "q", "--exit-when-empty", "--json", "--", "cat"]);
     out.assert_status(0);
     let json = out.json();

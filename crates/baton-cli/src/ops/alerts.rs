@@ -26,6 +26,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use baton::telemetry::{Alarm, Event, REGISTRY, prometheus_name};
+use baton::time::format_duration;
 use clap::Args;
 use tracing::Level;
 
@@ -153,19 +154,11 @@ fn severity(level: Level) -> &'static str {
 }
 
 /// A Prometheus duration: `90s`, `5m`, `1h`, `1d`.
+///
+/// The library's [`format_duration`] writes every duration of a millisecond or more in the
+/// units Prometheus reads (`ms`, `s`, `m`, `h`, `d`); alarm windows are whole minutes.
 pub(crate) fn prometheus_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    for (unit, size) in [
-        ("d", 86_400_000u128),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
+    format_duration(d)
 }
 
 /// A YAML double-quoted scalar.

@@ -23,11 +23,11 @@ use baton::telemetry;
 use clap::Args;
 
 use super::LazyStore;
-use super::http::{self, Request, Response};
-use super::parse_listen;
+use super::http::{Request, Response};
 use super::recorder::{PrometheusRecorder, write_header, write_sample};
+use super::{parse_listen, serve_at};
 use crate::cli::GlobalArgs;
-use crate::exit::{Failure, INTERNAL, SUCCESS, UNAVAILABLE};
+use crate::exit::{Failure, INTERNAL};
 
 /// Default `--limit`.
 const DEFAULT_LIMIT: usize = 10_000;
@@ -59,18 +59,9 @@ pub(crate) async fn run(global: &GlobalArgs, args: &ServeMetricsArgs) -> Result<
     })?;
     telemetry::describe_metrics();
     let store = Arc::new(LazyStore::open(global).await?);
-    let listener = http::bind(args.listen).await.map_err(|e| {
-        Failure::new(
-            UNAVAILABLE,
-            format!("cannot listen on {}: {e}", args.listen),
-        )
-    })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Failure::new(INTERNAL, e.to_string()))?;
-    eprintln!("baton serve-metrics: serving http://{local}/metrics");
+    let announce = |local| eprintln!("baton serve-metrics: serving http://{local}/metrics");
     let limit = args.limit;
-    http::serve_until_stopped(listener, move |request: Request| {
+    serve_at(args.listen, announce, move |request: Request| {
         let store = Arc::clone(&store);
         let recorder = recorder.clone();
         async move {
@@ -89,8 +80,6 @@ pub(crate) async fn run(global: &GlobalArgs, args: &ServeMetricsArgs) -> Result<
         }
     })
     .await
-    .map_err(|e| Failure::new(UNAVAILABLE, format!("serving on {local} failed: {e}")))?;
-    Ok(SUCCESS)
 }
 
 /// The series read from the store at this scrape.

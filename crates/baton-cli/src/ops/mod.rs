@@ -14,6 +14,7 @@ pub(crate) mod metrics_cmd;
 pub(crate) mod recorder;
 pub(crate) mod status;
 
+use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -21,7 +22,7 @@ use baton::{Baton, ErrorKind};
 use tokio::sync::Mutex;
 
 use crate::cli::GlobalArgs;
-use crate::exit::Failure;
+use crate::exit::{Failure, INTERNAL, SUCCESS, UNAVAILABLE};
 
 /// The store of a long-running command (`status`, `serve-metrics`): opened at start if it
 /// can be, else at the next request that needs it, so the server starts, and says so, while
@@ -86,6 +87,33 @@ impl LazyStore {
     pub(crate) fn namespace(&self) -> &str {
         self.namespace.as_str()
     }
+}
+
+/// Serves `handler` at `listen` until SIGINT or SIGTERM, once `announce` has said on stderr
+/// where (it gets the bound address: with port 0, the one the system chose).
+///
+/// # Errors
+/// Status 69 when `listen` cannot be bound or serving fails.
+pub(crate) async fn serve_at<H, F>(
+    listen: SocketAddr,
+    announce: impl FnOnce(SocketAddr),
+    handler: H,
+) -> Result<u8, Failure>
+where
+    H: Fn(http::Request) -> F + Send + Sync + 'static,
+    F: Future<Output = http::Response> + Send + 'static,
+{
+    let listener = http::bind(listen)
+        .await
+        .map_err(|e| Failure::new(UNAVAILABLE, format!("cannot listen on {listen}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::new(INTERNAL, e.to_string()))?;
+    announce(local);
+    http::serve_until_stopped(listener, handler)
+        .await
+        .map_err(|e| Failure::new(UNAVAILABLE, format!("serving on {local} failed: {e}")))?;
+    Ok(SUCCESS)
 }
 
 /// Parses `--listen`: `IP:PORT` (`127.0.0.1:9464`, `[::1]:9464`, port 0 for any free one)

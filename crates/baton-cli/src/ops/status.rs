@@ -34,10 +34,12 @@ use tokio::sync::Mutex;
 
 use super::LazyStore;
 use super::alerts::prometheus_duration;
-use super::http::{self, Request, Response};
-use super::{parse_listen, unix_ms, utc};
+use super::http::{Request, Response};
+use super::{parse_listen, serve_at, unix_ms, utc};
 use crate::cli::{DEFAULT_LIST_LIMIT, GlobalArgs};
-use crate::exit::{Failure, INTERNAL, SUCCESS, UNAVAILABLE};
+use crate::exit::Failure;
+use crate::lease_cmd::LeaseRow;
+use crate::lock_cmd::LockRow;
 use crate::output::{human_duration, millis};
 use crate::queue_cmd::{StatsRow, list_queues, url_keeps_work};
 
@@ -69,32 +71,13 @@ pub(crate) struct StatusArgs {
 }
 
 fn parse_refresh(text: &str) -> Result<Duration, String> {
-    let d = baton::time::parse_duration(text).map_err(|e| e.message().to_owned())?;
+    let d = crate::cli::parse_duration(text)?;
     if d.subsec_nanos() != 0 || d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
         return Err(format!(
             "{text:?}: the refresh is whole seconds from 1s to 1h"
         ));
     }
     Ok(d)
-}
-
-/// One held lock.
-#[derive(Debug, Clone, Serialize)]
-struct LockRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-}
-
-/// One live lease.
-#[derive(Debug, Clone, Serialize)]
-struct LeaseRow {
-    key: String,
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-    reason: String,
 }
 
 /// One recent event.
@@ -158,17 +141,9 @@ pub(crate) async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Fa
         limit: args.limit,
         cached: Mutex::new(None),
     });
-    let listener = http::bind(args.listen).await.map_err(|e| {
-        Failure::new(
-            UNAVAILABLE,
-            format!("cannot listen on {}: {e}", args.listen),
-        )
-    })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Failure::new(INTERNAL, e.to_string()))?;
-    eprintln!("baton status: serving http://{local}/ (JSON at /status.json)");
-    http::serve_until_stopped(listener, move |request: Request| {
+    let announce =
+        |local| eprintln!("baton status: serving http://{local}/ (JSON at /status.json)");
+    serve_at(args.listen, announce, move |request: Request| {
         let page = Arc::clone(&page);
         async move {
             match request.path.as_str() {
@@ -182,8 +157,6 @@ pub(crate) async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Fa
         }
     })
     .await
-    .map_err(|e| Failure::new(UNAVAILABLE, format!("serving on {local} failed: {e}")))?;
-    Ok(SUCCESS)
 }
 
 impl Page {
@@ -241,25 +214,8 @@ impl Page {
             store_error,
             locks_truncated,
             leases_truncated,
-            locks: locks
-                .into_iter()
-                .map(|info| LockRow {
-                    key: info.key.user_key().to_owned(),
-                    holder: info.holder.as_str().to_owned(),
-                    fence: info.fence.get(),
-                    remaining_ms: millis(info.remaining),
-                })
-                .collect(),
-            leases: leases
-                .into_iter()
-                .map(|info| LeaseRow {
-                    key: info.key,
-                    holder: info.holder,
-                    fence: info.fence.get(),
-                    remaining_ms: millis(info.remaining),
-                    reason: info.reason,
-                })
-                .collect(),
+            locks: locks.into_iter().map(LockRow::from).collect(),
+            leases: leases.into_iter().map(LeaseRow::from).collect(),
             queues,
             queues_truncated,
             events: telemetry::recent_events()
@@ -356,85 +312,38 @@ fn render(s: &Snapshot) -> String {
         tile(s.events.len(), false, "recent events"),
     );
 
-    html.push_str("<section>\n<h2>Locks</h2>\n");
-    if s.locks.is_empty() {
-        html.push_str("<p class=\"empty\">No lock is held.</p>\n");
-    } else {
-        html.push_str("<table>\n<thead><tr><th>Key</th><th>Holder</th><th>Fence</th><th>Remaining</th></tr></thead>\n<tbody>\n");
-        for lock in &s.locks {
-            let _ = writeln!(
-                html,
-                "<tr><td class=\"key\"><code>{}</code></td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                escape(&lock.key),
-                escape(&lock.holder),
-                lock.fence,
-                human_duration(Duration::from_millis(lock.remaining_ms)),
-            );
-        }
-        html.push_str("</tbody>\n</table>\n");
-        if s.locks_truncated {
-            html.push_str("<p class=\"note\">Only the first locks are shown (--limit).</p>\n");
-        }
+    Section {
+        heading: "Locks".to_owned(),
+        empty: "No lock is held.",
+        head: "<th>Key</th><th>Holder</th><th>Fence</th><th>Remaining</th>",
+        rows: s.locks.iter().map(lock_tr).collect(),
+        cut: s.locks_truncated.then_some("locks"),
     }
-    html.push_str("</section>\n");
-
-    html.push_str("<section>\n<h2>Leases</h2>\n");
-    if s.leases.is_empty() {
-        html.push_str("<p class=\"empty\">No lease is held.</p>\n");
-    } else {
-        html.push_str("<table>\n<thead><tr><th>Key</th><th>Holder</th><th>Fence</th><th>Remaining</th><th>Reason</th></tr></thead>\n<tbody>\n");
-        for lease in &s.leases {
-            let _ = writeln!(
-                html,
-                "<tr><td class=\"key\"><code>{}</code></td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                escape(&lease.key),
-                escape(&lease.holder),
-                lease.fence,
-                human_duration(Duration::from_millis(lease.remaining_ms)),
-                escape(&lease.reason),
-            );
-        }
-        html.push_str("</tbody>\n</table>\n");
-        if s.leases_truncated {
-            html.push_str("<p class=\"note\">Only the first leases are shown (--limit).</p>\n");
-        }
+    .render(&mut html);
+    Section {
+        heading: "Leases".to_owned(),
+        empty: "No lease is held.",
+        head: "<th>Key</th><th>Holder</th><th>Fence</th><th>Remaining</th><th>Reason</th>",
+        rows: s.leases.iter().map(lease_tr).collect(),
+        cut: s.leases_truncated.then_some("leases"),
     }
-    html.push_str("</section>\n");
+    .render(&mut html);
 
     if let Some(queues) = &s.queues {
         render_queues(&mut html, queues, s.queues_truncated.unwrap_or(false));
     }
 
-    let _ = write!(
-        html,
-        "<section>\n<h2>Recent events<small>emitted by this baton process (pid {})</small></h2>\n",
-        s.pid
-    );
-    if s.events.is_empty() {
-        html.push_str("<p class=\"empty\">No event since this process started.</p>\n");
-    } else {
-        html.push_str("<table>\n<thead><tr><th>Time</th><th>Level</th><th>Event</th><th>Key</th><th>Detail</th></tr></thead>\n<tbody>\n");
-        for event in &s.events {
-            let at = SystemTime::UNIX_EPOCH + Duration::from_millis(event.at_unix_ms);
-            let _ = writeln!(
-                html,
-                "<tr><td class=\"num\">{}</td><td><span class=\"level {level}\">{level}</span></td><td title=\"{help} ({alarm})\"><code>{}</code></td><td class=\"key\"><code>{}</code></td><td class=\"detail\">{}</td></tr>",
-                utc(at),
-                escape(event.event),
-                if event.key.is_empty() {
-                    "—".to_owned()
-                } else {
-                    escape(&event.key)
-                },
-                escape(&event.detail),
-                level = escape(&event.level),
-                help = escape(event.help),
-                alarm = escape(&event.alarm),
-            );
-        }
-        html.push_str("</tbody>\n</table>\n");
+    Section {
+        heading: format!(
+            "Recent events<small>emitted by this baton process (pid {})</small>",
+            s.pid
+        ),
+        empty: "No event since this process started.",
+        head: "<th>Time</th><th>Level</th><th>Event</th><th>Key</th><th>Detail</th>",
+        rows: s.events.iter().map(event_tr).collect(),
+        cut: None,
     }
-    html.push_str("</section>\n");
+    .render(&mut html);
     let _ = write!(
         html,
         "<footer>Read-only. Served by <code>baton status</code> {}; see docs/operations.md.</footer>\n</body>\n</html>\n",
@@ -445,34 +354,115 @@ fn render(s: &Snapshot) -> String {
 
 /// The queues section: one row per queue with items.
 fn render_queues(html: &mut String, queues: &[StatsRow], truncated: bool) {
-    html.push_str("<section>\n<h2>Queues</h2>\n");
-    if queues.is_empty() {
-        html.push_str("<p class=\"empty\">No queue has items.</p>\n");
+    Section {
+        heading: "Queues".to_owned(),
+        empty: "No queue has items.",
+        head: "<th>Queue</th><th>Ready</th><th>Scheduled</th><th>Running</th><th>Expired</th><th>Dead</th><th>Oldest due</th>",
+        rows: queues.iter().map(queue_tr).collect(),
+        cut: truncated.then_some("queues"),
+    }
+    .render(html);
+}
+
+/// A held lock's `<tr>`.
+fn lock_tr(lock: &LockRow) -> String {
+    format!(
+        "<tr><td class=\"key\"><code>{}</code></td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+        escape(&lock.key),
+        escape(&lock.holder),
+        lock.fence,
+        human_duration(Duration::from_millis(lock.remaining_ms)),
+    )
+}
+
+/// A live lease's `<tr>`.
+fn lease_tr(lease: &LeaseRow) -> String {
+    format!(
+        "<tr><td class=\"key\"><code>{}</code></td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+        escape(&lease.key),
+        escape(&lease.holder),
+        lease.fence,
+        human_duration(Duration::from_millis(lease.remaining_ms)),
+        escape(&lease.reason),
+    )
+}
+
+/// A recent event's `<tr>`.
+fn event_tr(event: &EventRow) -> String {
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(event.at_unix_ms);
+    format!(
+        "<tr><td class=\"num\">{}</td><td><span class=\"level {level}\">{level}</span></td><td title=\"{help} ({alarm})\"><code>{}</code></td><td class=\"key\"><code>{}</code></td><td class=\"detail\">{}</td></tr>",
+        utc(at),
+        escape(event.event),
+        if event.key.is_empty() {
+            "—".to_owned()
+        } else {
+            escape(&event.key)
+        },
+        escape(&event.detail),
+        level = escape(&event.level),
+        help = escape(event.help),
+        alarm = escape(&event.alarm),
+    )
+}
+
+/// A queue's `<tr>`.
+fn queue_tr(queue: &StatsRow) -> String {
+    let dead = if queue.dead > 0 {
+        format!("<span class=\"level error\">{}</span>", queue.dead)
     } else {
-        html.push_str("<table>\n<thead><tr><th>Queue</th><th>Ready</th><th>Scheduled</th><th>Running</th><th>Expired</th><th>Dead</th><th>Oldest due</th></tr></thead>\n<tbody>\n");
-        for queue in queues {
-            let dead = if queue.dead > 0 {
-                format!("<span class=\"level error\">{}</span>", queue.dead)
-            } else {
-                "0".to_owned()
-            };
+        "0".to_owned()
+    };
+    format!(
+        "<tr><td class=\"key\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{dead}</td><td class=\"num\">{}</td></tr>",
+        escape(&queue.queue),
+        queue.ready,
+        queue.scheduled,
+        queue.running,
+        queue.expired,
+        escape(&queue.oldest_due()),
+    )
+}
+
+/// One section of the page: a table, or a note when it has no rows.
+struct Section<'a> {
+    /// The `<h2>` content (HTML).
+    heading: String,
+    /// Said instead of the table when there is no row.
+    empty: &'a str,
+    /// The `<th>` cells (HTML).
+    head: &'a str,
+    /// One `<tr>` a row (HTML).
+    rows: Vec<String>,
+    /// What the rows are (`locks`), when `--limit` cut them.
+    cut: Option<&'a str>,
+}
+
+impl Section<'_> {
+    fn render(&self, html: &mut String) {
+        let _ = writeln!(html, "<section>\n<h2>{}</h2>", self.heading);
+        if self.rows.is_empty() {
+            let _ = writeln!(html, "<p class=\"empty\">{}</p>", self.empty);
+        } else {
             let _ = writeln!(
                 html,
-                "<tr><td class=\"key\"><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{dead}</td><td class=\"num\">{}</td></tr>",
-                escape(&queue.queue),
-                queue.ready,
-                queue.scheduled,
-                queue.running,
-                queue.expired,
-                escape(&queue.oldest_due()),
+                "<table>\n<thead><tr>{}</tr></thead>\n<tbody>",
+                self.head
             );
+            for row in &self.rows {
+                html.push_str(row);
+                html.push('\n');
+            }
+            html.push_str("</tbody>\n</table>\n");
+            if let Some(what) = self.cut {
+                let _ = writeln!(
+                    html,
+                    "<p class=\"note\">Only the first {what} are shown (--limit).</p>"
+                );
+            }
         }
-        html.push_str("</tbody>\n</table>\n");
-        if truncated {
-            html.push_str("<p class=\"note\">Only the first queues are shown (--limit).</p>\n");
-        }
+        html.push_str("</section>\n");
     }
-    html.push_str("</section>\n");
 }
 
 fn tile_u64(n: u64, truncated: bool, label: &str) -> String {

@@ -259,6 +259,19 @@ pub fn sh(script: &str) -> [&str; 3] {
     ["sh", "-c", script]
 }
 
+/// The arguments of `baton worker QUEUE OPTIONS... --exit-when-empty -- sh -c SCRIPT`: one
+/// worker that stops once the queue has nothing claimable.
+pub fn worker_until_empty<'a>(
+    queue: &'a str,
+    options: &[&'a str],
+    script: &'a str,
+) -> Vec<&'a str> {
+    let mut args = vec!["worker", queue];
+    args.extend_from_slice(options);
+    args.extend(["--exit-when-empty", "--", "sh", "-c", script]);
+    args
+}
+
 /// `baton ARGS...` with `BATON_STORE=url`, in `dir`.
 pub fn baton_on(url: &str, dir: &std::path::Path, args: &[&str]) -> Command {
     let mut command = bare_baton();
