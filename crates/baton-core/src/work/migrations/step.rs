@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::work::store::MigrationState;
 
@@ -112,10 +112,17 @@ impl MigrationContext {
         self.inner.previous == Some(MigrationState::Pending)
     }
 
-    /// Fires when the writer lost its record (its heartbeats stopped landing and another
-    /// writer took over): stop, and make no further changes.
-    pub fn lost(&self) -> CancellationToken {
-        self.inner.lost.clone()
+    /// Resolves when the writer lost its record (its heartbeats stopped landing and another
+    /// writer took over): stop, and make no further changes. An owned future, as every lost
+    /// signal in baton: await it, or make it a `tokio::select!` branch.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.inner.lost.clone().cancelled_owned()
+    }
+
+    /// The lost signal as a [`CancellationToken`], to hand to code that takes one (a child
+    /// of the record's own: cancelling it changes nothing for the run).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.inner.lost.child_token()
     }
 
     /// Whether [`lost`](MigrationContext::lost) has fired.
@@ -212,5 +219,32 @@ impl Migration for MigrationFn {
             Some(down) => down(context.clone()).await,
             None => Err("this migration has no down()".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_lost_signal_is_a_future_and_a_token_like_every_other() {
+        let record = CancellationToken::new();
+        let ctx = MigrationContext::new("001", 1, None, record.clone());
+        let token = ctx.lost_token();
+        token.cancel();
+        assert!(
+            !ctx.is_lost(),
+            "cancelling the handed-out token changes nothing for the run"
+        );
+
+        let lost = tokio::spawn(ctx.lost());
+        record.cancel();
+        tokio::time::timeout(Duration::from_secs(5), lost)
+            .await
+            .expect("lost resolves once the record is lost")
+            .unwrap();
+        assert!(ctx.is_lost() && ctx.lost_token().is_cancelled());
     }
 }
