@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use baton::lease::{ClaimResult, LeaseInfo, RemoveResult, Renewal};
+use baton::lease::{ClaimResult, LeaseInfo, LeaseOptions, RemoveResult, Renewal};
 use serde::Serialize;
 
 use crate::cli::{GlobalArgs, HeldLease, LeaseCommand, ListArgs};
@@ -169,7 +169,10 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
             lease: HeldLease { key, holder },
             ttl,
             reason,
-        } => match leases.claim(key, &holder.id, *ttl, reason).await? {
+        } => match leases
+            .claim(key, &holder.id, &LeaseOptions::new(*ttl).reason(reason))
+            .await?
+        {
             ClaimResult::Claimed { fence, .. } => Answer::Claimed {
                 key: key.clone(),
                 holder: holder.id.clone(),

@@ -106,7 +106,7 @@ impl Capability {
 /// # #[derive(Debug)] struct MyStore(baton_core::MemoryStore);
 /// # #[async_trait::async_trait]
 /// # impl baton_core::store::LeaseStore for MyStore {
-/// #     async fn claim(&self, k: &baton_core::StoreKey, h: &baton_core::Holder, t: baton_core::Ttl, r: &str) -> Result<baton_core::store::Claim> { self.0.claim(k, h, t, r).await }
+/// #     async fn claim(&self, k: &baton_core::StoreKey, r: baton_core::store::LeaseRequest<'_>) -> Result<baton_core::store::Claim> { self.0.claim(k, r).await }
 /// #     async fn renew(&self, k: &baton_core::StoreKey, h: &baton_core::Holder, t: baton_core::Ttl) -> Result<baton_core::store::Renewal> { self.0.renew(k, h, t).await }
 /// #     async fn release(&self, k: &baton_core::StoreKey, h: &baton_core::Holder) -> Result<baton_core::store::Release> { self.0.release(k, h).await }
 /// #     async fn inspect(&self, k: &baton_core::StoreKey) -> Result<Option<baton_core::HolderInfo>> { self.0.inspect(k).await }

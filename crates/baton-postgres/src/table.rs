@@ -238,12 +238,9 @@ impl TableLeases {
         &self,
         key: &[&str],
         holder: &str,
-        ttl: Duration,
-        reason: &str,
+        options: &LeaseOptions,
     ) -> Result<ClaimResult> {
-        self.leases
-            .claim(&self.join(key)?, holder, ttl, reason)
-            .await
+        self.leases.claim(&self.join(key)?, holder, options).await
     }
 
     /// Extends `holder`'s lease of row `key` to `ttl` from now. Never revives a lapsed lease.

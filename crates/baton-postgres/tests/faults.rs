@@ -62,7 +62,11 @@ async fn leases_survive_server_restarts_and_the_store_reconnects() {
 
     let ClaimResult::Claimed { fence: first, .. } = within(
         "claim",
-        leases.claim("held", "instance-a", secs(120), "rewind"),
+        leases.claim(
+            "held",
+            "instance-a",
+            &LeaseOptions::new(secs(120)).reason("rewind"),
+        ),
     )
     .await
     .unwrap() else {
@@ -70,7 +74,11 @@ async fn leases_survive_server_restarts_and_the_store_reconnects() {
     };
     within(
         "claim",
-        leases.claim("kept", "instance-k", secs(6), "bootstrap"),
+        leases.claim(
+            "kept",
+            "instance-k",
+            &LeaseOptions::new(secs(6)).reason("bootstrap"),
+        ),
     )
     .await
     .unwrap();
@@ -100,7 +108,7 @@ async fn leases_survive_server_restarts_and_the_store_reconnects() {
         assert_eq!(info.reason, "rewind");
         match within(
             "contended claim",
-            leases.claim("held", "instance-b", secs(5), ""),
+            leases.claim("held", "instance-b", &LeaseOptions::new(secs(5))),
         )
         .await
         .unwrap()
@@ -110,11 +118,12 @@ async fn leases_survive_server_restarts_and_the_store_reconnects() {
         }
         // A new grant of another key draws a fence above every earlier one.
         let key = format!("after-{how:?}");
-        let ClaimResult::Claimed { fence, .. } =
-            within("claim", leases.claim(&key, "instance-c", secs(30), ""))
-                .await
-                .unwrap()
-        else {
+        let ClaimResult::Claimed { fence, .. } = within(
+            "claim",
+            leases.claim(&key, "instance-c", &LeaseOptions::new(secs(30))),
+        )
+        .await
+        .unwrap() else {
             panic!("a free lease is claimed")
         };
         assert!(
@@ -149,11 +158,12 @@ async fn leases_survive_server_restarts_and_the_store_reconnects() {
             holder: "instance-a".into()
         }
     );
-    let ClaimResult::Claimed { fence, .. } =
-        within("claim", leases.claim("held", "instance-b", secs(30), ""))
-            .await
-            .unwrap()
-    else {
+    let ClaimResult::Claimed { fence, .. } = within(
+        "claim",
+        leases.claim("held", "instance-b", &LeaseOptions::new(secs(30))),
+    )
+    .await
+    .unwrap() else {
         panic!("a released lease is claimed")
     };
     assert!(fence > last, "fence {fence} is not above {last}");

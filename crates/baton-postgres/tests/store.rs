@@ -129,7 +129,10 @@ async fn the_search_path_chooses_the_schema() {
         .unwrap();
     let store = connect(&format!("{url}?options=-csearch_path%3Dcoordination")).await;
     let leases = Leases::new(Arc::new(store));
-    leases.claim("k", "a", secs(5), "").await.unwrap();
+    leases
+        .claim("k", "a", &LeaseOptions::new(secs(5)))
+        .await
+        .unwrap();
     let found: String = sqlx::query_scalar(
         "SELECT table_schema::text FROM information_schema.tables WHERE table_name = 'baton_lease'",
     )
@@ -242,7 +245,7 @@ async fn stream_locks_as_leases_skip_when_held_and_keep_alive() {
     let (ttl, interval) = (secs(3), Duration::from_millis(500));
 
     let ClaimResult::Claimed { fence, .. } = leases
-        .claim(&key, "instance-a", ttl, "rewind")
+        .claim(&key, "instance-a", &LeaseOptions::new(ttl).reason("rewind"))
         .await
         .unwrap()
     else {
@@ -272,7 +275,11 @@ async fn stream_locks_as_leases_skip_when_held_and_keep_alive() {
     tokio::time::sleep(secs(4)).await;
     assert!(!keep.is_lost());
     match leases
-        .claim(&key, "instance-b", ttl, "bootstrap")
+        .claim(
+            &key,
+            "instance-b",
+            &LeaseOptions::new(ttl).reason("bootstrap"),
+        )
         .await
         .unwrap()
     {
@@ -286,7 +293,7 @@ async fn stream_locks_as_leases_skip_when_held_and_keep_alive() {
     );
     // Re-claiming by the same instance is idempotent and keeps the fence.
     let ClaimResult::Claimed { fence: again, .. } = leases
-        .claim(&key, "instance-a", ttl, "rewind")
+        .claim(&key, "instance-a", &LeaseOptions::new(ttl).reason("rewind"))
         .await
         .unwrap()
     else {
@@ -302,7 +309,11 @@ async fn stream_locks_as_leases_skip_when_held_and_keep_alive() {
     );
     // The next cycle, instance-b gets it, with a larger fence.
     let ClaimResult::Claimed { fence: next, .. } = leases
-        .claim(&key, "instance-b", ttl, "bootstrap")
+        .claim(
+            &key,
+            "instance-b",
+            &LeaseOptions::new(ttl).reason("bootstrap"),
+        )
         .await
         .unwrap()
     else {

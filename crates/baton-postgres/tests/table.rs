@@ -109,7 +109,12 @@ async fn the_lock_lives_in_the_users_row() {
     }
     let ttl = Duration::from_secs(30);
 
-    let fence = claimed(locks.claim(&KEY, INSTANCE_A, ttl, "rewind").await.unwrap());
+    let fence = claimed(
+        locks
+            .claim(&KEY, INSTANCE_A, &LeaseOptions::new(ttl).reason("rewind"))
+            .await
+            .unwrap(),
+    );
     assert!(fence.get() > 0);
     let (holder, reason, stored_fence, live) = row(&url).await;
     assert_eq!(holder.as_deref(), Some(INSTANCE_A));
@@ -118,7 +123,11 @@ async fn the_lock_lives_in_the_users_row() {
     assert_eq!(live, Some(true));
 
     match locks
-        .claim(&KEY, INSTANCE_B, ttl, "bootstrap")
+        .claim(
+            &KEY,
+            INSTANCE_B,
+            &LeaseOptions::new(ttl).reason("bootstrap"),
+        )
         .await
         .unwrap()
     {
@@ -129,7 +138,11 @@ async fn the_lock_lives_in_the_users_row() {
     // uuid).
     let again = claimed(
         locks
-            .claim(&KEY, &INSTANCE_A.to_uppercase(), ttl, "rewind")
+            .claim(
+                &KEY,
+                &INSTANCE_A.to_uppercase(),
+                &LeaseOptions::new(ttl).reason("rewind"),
+            )
             .await
             .unwrap(),
     );
@@ -178,7 +191,12 @@ async fn the_lock_lives_in_the_users_row() {
     );
     assert!(locks.inspect(&KEY).await.unwrap().is_none());
 
-    let next = claimed(locks.claim(&KEY, INSTANCE_B, ttl, "purge").await.unwrap());
+    let next = claimed(
+        locks
+            .claim(&KEY, INSTANCE_B, &LeaseOptions::new(ttl).reason("purge"))
+            .await
+            .unwrap(),
+    );
     assert!(next > fence, "{next} after {fence}");
 }
 
@@ -190,7 +208,11 @@ async fn an_expired_lock_is_taken_over() {
     let locks = TableLeases::new(&store, columns()).await.unwrap();
     let first = claimed(
         locks
-            .claim(&KEY, INSTANCE_A, Duration::from_millis(200), "rewind")
+            .claim(
+                &KEY,
+                INSTANCE_A,
+                &LeaseOptions::new(Duration::from_millis(200)).reason("rewind"),
+            )
             .await
             .unwrap(),
     );
@@ -200,7 +222,11 @@ async fn an_expired_lock_is_taken_over() {
     .await;
     let second = claimed(
         locks
-            .claim(&KEY, INSTANCE_B, Duration::from_secs(30), "bootstrap")
+            .claim(
+                &KEY,
+                INSTANCE_B,
+                &LeaseOptions::new(Duration::from_secs(30)).reason("bootstrap"),
+            )
             .await
             .unwrap(),
     );
@@ -221,7 +247,12 @@ async fn keep_alive_holds_and_reports_loss() {
     let (url, store) = setup("keepalive").await;
     let locks = TableLeases::new(&store, columns()).await.unwrap();
     let ttl = Duration::from_millis(1500);
-    claimed(locks.claim(&KEY, INSTANCE_A, ttl, "rewind").await.unwrap());
+    claimed(
+        locks
+            .claim(&KEY, INSTANCE_A, &LeaseOptions::new(ttl).reason("rewind"))
+            .await
+            .unwrap(),
+    );
     let invalid = locks
         .keep_alive(
             &KEY,
@@ -246,7 +277,10 @@ async fn keep_alive_holds_and_reports_loss() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!keep.is_lost(), "renewed across TTLs");
     assert!(matches!(
-        locks.claim(&KEY, INSTANCE_B, ttl, "").await.unwrap(),
+        locks
+            .claim(&KEY, INSTANCE_B, &LeaseOptions::new(ttl))
+            .await
+            .unwrap(),
         ClaimResult::HeldBy { .. }
     ));
 
@@ -276,7 +310,11 @@ async fn concurrent_claims_of_one_row_grant_one() {
                 let instance = format!("00000000-0000-4000-8000-{i:012}");
                 barrier.wait().await;
                 locks
-                    .claim(&KEY, &instance, Duration::from_secs(30), "rewind")
+                    .claim(
+                        &KEY,
+                        &instance,
+                        &LeaseOptions::new(Duration::from_secs(30)).reason("rewind"),
+                    )
                     .await
             })
         })
@@ -306,7 +344,11 @@ async fn reason_and_fence_columns_are_optional() {
     let key = ["OrderPerspective", STREAM];
     let fence = claimed(
         locks
-            .claim(&key, INSTANCE_A, Duration::from_secs(30), "rewind")
+            .claim(
+                &key,
+                INSTANCE_A,
+                &LeaseOptions::new(Duration::from_secs(30)).reason("rewind"),
+            )
             .await
             .unwrap(),
     );
@@ -337,14 +379,24 @@ async fn bad_keys_and_values_are_invalid_input() {
             "no row",
         ),
     ] {
-        let e = locks.claim(&key, INSTANCE_A, ttl, "").await.unwrap_err();
+        let e = locks
+            .claim(&key, INSTANCE_A, &LeaseOptions::new(ttl))
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{key:?}: {e}");
         assert!(e.message().contains(needle), "{key:?}: {e}");
     }
-    let not_uuid = locks.claim(&KEY, "worker-1", ttl, "").await.unwrap_err();
+    let not_uuid = locks
+        .claim(&KEY, "worker-1", &LeaseOptions::new(ttl))
+        .await
+        .unwrap_err();
     assert_eq!(not_uuid.kind(), ErrorKind::InvalidInput, "{not_uuid}");
     let long = locks
-        .claim(&KEY, INSTANCE_A, ttl, &"r".repeat(60))
+        .claim(
+            &KEY,
+            INSTANCE_A,
+            &LeaseOptions::new(ttl).reason("r".repeat(60)),
+        )
         .await
         .unwrap_err();
     assert_eq!(long.kind(), ErrorKind::InvalidInput, "{long}");
@@ -416,7 +468,12 @@ async fn the_facade_hands_out_table_leases() {
         .await
         .unwrap();
     let ttl = Duration::from_secs(30);
-    let fence = claimed(locks.claim(&KEY, INSTANCE_A, ttl, "rewind").await.unwrap());
+    let fence = claimed(
+        locks
+            .claim(&KEY, INSTANCE_A, &LeaseOptions::new(ttl).reason("rewind"))
+            .await
+            .unwrap(),
+    );
     let (holder, reason, stored_fence, live) = row(&url).await;
     assert_eq!(holder.as_deref(), Some(INSTANCE_A));
     assert_eq!(reason.as_deref(), Some("rewind"));
@@ -424,7 +481,11 @@ async fn the_facade_hands_out_table_leases() {
     assert_eq!(live, Some(true));
     assert!(matches!(
         locks
-            .claim(&KEY, INSTANCE_B, ttl, "bootstrap")
+            .claim(
+                &KEY,
+                INSTANCE_B,
+                &LeaseOptions::new(ttl).reason("bootstrap")
+            )
             .await
             .unwrap(),
         ClaimResult::HeldBy { .. }

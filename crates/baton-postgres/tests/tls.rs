@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{ClaimResult, ErrorKind, Leases};
+use baton_core::{ClaimResult, ErrorKind, LeaseOptions, Leases};
 use baton_postgres::PostgresStore;
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 
@@ -38,7 +38,7 @@ async fn sslmodes_verify_the_certificate_or_refuse_it() {
     let leases = Leases::new(Arc::new(store));
     assert!(matches!(
         leases
-            .claim("k", "a", Duration::from_secs(5), "")
+            .claim("k", "a", &LeaseOptions::new(Duration::from_secs(5)))
             .await
             .unwrap(),
         ClaimResult::Claimed { .. }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::idempotency::{Acquire, AcquireOptions, Finalize, Outcome, Scope};
-use baton::lease::{ClaimResult, RemoveResult, Renewal};
+use baton::lease::{ClaimResult, LeaseOptions, RemoveResult, Renewal};
 use baton::lock::{AcquireError, LockOptions, ReleaseOutcome};
 use baton::{Baton, Fence};
 use baton_testkit::{FencedRegister, MonoTime};
@@ -442,7 +442,10 @@ async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
         let k = rng.random_range(0..LEASE_KEYS.len());
         let key = LEASE_KEYS[k];
         let call = journal.invoke(c, Op::LeaseClaim, key, Detail::default());
-        let (fence, mut valid_until) = match leases.claim(key, &holder, LEASE_TTL, "soak").await {
+        let (fence, mut valid_until) = match leases
+            .claim(key, &holder, &LeaseOptions::new(LEASE_TTL).reason("soak"))
+            .await
+        {
             Ok(ClaimResult::Claimed { fence, until, .. }) => {
                 let valid_until = mono(until);
                 journal.complete(

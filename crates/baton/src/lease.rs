@@ -27,7 +27,7 @@ impl crate::Baton {
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> baton::Result<()> {
     /// use std::time::Duration;
-    /// use baton::lease::{ClaimResult, TableLeaseColumns};
+    /// use baton::lease::{ClaimResult, LeaseOptions, TableLeaseColumns};
     ///
     /// let baton = baton::connect("postgres://app@db/app").await?;
     /// let streams = baton
@@ -40,7 +40,7 @@ impl crate::Baton {
     ///     .await?;
     /// let key = ["0b9e4a1c-5f3d-4c1e-9d8a-2f6b7c8d9e0f", "OrderPerspective"];
     /// if let ClaimResult::Claimed { fence, .. } =
-    ///     streams.claim(&key, "instance-a", Duration::from_secs(30), "rewind").await?
+    ///     streams.claim(&key, "instance-a", &LeaseOptions::new(Duration::from_secs(30)).reason("rewind")).await?
     /// {
     ///     println!("rewinding under fence {fence}");
     /// }

@@ -649,7 +649,7 @@ pub async fn store_faults_are_unavailable_not_contention(h: &dyn Harness) {
     let ttl = Duration::from_secs(5);
     assert!(
         leases
-            .claim("l", "a", ttl, "")
+            .claim("l", "a", &LeaseOptions::new(ttl))
             .await
             .unwrap_err()
             .is_unavailable()
@@ -736,20 +736,35 @@ pub async fn invalid_input_is_rejected_before_io(h: &dyn Harness) {
     let long_holder = "h".repeat(257);
     let long_reason = "r".repeat(65);
     let lease_cases: Vec<(&str, Result<ClaimResult>)> = vec![
-        ("empty holder", leases.claim("k", "", ok, "").await),
+        (
+            "empty holder",
+            leases.claim("k", "", &LeaseOptions::new(ok)).await,
+        ),
         (
             "257-byte holder",
-            leases.claim("k", &long_holder, ok, "").await,
+            leases
+                .claim("k", &long_holder, &LeaseOptions::new(ok))
+                .await,
         ),
         (
             "control in holder",
-            leases.claim("k", "a\u{1b}", ok, "").await,
+            leases.claim("k", "a\u{1b}", &LeaseOptions::new(ok)).await,
         ),
-        ("empty key", leases.claim("", "a", ok, "").await),
-        ("zero ttl", leases.claim("k", "a", Duration::ZERO, "").await),
+        (
+            "empty key",
+            leases.claim("", "a", &LeaseOptions::new(ok)).await,
+        ),
+        (
+            "zero ttl",
+            leases
+                .claim("k", "a", &LeaseOptions::new(Duration::ZERO))
+                .await,
+        ),
         (
             "long reason",
-            leases.claim("k", "a", ok, &long_reason).await,
+            leases
+                .claim("k", "a", &LeaseOptions::new(ok).reason(&long_reason))
+                .await,
         ),
     ];
     for (what, result) in lease_cases {
@@ -869,18 +884,30 @@ pub async fn cancelled_release_still_releases(h: &dyn Harness) {
 pub async fn lease_reclaim_is_idempotent_and_extends(h: &dyn Harness) {
     let ns = fresh_namespace();
     let leases = Leases::with_namespace(h.open().await, ns.clone());
-    let first = match leases.claim("s", "a", ms(400), "rewind").await.unwrap() {
+    let first = match leases
+        .claim("s", "a", &LeaseOptions::new(ms(400)).reason("rewind"))
+        .await
+        .unwrap()
+    {
         ClaimResult::Claimed { fence, .. } => fence,
         other => panic!("{other:?}"),
     };
     sleep(ms(250)).await;
-    match leases.claim("s", "a", ms(400), "rewind").await.unwrap() {
+    match leases
+        .claim("s", "a", &LeaseOptions::new(ms(400)).reason("rewind"))
+        .await
+        .unwrap()
+    {
         ClaimResult::Claimed { fence, .. } => assert_eq!(fence, first, "re-claim keeps the fence"),
         other => panic!("{other:?}"),
     }
     sleep(ms(250)).await;
     // 500ms after the first claim: alive only because the re-claim extended it.
-    match leases.claim("s", "b", ms(400), "bootstrap").await.unwrap() {
+    match leases
+        .claim("s", "b", &LeaseOptions::new(ms(400)).reason("bootstrap"))
+        .await
+        .unwrap()
+    {
         ClaimResult::HeldBy { holder, .. } => assert_eq!(holder, "a"),
         other => panic!("{other:?}"),
     }
@@ -891,7 +918,10 @@ pub async fn lease_release_reports_ownership(h: &dyn Harness) {
     let ns = fresh_namespace();
     let leases = Leases::with_namespace(h.open().await, ns.clone());
     let ttl = Duration::from_secs(10);
-    leases.claim("s", "a", ttl, "").await.unwrap();
+    leases
+        .claim("s", "a", &LeaseOptions::new(ttl))
+        .await
+        .unwrap();
     assert_eq!(
         leases.release("s", "a").await.unwrap(),
         RemoveResult::Removed { holder: "a".into() }
@@ -900,9 +930,15 @@ pub async fn lease_release_reports_ownership(h: &dyn Harness) {
         leases.release("s", "a").await.unwrap(),
         RemoveResult::NoHolder
     );
-    leases.claim("s", "a", ms(50), "").await.unwrap();
+    leases
+        .claim("s", "a", &LeaseOptions::new(ms(50)))
+        .await
+        .unwrap();
     sleep(ms(120)).await;
-    leases.claim("s", "b", ttl, "").await.unwrap();
+    leases
+        .claim("s", "b", &LeaseOptions::new(ttl))
+        .await
+        .unwrap();
     assert_eq!(
         leases.release("s", "a").await.unwrap(),
         RemoveResult::Reclaimed { by: "b".into() }
@@ -914,7 +950,10 @@ pub async fn lease_release_reports_ownership(h: &dyn Harness) {
 pub async fn late_renewal_never_revives(h: &dyn Harness) {
     let ns = fresh_namespace();
     let leases = Leases::with_namespace(h.open().await, ns.clone());
-    leases.claim("s", "a", ms(50), "").await.unwrap();
+    leases
+        .claim("s", "a", &LeaseOptions::new(ms(50)))
+        .await
+        .unwrap();
     sleep(ms(120)).await;
     assert_eq!(
         leases
@@ -928,7 +967,7 @@ pub async fn late_renewal_never_revives(h: &dyn Harness) {
         "renewal revived a lapsed lease"
     );
     leases
-        .claim("s", "b", Duration::from_secs(10), "")
+        .claim("s", "b", &LeaseOptions::new(Duration::from_secs(10)))
         .await
         .unwrap();
     assert_eq!(
@@ -992,7 +1031,11 @@ pub async fn lease_keep_alive_signals_loss(h: &dyn Harness) {
         "instance-1"
     );
     match leases
-        .claim(&key, "instance-1", ms(1000), "rewind")
+        .claim(
+            &key,
+            "instance-1",
+            &LeaseOptions::new(ms(1000)).reason("rewind"),
+        )
         .await
         .unwrap()
     {
@@ -1003,7 +1046,7 @@ pub async fn lease_keep_alive_signals_loss(h: &dyn Harness) {
         other => panic!("the holder re-claims its own lease: {other:?}"),
     }
     match leases
-        .claim(&key, "instance-2", ms(1000), "")
+        .claim(&key, "instance-2", &LeaseOptions::new(ms(1000)))
         .await
         .unwrap()
     {
@@ -1020,7 +1063,11 @@ pub async fn lease_keep_alive_signals_loss(h: &dyn Harness) {
     }
     h.evict(&lease_key(&ns, &key)).await;
     leases
-        .claim(&key, "instance-2", Duration::from_secs(10), "bootstrap")
+        .claim(
+            &key,
+            "instance-2",
+            &LeaseOptions::new(Duration::from_secs(10)).reason("bootstrap"),
+        )
         .await
         .unwrap();
     timeout(Duration::from_secs(5), keep.lost())
@@ -1090,7 +1137,10 @@ pub async fn inspect_and_list(h: &dyn Harness) {
         leases.list("", 100).await.unwrap().is_empty(),
         "locks and leases are apart"
     );
-    leases.claim("stream/P", "i1", ten, "purge").await.unwrap();
+    leases
+        .claim("stream/P", "i1", &LeaseOptions::new(ten).reason("purge"))
+        .await
+        .unwrap();
     let info = leases.inspect("stream/P").await.unwrap().unwrap();
     assert_eq!(
         (

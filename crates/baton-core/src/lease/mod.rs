@@ -228,12 +228,12 @@ pub fn check_reason(reason: &str) -> Result<()> {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::Error> {
 /// use std::{sync::Arc, time::Duration};
-/// use baton_core::{ClaimResult, Leases, MemoryStore, RemoveResult};
+/// use baton_core::{ClaimResult, LeaseOptions, Leases, MemoryStore, RemoveResult};
 ///
 /// let leases = Leases::new(Arc::new(MemoryStore::new()));
-/// let ttl = Duration::from_secs(30);
-/// assert!(matches!(leases.claim("session:7", "instance-a", ttl, "connected").await?, ClaimResult::Claimed { .. }));
-/// assert!(matches!(leases.claim("session:7", "instance-b", ttl, "connected").await?, ClaimResult::HeldBy { .. }));
+/// let session = LeaseOptions::new(Duration::from_secs(30)).reason("connected");
+/// assert!(matches!(leases.claim("session:7", "instance-a", &session).await?, ClaimResult::Claimed { .. }));
+/// assert!(matches!(leases.claim("session:7", "instance-b", &session).await?, ClaimResult::HeldBy { .. }));
 /// match leases.release("session:7", "instance-a").await? {
 ///     RemoveResult::Removed { .. } => { /* we owned it: fire the owner-only effect */ }
 ///     RemoveResult::Reclaimed { .. } | RemoveResult::NoHolder => { /* skip it */ }
@@ -270,8 +270,10 @@ impl Leases {
         Ok(self.namespace.qualify(KeyKind::Lease, &Key::new(key)?))
     }
 
-    /// Claims `key` for `holder` for `ttl`, recording `reason`. Claiming again as the same
-    /// holder is idempotent: it extends the lease and keeps its fence.
+    /// Claims `key` for `holder` for the TTL of `options`, recording its reason. Claiming
+    /// again as the same holder is idempotent: it extends the lease and keeps its fence.
+    /// `options` is checked whole (its keep-alive interval too), as
+    /// [`claim_and_keep`](Leases::claim_and_keep) checks it.
     ///
     /// # Errors
     /// `InvalidInput` before any I/O; `Unavailable` when the store faulted.
@@ -279,15 +281,13 @@ impl Leases {
         &self,
         key: &str,
         holder: &str,
-        ttl: Duration,
-        reason: &str,
+        options: &LeaseOptions,
     ) -> Result<ClaimResult> {
         let key = self.qualify(key)?;
         let holder = Holder::new(holder)?;
-        let ttl = Ttl::new(ttl)?;
-        check_reason(reason)?;
+        let (ttl, _) = options.checked()?;
         let sent = now();
-        let request = LeaseRequest::new(&holder, ttl).reason(reason);
+        let request = LeaseRequest::new(&holder, ttl).reason(&options.reason);
         Ok(match self.store.claim(&key, request).await? {
             Claim::Granted { fence } => ClaimResult::Claimed {
                 fence,
