@@ -8,7 +8,7 @@ use std::time::Duration;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Fence, Holder, Locks, MemoryStore, Result, StoreKey, Ttl};
 use baton_testkit::check::{self, Rule};
-use baton_testkit::{FencedRegister, LockWorkload, Recorder};
+use baton_testkit::{FencedRegister, LockWorkload, Recorder, WorkloadReport};
 
 const CONTENDERS: u32 = 8;
 const ROUNDS: u32 = 25;
@@ -17,15 +17,26 @@ fn locks() -> Locks {
     Locks::new(Arc::new(MemoryStore::new()))
 }
 
+/// Runs `workload` over `locks`, recorded, its holders writing to an in-memory register.
+async fn run(
+    locks: &Locks,
+    workload: LockWorkload,
+) -> (WorkloadReport, Recorder, Arc<FencedRegister>) {
+    let recorder = Recorder::for_this_process();
+    let register = Arc::new(FencedRegister::in_memory("counter"));
+    let report = workload.run(locks, &recorder, &register).await;
+    (report, recorder, register)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_contenders_on_one_key_keep_every_rule() {
-    let (locks, recorder) = (locks(), Recorder::for_this_process());
-    let register = Arc::new(FencedRegister::in_memory("counter"));
-    let report = LockWorkload::new("history")
-        .contenders(CONTENDERS, 0)
-        .rounds(ROUNDS)
-        .run(&locks, &recorder, &register)
-        .await;
+    let (report, recorder, register) = run(
+        &locks(),
+        LockWorkload::new("history")
+            .contenders(CONTENDERS, 0)
+            .rounds(ROUNDS),
+    )
+    .await;
 
     report.assert_no_errors();
     let history = recorder.history();
@@ -48,15 +59,15 @@ async fn eight_contenders_on_one_key_keep_every_rule() {
 /// fence, and their late writes are rejected by the register rather than accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holders_that_overstay_their_ttl_are_fenced_off() {
-    let (locks, recorder) = (locks(), Recorder::for_this_process());
-    let register = Arc::new(FencedRegister::in_memory("counter"));
-    let report = LockWorkload::new("overstay")
-        .contenders(CONTENDERS, 0)
-        .rounds(6)
-        .ttl(Duration::from_millis(40))
-        .overstay(3, Duration::from_millis(80))
-        .run(&locks, &recorder, &register)
-        .await;
+    let (report, recorder, _) = run(
+        &locks(),
+        LockWorkload::new("overstay")
+            .contenders(CONTENDERS, 0)
+            .rounds(6)
+            .ttl(Duration::from_millis(40))
+            .overstay(3, Duration::from_millis(80)),
+    )
+    .await;
 
     report.assert_no_errors();
     check::assert_clean(&check::all(&recorder.history()));
@@ -106,15 +117,14 @@ impl LeaseStore for GrantsEveryone {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checkers_catch_a_store_that_grants_everyone() {
-    let locks = Locks::new(Arc::new(GrantsEveryone::default()));
-    let recorder = Recorder::for_this_process();
-    let register = Arc::new(FencedRegister::in_memory("counter"));
-    let report = LockWorkload::new("broken")
-        .contenders(CONTENDERS, 0)
-        .rounds(3)
-        .hold(Duration::from_millis(20), Duration::from_millis(1))
-        .run(&locks, &recorder, &register)
-        .await;
+    let (report, recorder, _) = run(
+        &Locks::new(Arc::new(GrantsEveryone::default())),
+        LockWorkload::new("broken")
+            .contenders(CONTENDERS, 0)
+            .rounds(3)
+            .hold(Duration::from_millis(20), Duration::from_millis(1)),
+    )
+    .await;
     assert_eq!(report.grants, u64::from(CONTENDERS * 3));
 
     let rules: Vec<Rule> = check::all(&recorder.history())

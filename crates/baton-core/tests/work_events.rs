@@ -10,10 +10,10 @@ use baton_core::work::conformance::FaultyWorkStore;
 use baton_core::work::store::NewSchedule;
 use baton_core::work::{
     Backoff, EnqueueOptions, Failure, MigrationContext, MigrationError, MigrationFn,
-    MigrationOutcome, Migrations, Missed, Queue, QueueOptions, ReturnContended, ScheduleStore,
-    Scheduler, Settle, Tick, WorkStore,
+    MigrationOutcome, MigrationStore, Migrations, Missed, Queue, QueueOptions, ReturnContended,
+    ScheduleStore, Scheduler, Settle, Tick, WorkStore,
 };
-use baton_core::{Key, KeyKind, Locks, MemoryStore};
+use baton_core::{Key, KeyKind, Locks, MemoryStore, Namespace};
 use baton_testkit::capture::{capture_events, events as captured, wait_for_event};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +22,27 @@ fn queue(store: Arc<dyn WorkStore>, options: QueueOptions) -> Queue {
         .unwrap()
         .with_options(options)
         .unwrap()
+}
+
+/// The migration set `app` over `store` (its locks in a memory store of their own) with one
+/// migration, `001`, that fails with `failure` or else succeeds.
+fn one_migration(
+    store: Arc<dyn MigrationStore>,
+    ns: &Namespace,
+    failure: Option<&'static str>,
+) -> Migrations {
+    let locks = Locks::with_namespace(Arc::new(MemoryStore::new()), ns.clone());
+    Migrations::new(store, locks, "app")
+        .unwrap()
+        .migration(MigrationFn::new(
+            "001",
+            move |_: MigrationContext| async move {
+                match failure {
+                    None => Ok(()),
+                    Some(why) => Err::<(), MigrationError>(why.into()),
+                }
+            },
+        ))
 }
 
 #[tokio::test]
@@ -101,16 +122,7 @@ async fn store_faults_are_reported() {
         .to_owned();
     wait_for_event(&events::SCHEDULE_UNAVAILABLE, |c| c.key == schedule_key).await;
 
-    let migrations = Migrations::new(
-        faulty.clone(),
-        Locks::with_namespace(Arc::new(MemoryStore::new()), ns.clone()),
-        "app",
-    )
-    .unwrap()
-    .migration(MigrationFn::new("001", |_: MigrationContext| async {
-        Ok::<(), MigrationError>(())
-    }))
-    .unavailable_retries(1);
+    let migrations = one_migration(faulty.clone(), &ns, None).unavailable_retries(1);
     assert!(
         migrations
             .run(ReturnContended)
@@ -160,15 +172,7 @@ async fn schedule_and_migration_events() {
     let report = running.await.unwrap().unwrap();
     assert_eq!((report.ran, report.failed), (1, 1), "{report:?}");
 
-    let migrations = Migrations::new(
-        store.clone(),
-        Locks::with_namespace(Arc::new(MemoryStore::new()), ns.clone()),
-        "app",
-    )
-    .unwrap()
-    .migration(MigrationFn::new("001", |_: MigrationContext| async {
-        Err::<(), MigrationError>("no such table".into())
-    }));
+    let migrations = one_migration(store.clone(), &ns, Some("no such table"));
     let report = migrations.run(ReturnContended).await.unwrap();
     assert!(matches!(report.outcome, MigrationOutcome::Failed(_)));
     let set = migrations.set_key().as_str().to_owned();

@@ -29,6 +29,23 @@ struct Handlers {
     gate: Option<Arc<Semaphore>>,
 }
 
+impl Handlers {
+    /// Handlers whose charges wait on the returned gate (no permits yet).
+    fn gated() -> (Arc<Handlers>, Arc<Semaphore>) {
+        let gate = Arc::new(Semaphore::new(0));
+        let handlers = Arc::new(Handlers {
+            gate: Some(gate.clone()),
+            ..Handlers::default()
+        });
+        (handlers, gate)
+    }
+
+    /// How many times a handler has started.
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
 fn router(handlers: Arc<Handlers>, layer: IdempotencyLayer) -> Router {
     Router::new()
         .route("/charges", post(charge).patch(charge).get(count))
@@ -85,6 +102,15 @@ fn memory_log() -> IdempotencyLog {
     IdempotencyLog::new(Arc::new(MemoryStore::new()))
 }
 
+/// The app over a fresh memory log, with the layer `configure` builds.
+fn app_with(
+    handlers: &Arc<Handlers>,
+    configure: impl FnOnce(IdempotencyLayerBuilder) -> IdempotencyLayerBuilder,
+) -> Router {
+    let layer = configure(IdempotencyLayer::builder(memory_log()));
+    router(handlers.clone(), layer.build().unwrap())
+}
+
 #[derive(Debug)]
 struct Reply {
     status: StatusCode,
@@ -97,6 +123,16 @@ impl Reply {
         self.headers
             .get("idempotent-replayed")
             .is_some_and(|v| v == "true")
+    }
+
+    /// Asserts the reply is a problem with `status` whose body names `code`.
+    fn assert_problem(&self, status: StatusCode, code: &str) {
+        assert_eq!(self.status, status, "{}", self.body);
+        self.assert_says(code);
+    }
+
+    fn assert_says(&self, text: &str) {
+        assert!(self.body.contains(text), "{}", self.body);
     }
 }
 
@@ -127,6 +163,16 @@ async fn post_charge(app: &Router, key: &str, body: &str) -> Reply {
     send(app, request(Method::POST, "/charges", Some(key), body)).await
 }
 
+/// Sends `request` from a task of its own, so the test can go on while it runs.
+fn spawn_send(app: &Router, request: Request<Body>) -> tokio::task::JoinHandle<Reply> {
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, request).await })
+}
+
+fn spawn_post_charge(app: &Router, key: &str, body: &str) -> tokio::task::JoinHandle<Reply> {
+    spawn_send(app, request(Method::POST, "/charges", Some(key), body))
+}
+
 /// Twenty concurrent retries of one request: it runs once, the others get its response,
 /// marked as replayed, without the cookie.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,16 +181,13 @@ async fn concurrent_retries_run_once_and_replay() {
     let app = router(handlers.clone(), IdempotencyLayer::new(memory_log()));
     let mut tasks = Vec::new();
     for _ in 0..20 {
-        let app = app.clone();
-        tasks.push(tokio::spawn(async move {
-            post_charge(&app, "k-1", "{\"amount\":5}").await
-        }));
+        tasks.push(spawn_post_charge(&app, "k-1", "{\"amount\":5}"));
     }
     let mut replies = Vec::new();
     for task in tasks {
         replies.push(task.await.unwrap());
     }
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(handlers.runs(), 1);
     for reply in &replies {
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
         assert_eq!(reply.body, "run 1 attempt 1 body {\"amount\":5}");
@@ -172,25 +215,13 @@ async fn concurrent_retries_run_once_and_replay() {
 /// A retry that arrives while the first request runs waits, re-checks, and gets its response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_of_a_running_request_waits_for_its_response() {
-    let gate = Arc::new(Semaphore::new(0));
-    let handlers = Arc::new(Handlers {
-        gate: Some(gate.clone()),
-        ..Handlers::default()
+    let (handlers, gate) = Handlers::gated();
+    let app = app_with(&handlers, |layer| {
+        layer.in_flight_wait(Duration::from_secs(60))
     });
-    let layer = IdempotencyLayer::builder(memory_log())
-        .in_flight_wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let app = router(handlers.clone(), layer);
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { post_charge(&app, "k", "a").await }
-    });
+    let first = spawn_post_charge(&app, "k", "a");
     wait_for_runs(&handlers, 1).await;
-    let retry = tokio::spawn({
-        let app = app.clone();
-        async move { post_charge(&app, "k", "a").await }
-    });
+    let retry = spawn_post_charge(&app, "k", "a");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!retry.is_finished(), "the retry waits while the first runs");
     gate.add_permits(1);
@@ -201,42 +232,29 @@ async fn a_retry_of_a_running_request_waits_for_its_response() {
     );
     assert!(!first.replayed() && retry.replayed());
     assert_eq!(first.body, retry.body);
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(handlers.runs(), 1);
 }
 
 /// A retry whose wait runs out while the first request still runs gets 409 with
 /// Retry-After, and the first request is not disturbed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_that_waited_in_vain_gets_409_with_retry_after() {
-    let gate = Arc::new(Semaphore::new(0));
-    let handlers = Arc::new(Handlers {
-        gate: Some(gate.clone()),
-        ..Handlers::default()
+    let (handlers, gate) = Handlers::gated();
+    let app = app_with(&handlers, |layer| {
+        layer
+            .in_flight_wait(Duration::from_millis(100))
+            .retry_after(Duration::from_secs(2))
     });
-    let layer = IdempotencyLayer::builder(memory_log())
-        .in_flight_wait(Duration::from_millis(100))
-        .retry_after(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let app = router(handlers.clone(), layer);
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { post_charge(&app, "k", "a").await }
-    });
+    let first = spawn_post_charge(&app, "k", "a");
     wait_for_runs(&handlers, 1).await;
     let retry = post_charge(&app, "k", "a").await;
-    assert_eq!(retry.status, StatusCode::CONFLICT, "{}", retry.body);
+    retry.assert_problem(StatusCode::CONFLICT, "idempotency_key_in_use");
     assert_eq!(retry.headers["retry-after"], "2");
-    assert!(
-        retry.body.contains("idempotency_key_in_use"),
-        "{}",
-        retry.body
-    );
     gate.add_permits(1);
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     let after = post_charge(&app, "k", "a").await;
     assert!(after.replayed());
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(handlers.runs(), 1);
 }
 
 /// The same key with another body, path or method is a different request: 422.
@@ -255,24 +273,14 @@ async fn a_reused_key_with_a_different_request_gets_422() {
         request(Method::POST, "/fail", Some("k"), "a"),
     ] {
         let reply = send(&app, request).await;
-        assert_eq!(
-            reply.status,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "{}",
-            reply.body
-        );
-        assert!(
-            reply.body.contains("idempotency_key_reused"),
-            "{}",
-            reply.body
-        );
+        reply.assert_problem(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused");
         assert!(
             reply.body.contains("\\\"k\\\""),
             "names the key: {}",
             reply.body
         );
     }
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(handlers.runs(), 1);
 }
 
 /// A route that requires a key answers 400 without one; a route that does not runs the
@@ -280,26 +288,11 @@ async fn a_reused_key_with_a_different_request_gets_422() {
 #[tokio::test]
 async fn keys_missing_invalid_and_unguarded_methods() {
     let handlers = Arc::new(Handlers::default());
-    let required = router(
-        handlers.clone(),
-        IdempotencyLayer::builder(memory_log())
-            .require_key(true)
-            .build()
-            .unwrap(),
-    );
+    let required = app_with(&handlers, |layer| layer.require_key(true));
     let reply = send(&required, request(Method::POST, "/charges", None, "a")).await;
-    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
-    assert!(
-        reply.body.contains("idempotency_key_missing"),
-        "{}",
-        reply.body
-    );
-    assert!(
-        reply.body.contains("requires an Idempotency-Key header"),
-        "{}",
-        reply.body
-    );
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 0);
+    reply.assert_problem(StatusCode::BAD_REQUEST, "idempotency_key_missing");
+    reply.assert_says("requires an Idempotency-Key header");
+    assert_eq!(handlers.runs(), 0);
     assert_eq!(
         send(&required, request(Method::GET, "/charges", None, ""))
             .await
@@ -313,11 +306,7 @@ async fn keys_missing_invalid_and_unguarded_methods() {
         assert_eq!(reply.status, StatusCode::CREATED);
         assert!(!reply.replayed());
     }
-    assert_eq!(
-        handlers.runs.load(Ordering::SeqCst),
-        2,
-        "no key, no protection"
-    );
+    assert_eq!(handlers.runs(), 2, "no key, no protection");
 
     let long = "k".repeat(256);
     for key in [
@@ -328,19 +317,9 @@ async fn keys_missing_invalid_and_unguarded_methods() {
         " leading",
     ] {
         let reply = post_charge(&optional, key, "a").await;
-        assert_eq!(
-            reply.status,
-            StatusCode::BAD_REQUEST,
-            "{key:?}: {}",
-            reply.body
-        );
-        assert!(
-            reply.body.contains("idempotency_key_invalid"),
-            "{}",
-            reply.body
-        );
+        reply.assert_problem(StatusCode::BAD_REQUEST, "idempotency_key_invalid");
         if key.contains(' ') {
-            assert!(reply.body.contains("without spaces"), "{}", reply.body);
+            reply.assert_says("without spaces");
         }
     }
     // Every visible ASCII character is allowed.
@@ -361,19 +340,16 @@ async fn keys_missing_invalid_and_unguarded_methods() {
         send(&optional, non_ascii).await.status,
         StatusCode::BAD_REQUEST
     );
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 3);
+    assert_eq!(handlers.runs(), 3);
 }
 
 /// A configurable header name, and guarded methods.
 #[tokio::test]
 async fn header_and_methods_are_configurable() {
     let handlers = Arc::new(Handlers::default());
-    let layer = IdempotencyLayer::builder(memory_log())
-        .header("X-Request-Key")
-        .methods([Method::PATCH])
-        .build()
-        .unwrap();
-    let app = router(handlers.clone(), layer);
+    let app = app_with(&handlers, |layer| {
+        layer.header("X-Request-Key").methods([Method::PATCH])
+    });
     let patch = || {
         Request::builder()
             .method(Method::PATCH)
@@ -396,7 +372,7 @@ async fn header_and_methods_are_configurable() {
             "POST is not guarded here"
         );
     }
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 3);
+    assert_eq!(handlers.runs(), 3);
 }
 
 /// Server errors are stored as failed: the next retry runs again (by default), or gets the
@@ -415,11 +391,7 @@ async fn failures_are_retried_unless_told_otherwise() {
     assert!(!again.replayed());
 
     let handlers = Arc::new(Handlers::default());
-    let layer = IdempotencyLayer::builder(memory_log())
-        .retry_failed(false)
-        .build()
-        .unwrap();
-    let app = router(handlers.clone(), layer);
+    let app = app_with(&handlers, |layer| layer.retry_failed(false));
     assert_eq!(send(&app, fail()).await.body, "failed run 1");
     let again = send(&app, fail()).await;
     assert_eq!(
@@ -427,7 +399,7 @@ async fn failures_are_retried_unless_told_otherwise() {
         (StatusCode::SERVICE_UNAVAILABLE, "failed run 1")
     );
     assert!(again.replayed());
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(handlers.runs(), 1);
 }
 
 /// A response over the size limit is sent whole; its replays carry the status and headers
@@ -435,11 +407,7 @@ async fn failures_are_retried_unless_told_otherwise() {
 #[tokio::test]
 async fn oversized_responses_are_sent_whole_and_replayed_without_body() {
     let handlers = Arc::new(Handlers::default());
-    let layer = IdempotencyLayer::builder(memory_log())
-        .max_response_body(1000)
-        .build()
-        .unwrap();
-    let app = router(handlers.clone(), layer);
+    let app = app_with(&handlers, |layer| layer.max_response_body(1000));
     let big = || request(Method::POST, "/big", Some("b"), "");
     let first = send(&app, big()).await;
     assert_eq!(first.body.len(), 100_000);
@@ -448,21 +416,17 @@ async fn oversized_responses_are_sent_whole_and_replayed_without_body() {
     assert!(replay.replayed());
     assert_eq!(replay.headers["idempotent-body-omitted"], "true");
     assert!(replay.body.is_empty());
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(handlers.runs(), 1);
 }
 
 /// A request body over the limit cannot be fingerprinted: 413, nothing runs.
 #[tokio::test]
 async fn oversized_requests_are_refused() {
     let handlers = Arc::new(Handlers::default());
-    let layer = IdempotencyLayer::builder(memory_log())
-        .max_request_body(10)
-        .build()
-        .unwrap();
-    let app = router(handlers.clone(), layer);
+    let app = app_with(&handlers, |layer| layer.max_request_body(10));
     let reply = post_charge(&app, "k", "this body is longer than ten bytes").await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(handlers.runs(), 0);
 }
 
 /// When the store faults, the request runs unguarded and the degradation is counted; with
@@ -480,11 +444,7 @@ async fn store_faults_run_unguarded_or_fail_closed() {
         let reply = post_charge(&open, "fault-open", "a").await;
         assert_eq!(reply.status, StatusCode::CREATED);
     }
-    assert_eq!(
-        handlers.runs.load(Ordering::SeqCst),
-        2,
-        "fail open: runs, unguarded"
-    );
+    assert_eq!(handlers.runs(), 2, "fail open: runs, unguarded");
     assert_eq!(
         events.count("baton.http.idempotency_unguarded", "fault-open") - before,
         2
@@ -498,23 +458,9 @@ async fn store_faults_run_unguarded_or_fail_closed() {
             .unwrap(),
     );
     let reply = post_charge(&closed, "fault-closed", "a").await;
-    assert_eq!(
-        reply.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{}",
-        reply.body
-    );
+    reply.assert_problem(StatusCode::SERVICE_UNAVAILABLE, "idempotency_unavailable");
     assert_eq!(reply.headers["retry-after"], "1");
-    assert!(
-        reply.body.contains("idempotency_unavailable"),
-        "{}",
-        reply.body
-    );
-    assert_eq!(
-        handlers.runs.load(Ordering::SeqCst),
-        2,
-        "fail closed: nothing ran"
-    );
+    assert_eq!(handlers.runs(), 2, "fail closed: nothing ran");
     assert_eq!(
         events.count("baton.http.idempotency_refused", "fault-closed"),
         1
@@ -532,29 +478,15 @@ async fn store_faults_run_unguarded_or_fail_closed() {
 /// response is stored for the retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_does_not_cancel_the_request() {
-    let gate = Arc::new(Semaphore::new(0));
-    let handlers = Arc::new(Handlers {
-        gate: Some(gate.clone()),
-        ..Handlers::default()
-    });
+    let (handlers, gate) = Handlers::gated();
     let log = memory_log();
     let app = router(handlers.clone(), IdempotencyLayer::new(log.clone()));
-    let hung_up = tokio::spawn({
-        let app = app.clone();
-        async move { post_charge(&app, "hang-up", "a").await }
-    });
+    let hung_up = spawn_post_charge(&app, "hang-up", "a");
     wait_for_runs(&handlers, 1).await;
     hung_up.abort();
     let _ = hung_up.await;
     gate.add_permits(1);
-    let scope = Scope::new("default", "http", "hang-up").unwrap();
-    eventually("the abandoned request to finish", || async {
-        log.get(&scope)
-            .await
-            .unwrap()
-            .is_some_and(|r| r.status() == Status::Completed)
-    })
-    .await;
+    wait_for_record(&log, "hang-up", Status::Completed).await;
     let retry = post_charge(&app, "hang-up", "a").await;
     assert!(retry.replayed());
     assert_eq!(retry.body, "run 1 attempt 1 body a");
@@ -567,32 +499,16 @@ async fn a_panicking_handler_leaves_a_failed_record() {
     let handlers = Arc::new(Handlers::default());
     let log = memory_log();
     let app = router(handlers.clone(), IdempotencyLayer::new(log.clone()));
-    let panicked = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, request(Method::POST, "/panic", Some("p"), "")).await }
-    });
+    let panic = || request(Method::POST, "/panic", Some("p"), "");
+    let panicked = spawn_send(&app, panic());
     assert!(
         panicked.await.unwrap_err().is_panic(),
         "the panic reaches the caller"
     );
-    let scope = Scope::new("default", "http", "p").unwrap();
-    eventually("the record to be marked failed", || async {
-        log.get(&scope)
-            .await
-            .unwrap()
-            .is_some_and(|r| r.status() == Status::Failed)
-    })
-    .await;
-    let retry = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, request(Method::POST, "/panic", Some("p"), "")).await }
-    });
+    wait_for_record(&log, "p", Status::Failed).await;
+    let retry = spawn_send(&app, panic());
     assert!(retry.await.unwrap_err().is_panic());
-    assert_eq!(
-        handlers.runs.load(Ordering::SeqCst),
-        2,
-        "the retry ran at once"
-    );
+    assert_eq!(handlers.runs(), 2, "the retry ran at once");
 }
 
 /// A retry that finds the request pending on a server that died waits, and once the dead
@@ -635,8 +551,8 @@ fn fingerprint(method: &str, target: &str, body: &[u8]) -> String {
 #[tokio::test]
 async fn partitions_keep_callers_apart() {
     let handlers = Arc::new(Handlers::default());
-    let layer = IdempotencyLayer::builder(memory_log())
-        .partition_by(|parts| {
+    let app = app_with(&handlers, |layer| {
+        layer.partition_by(|parts| {
             parts
                 .headers
                 .get("x-client")
@@ -644,9 +560,7 @@ async fn partitions_keep_callers_apart() {
                 .unwrap_or("anonymous")
                 .to_owned()
         })
-        .build()
-        .unwrap();
-    let app = router(handlers.clone(), layer);
+    });
     let from = |client: &str| {
         Request::builder()
             .method(Method::POST)
@@ -660,13 +574,11 @@ async fn partitions_keep_callers_apart() {
     assert!(!send(&app, from("bob")).await.replayed());
     assert!(send(&app, from("alice")).await.replayed());
     let misconfigured = send(&app, from("a:b")).await;
-    assert_eq!(misconfigured.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(
-        misconfigured.body.contains("idempotency_misconfigured"),
-        "{}",
-        misconfigured.body
+    misconfigured.assert_problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "idempotency_misconfigured",
     );
-    assert_eq!(handlers.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(handlers.runs(), 2);
 }
 
 #[test]
@@ -676,9 +588,21 @@ fn the_builder_is_must_use_and_debuggable() {
 }
 
 async fn wait_for_runs(handlers: &Handlers, n: usize) {
-    eventually("the handler to start", || async {
-        handlers.runs.load(Ordering::SeqCst) >= n
-    })
+    eventually("the handler to start", || async { handlers.runs() >= n }).await;
+}
+
+/// Waits until the layer's record of the request with idempotency key `key` has `status`.
+async fn wait_for_record(log: &IdempotencyLog, key: &str, status: Status) {
+    let scope = Scope::new("default", "http", key).unwrap();
+    eventually(
+        &format!("the record of {key:?} to be {status:?}"),
+        || async {
+            log.get(&scope)
+                .await
+                .unwrap()
+                .is_some_and(|r| r.status() == status)
+        },
+    )
     .await;
 }
 

@@ -66,6 +66,10 @@ use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 use baton_testkit::stats::{median, min_max, percentile};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
+
+#[path = "shared/raw_pool.rs"]
+mod raw_pool;
+use raw_pool::raw_pool;
 use tokio::sync::watch;
 
 /// Concurrency levels of the uncontended run.
@@ -164,16 +168,7 @@ async fn run(url: String, pooler_url: String, settings: Settings) {
             .await
             .expect("the store"),
     );
-    let raw = PgPoolOptions::new()
-        .max_connections(POOL)
-        .test_before_acquire(false)
-        .connect_with(
-            url.parse::<PgConnectOptions>()
-                .expect("url")
-                .application_name("baton-bench-raw"),
-        )
-        .await
-        .expect("the baseline pool");
+    let raw = raw_pool(&url, POOL).await;
 
     println!("## Uncontended acquire + release (pairs/s)\n");
     println!("| concurrency | subject | pairs/s (median) | slices min..max | ratio to raw |");

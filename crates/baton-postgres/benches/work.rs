@@ -52,8 +52,12 @@ use baton_postgres::PostgresStore;
 use baton_postgres::work::sql;
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 use baton_testkit::stats::{median, min_max};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
+
+#[path = "shared/raw_pool.rs"]
+mod raw_pool;
+use raw_pool::raw_pool;
 
 const WORKERS: [usize; 3] = [1, 8, 32];
 const BATCHES: [u32; 2] = [1, 100];
@@ -207,16 +211,7 @@ async fn run(url: String, port: u16, pgbench: PathBuf, dir: PathBuf, settings: S
                 .await
                 .expect("the store"),
         );
-        let pool = PgPoolOptions::new()
-            .max_connections(workers as u32)
-            .test_before_acquire(false)
-            .connect_with(
-                url.parse::<PgConnectOptions>()
-                    .expect("url")
-                    .application_name("baton-bench-raw"),
-            )
-            .await
-            .expect("the raw sqlx pool");
+        let pool = raw_pool(&url, workers as u32).await;
         for &batch in &settings.batches {
             // A first guess of the rate, to size the prefill; raised to every rate seen.
             let mut expected_rate: f64 = if batch == 1 { 4_000.0 } else { 20_000.0 };

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
-use baton_core::{Fence, Holder, LockOptions, Locks, StoreKey, Ttl};
+use baton_core::{Fence, Holder, Locks, StoreKey, Ttl};
 use baton_postgres::sql;
 use baton_testkit::postgres::{PostgresOptions as ServerOptions, PostgresServer, Stop};
 use sqlx::PgConnection;
@@ -250,17 +250,17 @@ async fn the_release_changes_no_session_setting() {
     assert_eq!(setting(&mut conn).await, "on");
 
     granted(&store, &key, &a, secs(60)).await;
-    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    execute(&mut conn, "BEGIN").await;
     assert_eq!(release(&mut conn).await, 1);
     assert_eq!(setting(&mut conn).await, "off");
-    sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
+    execute(&mut conn, "COMMIT").await;
     assert_eq!(setting(&mut conn).await, "on");
 
     // A release that frees nothing changes nothing, the setting included.
-    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    execute(&mut conn, "BEGIN").await;
     assert_eq!(release(&mut conn).await, 0);
     assert_eq!(setting(&mut conn).await, "on");
-    sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+    execute(&mut conn, "ROLLBACK").await;
 }
 
 /// An asynchronously committed release still sends its `NOTIFY`: a waiter in another store
@@ -281,23 +281,13 @@ async fn an_asynchronous_release_wakes_waiters_in_other_stores() {
         );
         let holder = Locks::with_namespace(holding, ns.clone());
         let waiter = Locks::with_namespace(waiting, ns.clone());
-        let guard = holder
-            .acquire("k", &LockOptions::new(secs(600)))
-            .await
-            .unwrap();
-        let first = guard.fence();
-        let woken = tokio::spawn(async move {
-            waiter
-                .acquire("k", &LockOptions::new(secs(30)).wait(secs(300)))
-                .await
-        });
+        let handoff = hold_while_waiting(&holder, waiter, secs(30), secs(300)).await;
+        let first = handoff.guard.fence();
         // Let the waiter find the key held and start waiting.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        guard.release().await;
-        let next = within("the waiter woken by NOTIFY", woken)
-            .await
-            .unwrap()
-            .expect("the release wakes the waiter long before the 10 minute TTL");
+        let next = handoff
+            .release_to_waiter("the waiter woken by NOTIFY long before the 10 minute TTL")
+            .await;
         assert!(next.fence() > first, "{query}");
         next.release().await;
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::telemetry::events;
-use baton_core::{ErrorKind, Key, LockOptions, Locks};
+use baton_core::{ErrorKind, Key, LockOptions, Locks, Namespace};
 use baton_postgres::PostgresStore;
 use baton_testkit::pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode};
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
@@ -44,6 +44,29 @@ async fn timed_connect(url: &str) -> (baton_core::Result<PostgresStore>, Duratio
     (answer, started.elapsed())
 }
 
+/// A waiter on `waiter`'s store is woken by the release of a lock held through `holder`'s
+/// store: by NOTIFY, well before its ten-second poll.
+async fn assert_release_wakes_the_waiter(
+    holder: Arc<PostgresStore>,
+    waiter: Arc<PostgresStore>,
+    ns: &Namespace,
+) {
+    let started = Instant::now();
+    let handoff = hold_while_waiting(
+        &Locks::with_namespace(holder, ns.clone()),
+        Locks::with_namespace(waiter, ns.clone()),
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    handoff.hand_over("the waiter woken by the release").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "the waiter was woken by NOTIFY, not by its 10 s poll"
+    );
+}
+
 fn percent_encoded(url: &str) -> String {
     url::form_urlencoded::byte_serialize(url.as_bytes()).collect()
 }
@@ -65,33 +88,7 @@ async fn listen_url_gives_push_wake_ups_and_broadcast_behind_the_pooler() {
     assert_eq!(baton_core::store::LeaseStore::wakeups(&*waiter).poll, None);
 
     let ns = namespace();
-    let holding = Locks::with_namespace(holder.clone(), ns.clone());
-    let waiting = Locks::with_namespace(waiter.clone(), ns.clone());
-    let guard = holding
-        .acquire("k", &LockOptions::new(Duration::from_secs(600)))
-        .await
-        .unwrap();
-    let started = Instant::now();
-    let task = tokio::spawn(async move {
-        waiting
-            .acquire(
-                "k",
-                &LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(60)),
-            )
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    guard.release().await;
-    within("the woken waiter", task)
-        .await
-        .unwrap()
-        .expect("woken by the release")
-        .release()
-        .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(9),
-        "the waiter was woken by NOTIFY, not by its 10 s poll"
-    );
+    assert_release_wakes_the_waiter(holder.clone(), waiter.clone(), &ns).await;
 
     let channel = ns.qualify(baton_core::KeyKind::Broadcast, &Key::new("news").unwrap());
     let mut subscription = baton_core::BroadcastStore::subscribe(&*waiter, &channel, 16)
@@ -158,10 +155,7 @@ async fn connect_ends_in_time_while_another_session_holds_the_schema_lock() {
     let direct = server.url_for("held_lock");
     drop(connect(&direct).await);
     let mut operator = raw(&direct).await;
-    sqlx::query("DROP TABLE baton_idempotency")
-        .execute(&mut operator)
-        .await
-        .unwrap();
+    execute(&mut operator, "DROP TABLE baton_idempotency").await;
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(baton_postgres::sql::MIGRATION_LOCK)
         .execute(&mut operator)
@@ -183,10 +177,7 @@ async fn connect_ends_in_time_while_another_session_holds_the_schema_lock() {
         );
         assert!(took <= DEADLINE + SLACK, "{url}: took {took:?}");
     }
-    sqlx::query("SELECT pg_advisory_unlock_all()")
-        .execute(&mut operator)
-        .await
-        .unwrap();
+    execute(&mut operator, "SELECT pg_advisory_unlock_all()").await;
     drop(connect(&direct).await);
 }
 
@@ -212,8 +203,8 @@ async fn connect_and_calls_end_in_time_when_the_poolers_pool_of_one_is_taken() {
     let mut hog = sqlx::PgConnection::connect_with(&hog_options.extra_float_digits(None))
         .await
         .unwrap();
-    sqlx::query("BEGIN").execute(&mut hog).await.unwrap();
-    sqlx::query("SELECT 1").execute(&mut hog).await.unwrap();
+    execute(&mut hog, "BEGIN").await;
+    execute(&mut hog, "SELECT 1").await;
 
     let (answer, took) = timed_connect(&url).await;
     let e = answer.expect_err("no server connection to be had");
@@ -226,7 +217,7 @@ async fn connect_and_calls_end_in_time_when_the_poolers_pool_of_one_is_taken() {
         .expect("lock list ends");
     assert!(listed.is_err(), "nothing can answer: {listed:?}");
     assert!(started.elapsed() <= DEADLINE + SLACK);
-    sqlx::query("COMMIT").execute(&mut hog).await.unwrap();
+    execute(&mut hog, "COMMIT").await;
     eventually("the store to recover", || async {
         locks.list("", 10).await.ok()
     })
@@ -248,7 +239,7 @@ async fn a_call_ends_in_time_when_the_stores_pool_of_one_is_exhausted() {
         .await
         .unwrap();
     let mut operator = raw(&direct).await;
-    sqlx::query("BEGIN").execute(&mut operator).await.unwrap();
+    execute(&mut operator, "BEGIN").await;
     sqlx::query("SELECT 1 FROM baton_lease WHERE key = $1 FOR UPDATE")
         .bind(key.as_str())
         .execute(&mut operator)
@@ -278,10 +269,7 @@ async fn a_call_ends_in_time_when_the_stores_pool_of_one_is_exhausted() {
         .unwrap_or_else(|| panic!("no connection to be had; the busy call answered {busy:?}"));
     assert!(e.to_string().contains("connection pool exhausted"), "{e}");
     assert!(started.elapsed() <= DEADLINE + SLACK);
-    sqlx::query("ROLLBACK")
-        .execute(&mut operator)
-        .await
-        .unwrap();
+    execute(&mut operator, "ROLLBACK").await;
 }
 
 /// A server whose every connection slot is taken: connect ends within the bound, saying the
@@ -327,31 +315,5 @@ async fn session_pooling_works_as_a_direct_connection() {
         waiter.is_listening(),
         "LISTEN works through a session pooler"
     );
-    let ns = namespace();
-    let guard = Locks::with_namespace(holder, ns.clone())
-        .acquire("k", &LockOptions::new(Duration::from_secs(600)))
-        .await
-        .unwrap();
-    let waiting = Locks::with_namespace(waiter, ns);
-    let started = Instant::now();
-    let task = tokio::spawn(async move {
-        waiting
-            .acquire(
-                "k",
-                &LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(60)),
-            )
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    guard.release().await;
-    within("the woken waiter", task)
-        .await
-        .unwrap()
-        .expect("woken by the release")
-        .release()
-        .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(9),
-        "woken by NOTIFY, not by its 10 s poll"
-    );
+    assert_release_wakes_the_waiter(holder, waiter, &namespace()).await;
 }

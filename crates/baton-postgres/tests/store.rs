@@ -89,13 +89,8 @@ async fn foreign_and_future_schemas_are_refused_and_left_alone() {
     let url = database("future").await;
     connect(&url).await;
     let mut conn = raw(&url).await;
-    sqlx::query("UPDATE baton_schema SET version = 99")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let err = PostgresStore::connect(&with_timeouts(&url))
-        .await
-        .expect_err("a schema from the future");
+    execute(&mut conn, "UPDATE baton_schema SET version = 99").await;
+    let err = refused(&url, "a schema from the future").await;
     assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
     assert!(err.message().contains("version 99"), "{err}");
     assert!(err.message().contains("upgrade baton"), "{err}");
@@ -107,13 +102,8 @@ async fn foreign_and_future_schemas_are_refused_and_left_alone() {
 
     let url = database("foreign").await;
     let mut conn = raw(&url).await;
-    sqlx::query("CREATE TABLE baton_lease (id int)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let err = PostgresStore::connect(&with_timeouts(&url))
-        .await
-        .expect_err("a table baton did not create");
+    execute(&mut conn, "CREATE TABLE baton_lease (id int)").await;
+    let err = refused(&url, "a table baton did not create").await;
     assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
     assert!(err.message().contains("not created by baton"), "{err}");
 }
@@ -123,10 +113,7 @@ async fn foreign_and_future_schemas_are_refused_and_left_alone() {
 async fn the_search_path_chooses_the_schema() {
     let url = database("schemas").await;
     let mut conn = raw(&url).await;
-    sqlx::query("CREATE SCHEMA coordination")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    execute(&mut conn, "CREATE SCHEMA coordination").await;
     let store = connect(&format!("{url}?options=-csearch_path%3Dcoordination")).await;
     let leases = Leases::new(Arc::new(store));
     leases
@@ -215,22 +202,10 @@ async fn without_listen_waiters_poll() {
     let ns = namespace();
     let holder = Locks::with_namespace(Arc::new(loud), ns.clone());
     let waiter = Locks::with_namespace(Arc::new(quiet), ns.clone());
-    let guard = holder
-        .acquire("k", &LockOptions::new(secs(600)))
-        .await
-        .unwrap();
-    let waiting = tokio::spawn(async move {
-        waiter
-            .acquire("k", &LockOptions::new(secs(5)).wait(secs(60)))
-            .await
-    });
+    let handoff = hold_while_waiting(&holder, waiter, secs(5), secs(60)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    guard.release().await;
-    within("the polling waiter", waiting)
-        .await
-        .unwrap()
-        .expect("polling finds the release long before the 10 minute TTL")
-        .release()
+    handoff
+        .hand_over("polling finding the release long before the 10 minute TTL")
         .await;
 }
 
@@ -398,26 +373,12 @@ async fn listen_on_demand_opens_the_connection_at_the_first_wait() {
     let ns = namespace();
     let holder = Locks::with_namespace(Arc::new(loud), ns.clone());
     let waiter = Locks::with_namespace(lazy.clone(), ns.clone());
-    let guard = holder
-        .acquire("k", &LockOptions::new(secs(600)))
-        .await
-        .unwrap();
-    let waiting = tokio::spawn(async move {
-        waiter
-            .acquire("k", &LockOptions::new(secs(5)).wait(secs(60)))
-            .await
-    });
+    let handoff = hold_while_waiting(&holder, waiter, secs(5), secs(60)).await;
     eventually("the first wait to start LISTEN", || async {
         lazy.is_listening().then_some(())
     })
     .await;
-    guard.release().await;
-    within("the woken waiter", waiting)
-        .await
-        .unwrap()
-        .expect("woken by the release")
-        .release()
-        .await;
+    handoff.hand_over("the waiter woken by the release").await;
 }
 
 async fn lease_rows(conn: &mut sqlx::PgConnection) -> i64 {
@@ -468,10 +429,9 @@ async fn claims_sweep_old_expired_rows_and_fences_survive() {
         "expired rows younger than an hour stay"
     );
     // The ticks ended more than an hour ago, as the sweep's margin requires.
-    sqlx::query("UPDATE baton_lease SET updated_at = updated_at - interval '2 hours' WHERE expires_at <= clock_timestamp()")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    let age = "UPDATE baton_lease SET updated_at = updated_at - interval '2 hours' \
+               WHERE expires_at <= clock_timestamp()";
+    execute(&mut conn, age).await;
 
     // Within SWEEP_EVERY claims one sweeps; the sweep runs in the background.
     for n in 0..sql::SWEEP_EVERY {

@@ -24,14 +24,14 @@ use baton_core::store::Renewal;
 use baton_core::work::conformance::WorkHarness;
 use baton_core::work::store::{
     Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, ItemRef, MigrationClaim,
-    MigrationStore, NewItem, QueueStore, ScheduleStore, Settle, TickClaim, WorkStore, Writer,
+    MigrationStore, NewItem, NewSchedule, QueueStore, ScheduleStore, Settle, TickClaim, WorkStore,
+    Writer,
 };
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_postgres::PostgresStore;
 use baton_postgres::work::sql;
 use baton_testkit::postgres::Stop;
 
-use baton_core::work::store::NewSchedule;
 use common::*;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -138,8 +138,7 @@ async fn row_of(id: ItemId) -> Option<(String, Option<String>, i32)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_claimers_in_two_stores_claim_each_item_once() {
     const ITEMS: usize = 2_000;
-    let url = shared().await.url();
-    let stores = [Arc::new(open(&url).await), Arc::new(open(&url).await)];
+    let stores = two_stores().await;
     let ns = namespace();
     let q = key(&ns, KeyKind::Queue, "race");
     let payloads: Vec<Vec<u8>> = (0..ITEMS).map(|i| i.to_string().into_bytes()).collect();
@@ -263,25 +262,19 @@ async fn a_zombie_token_is_not_owner_and_changes_nothing() {
 /// duplicate names the item that was added.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_enqueues_of_one_dedup_id_add_it_once() {
-    let url = shared().await.url();
-    let stores = [Arc::new(open(&url).await), Arc::new(open(&url).await)];
+    let stores = two_stores().await;
     let ns = namespace();
     let q = key(&ns, KeyKind::Queue, "dedup-race");
-    let tasks: Vec<_> = (0..16)
-        .map(|i| {
-            let (store, q) = (Arc::clone(&stores[i % 2]), q.clone());
-            tokio::spawn(async move {
-                store
-                    .enqueue(&q, &[deduped(b"x", "only-once", MINUTE)])
-                    .await
-                    .unwrap()[0]
-            })
-        })
-        .collect();
-    let mut answers = Vec::new();
-    for task in tasks {
-        answers.push(within("an enqueue", task).await.unwrap());
-    }
+    let answers = sixteen_on_two_stores(&stores, "an enqueue", |_, store| {
+        let q = q.clone();
+        async move {
+            store
+                .enqueue(&q, &[deduped(b"x", "only-once", MINUTE)])
+                .await
+                .unwrap()[0]
+        }
+    })
+    .await;
     let added: Vec<ItemId> = answers
         .iter()
         .filter_map(|a| match a {
@@ -296,6 +289,34 @@ async fn concurrent_enqueues_of_one_dedup_id_add_it_once() {
             .all(|a| matches!(a, Enqueued::Duplicate(id) | Enqueued::Added(id) if *id == added[0]))
     );
     assert_eq!(store_stats_ready(&stores[0], &q).await, 1);
+}
+
+/// Two stores on the shared server, as two replicas would have.
+async fn two_stores() -> [Arc<PostgresStore>; 2] {
+    let url = shared().await.url();
+    [Arc::new(open(&url).await), Arc::new(open(&url).await)]
+}
+
+/// Runs `task(i, store)` for `i` in `0..16`, concurrently, each in a task of its own on
+/// the stores in turn; the answers in order of `i`, each within the bounded wait.
+async fn sixteen_on_two_stores<T, F, Fut>(
+    stores: &[Arc<PostgresStore>; 2],
+    what: &str,
+    task: F,
+) -> Vec<T>
+where
+    F: Fn(usize, Arc<PostgresStore>) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = (0..16)
+        .map(|i| tokio::spawn(task(i, Arc::clone(&stores[i % 2]))))
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(within(what, task).await.unwrap());
+    }
+    answers
 }
 
 async fn store_stats_ready(store: &PostgresStore, q: &StoreKey) -> u64 {
@@ -401,8 +422,7 @@ async fn expired_dedup_rows_are_swept() {
 /// Of 16 concurrent advances of one due tick, from two stores, exactly one claims it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_of_sixteen_concurrent_advances_wins() {
-    let url = shared().await.url();
-    let stores = [Arc::new(open(&url).await), Arc::new(open(&url).await)];
+    let stores = two_stores().await;
     let ns = namespace();
     let name = key(&ns, KeyKind::Schedule, "tick");
     for round in 0..5 {
@@ -412,32 +432,26 @@ async fn exactly_one_of_sixteen_concurrent_advances_wins() {
             .await
             .unwrap();
         assert_eq!(row.due_at_ms, due);
-        let tasks: Vec<_> = (0..16)
-            .map(|i| {
-                let (store, name) = (Arc::clone(&stores[i % 2]), name.clone());
-                tokio::spawn(async move {
-                    let holder = Holder::new(format!("replica-{i}")).unwrap();
-                    store
-                        .advance_schedule(
-                            &name,
-                            TickClaim {
-                                expected_due_ms: due,
-                                next_due_ms: due + 60_000,
-                                holder: &holder,
-                                ran: true,
-                            },
-                        )
-                        .await
-                        .unwrap()
-                })
-            })
-            .collect();
-        let mut wins = 0;
-        for task in tasks {
-            if within("an advance", task).await.unwrap() == Advance::Claimed {
-                wins += 1;
+        let answers = sixteen_on_two_stores(&stores, "an advance", |i, store| {
+            let name = name.clone();
+            async move {
+                let holder = Holder::new(format!("replica-{i}")).unwrap();
+                store
+                    .advance_schedule(
+                        &name,
+                        TickClaim {
+                            expected_due_ms: due,
+                            next_due_ms: due + 60_000,
+                            holder: &holder,
+                            ran: true,
+                        },
+                    )
+                    .await
+                    .unwrap()
             }
-        }
+        })
+        .await;
+        let wins = answers.iter().filter(|a| **a == Advance::Claimed).count();
         assert_eq!(wins, 1, "round {round}");
     }
     assert_eq!(stores[1].schedule(&name).await.unwrap().unwrap().runs, 5);
@@ -447,27 +461,25 @@ async fn exactly_one_of_sixteen_concurrent_advances_wins() {
 /// it and the others are told it is busy with that writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_of_sixteen_concurrent_migration_claims_wins() {
-    let url = shared().await.url();
-    let stores = [Arc::new(open(&url).await), Arc::new(open(&url).await)];
+    let stores = two_stores().await;
     let ns = namespace();
     let set = key(&ns, KeyKind::Migration, "boot");
-    let tasks: Vec<_> = (0..16)
-        .map(|i| {
-            let (store, set) = (Arc::clone(&stores[i % 2]), set.clone());
-            tokio::spawn(async move {
-                let writer = Holder::new(format!("replica-{i}")).unwrap();
-                let claim = store
-                    .claim_migration(Writer::new(&set, "003", &writer), ttl(MINUTE))
-                    .await
-                    .unwrap();
-                (writer, claim)
-            })
-        })
-        .collect();
+    let answers = sixteen_on_two_stores(&stores, "a claim", |i, store| {
+        let set = set.clone();
+        async move {
+            let writer = Holder::new(format!("replica-{i}")).unwrap();
+            let claim = store
+                .claim_migration(Writer::new(&set, "003", &writer), ttl(MINUTE))
+                .await
+                .unwrap();
+            (writer, claim)
+        }
+    })
+    .await;
     let mut winners = Vec::new();
     let mut busy_with = BTreeSet::new();
-    for task in tasks {
-        match within("a claim", task).await.unwrap() {
+    for answer in answers {
+        match answer {
             (
                 writer,
                 MigrationClaim::Claimed {
@@ -619,13 +631,8 @@ async fn the_work_tables_have_their_own_schema_version() {
     let q = key(&namespace(), KeyKind::Queue, "q");
     added(&store.enqueue(&q, &[item(b"x")]).await.unwrap()[0]);
 
-    sqlx::query("UPDATE baton_work_schema SET version = 42")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let err = PostgresStore::connect(&with_timeouts(&url))
-        .await
-        .expect_err("a work schema from the future");
+    execute(&mut conn, "UPDATE baton_work_schema SET version = 42").await;
+    let err = refused(&url, "a work schema from the future").await;
     assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
     assert!(err.message().contains("version 42"), "{err}");
 
@@ -636,13 +643,8 @@ async fn the_work_tables_have_their_own_schema_version() {
             .unwrap()
     };
     let mut conn = raw(&url).await;
-    sqlx::query("CREATE TABLE baton_work_item (id int)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let err = PostgresStore::connect(&with_timeouts(&url))
-        .await
-        .expect_err("a work table baton did not create");
+    execute(&mut conn, "CREATE TABLE baton_work_item (id int)").await;
+    let err = refused(&url, "a work table baton did not create").await;
     assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
     assert!(err.message().contains("baton_work_item"), "{err}");
 }

@@ -34,9 +34,11 @@ use baton_redis::RedisStore;
 use baton_redis::limit::{arguments, redis_keys, script};
 use baton_testkit::redis::RedisServer;
 use baton_testkit::stats::{median, thousands};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::io::tcp::TcpSettings;
-use redis::{Client, IntoConnectionInfo, Value};
+use redis::Value;
+use redis::aio::ConnectionManager;
+
+#[path = "shared/client.rs"]
+mod client;
 
 /// Concurrency levels.
 const CONCURRENCY: [usize; 2] = [1, 64];
@@ -181,18 +183,7 @@ fn namespace(name: &str) -> Namespace {
 
 /// A client configured as the store configures its own.
 async fn raw_connection(url: &str) -> ConnectionManager {
-    let info = url
-        .into_connection_info()
-        .expect("a redis URL")
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    let client = Client::open(info).expect("a redis client");
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(TIMEOUT))
-        .set_response_timeout(Some(TIMEOUT))
-        .set_number_of_retries(0);
-    let mut conn = ConnectionManager::new_with_config(client, config)
-        .await
-        .expect("connect to the benchmark's redis-server");
+    let mut conn = client::connect_as_the_store(url, TIMEOUT).await;
     redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(baton_redis::limit::LIMIT)

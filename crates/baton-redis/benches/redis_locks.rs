@@ -39,6 +39,8 @@
 //! Subjects run in alternating slices, so drift on a loaded machine hits all of them; each
 //! figure is the median of its slices. Benchmarks are not tests: nothing here asserts.
 
+#[path = "shared/client.rs"]
+mod client;
 #[path = "redis_locks/raw.rs"]
 mod raw;
 

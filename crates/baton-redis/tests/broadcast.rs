@@ -110,16 +110,9 @@ async fn a_restarted_server_mid_stream_loses_messages_but_never_doubles_them() {
         }
     });
     sleep(Duration::from_millis(1500)).await;
-    let killed = Arc::clone(&server);
-    tokio::task::spawn_blocking(move || killed.kill())
-        .await
-        .unwrap();
+    common::kill(&server).await;
     sleep(Duration::from_millis(800)).await;
-    let restarted = Arc::clone(&server);
-    tokio::task::spawn_blocking(move || restarted.restart())
-        .await
-        .unwrap()
-        .expect("the server restarts");
+    common::restart(&server).await;
     let (sent, failed) = publishing.await.unwrap();
     assert!(failed > 0, "no publish failed while the server was down");
 

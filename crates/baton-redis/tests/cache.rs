@@ -22,10 +22,7 @@ async fn a_dead_server_is_a_miss_to_get_or_fetch_and_the_cache_recovers() {
     let minute = Duration::from_secs(60);
     cache.set("k", &1u32, minute).await.unwrap();
 
-    let killed = Arc::clone(&server);
-    tokio::task::spawn_blocking(move || killed.kill())
-        .await
-        .unwrap();
+    common::kill(&server).await;
     let err = cache.get::<u32>("k").await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
     let fetched = cache
@@ -36,11 +33,7 @@ async fn a_dead_server_is_a_miss_to_get_or_fetch_and_the_cache_recovers() {
     let address = format!("127.0.0.1:{}", server.port());
     assert!(events.count(events::CACHE_UNAVAILABLE.key, &address) >= 2);
 
-    let restarted = Arc::clone(&server);
-    tokio::task::spawn_blocking(move || restarted.restart())
-        .await
-        .unwrap()
-        .expect("the server restarts");
+    common::restart(&server).await;
     let started = Instant::now();
     while cache.set("k", &3u32, minute).await.is_err() {
         assert!(started.elapsed() < Duration::from_secs(60), "no recovery");

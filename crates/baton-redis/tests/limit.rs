@@ -9,11 +9,23 @@ use std::time::Duration;
 
 use baton_core::conformance::fresh_namespace;
 use baton_core::telemetry::events;
-use baton_core::{LimitError, Quota, RateLimiter};
+use baton_core::{LimitError, Namespace, Quota, RateLimiter};
+use baton_testkit::redis::RedisServer;
 use baton_testkit::workload::admitted_concurrently;
 use tokio::time::{Instant, sleep};
 
 baton_core::rate_limit_conformance_tests!(common::harness());
+
+/// A limiter in `namespace` allowing `max` per `window`, over a store of its own on `server`.
+async fn limiter(
+    server: &RedisServer,
+    namespace: Namespace,
+    max: u32,
+    window: Duration,
+) -> RateLimiter {
+    let store = Arc::new(common::store(server).await);
+    RateLimiter::with_namespace(store, namespace, Quota::new(max, window).unwrap())
+}
 
 /// Two stores (as two replicas) with 32 tasks each draw from one budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,11 +35,7 @@ async fn two_stores_share_one_budget() {
     let (max, window) = (15u32, Duration::from_secs(60));
     let mut limiters = Vec::new();
     for _ in 0..2 {
-        limiters.push(RateLimiter::with_namespace(
-            Arc::new(common::store(&server).await),
-            namespace.clone(),
-            Quota::new(max, window).unwrap(),
-        ));
+        limiters.push(limiter(&server, namespace.clone(), max, window).await);
     }
     let admitted = admitted_concurrently(&limiters, 32, 3, "shared").await;
     assert_eq!(admitted, max);
@@ -39,11 +47,7 @@ async fn two_stores_share_one_budget() {
 async fn a_flushed_script_is_loaded_again() {
     let server = common::server().await;
     let window = Duration::from_secs(60);
-    let limiter = RateLimiter::with_namespace(
-        Arc::new(common::store(&server).await),
-        fresh_namespace(),
-        Quota::new(2, window).unwrap(),
-    );
+    let limiter = limiter(&server, fresh_namespace(), 2, window).await;
     assert!(limiter.try_acquire("k", 1).await.unwrap().allowed);
     server
         .command_ok(&["SCRIPT", "FLUSH"])
@@ -60,17 +64,10 @@ async fn a_restart_gives_unavailable_then_recovery() {
     let events = common::Events::capture();
     let server = Arc::new(common::server().await);
     let window = Duration::from_secs(60);
-    let limiter = RateLimiter::with_namespace(
-        Arc::new(common::store(&server).await),
-        fresh_namespace(),
-        Quota::new(5, window).unwrap(),
-    );
+    let limiter = limiter(&server, fresh_namespace(), 5, window).await;
     assert!(limiter.try_acquire("k", 1).await.unwrap().allowed);
 
-    let killed = Arc::clone(&server);
-    tokio::task::spawn_blocking(move || killed.kill())
-        .await
-        .unwrap();
+    common::kill(&server).await;
     let address = format!("127.0.0.1:{}", server.port());
     for _ in 0..3 {
         let started = Instant::now();
@@ -91,11 +88,7 @@ async fn a_restart_gives_unavailable_then_recovery() {
         events.all()
     );
 
-    let restarted = Arc::clone(&server);
-    tokio::task::spawn_blocking(move || restarted.restart())
-        .await
-        .unwrap()
-        .expect("the server restarts on its port");
+    common::restart(&server).await;
     let started = Instant::now();
     let d = loop {
         match limiter.try_acquire("k", 1).await {

@@ -37,6 +37,19 @@ async fn granted(store: &RedisStore, key: &StoreKey, holder: &Holder) -> u64 {
     }
 }
 
+/// Key `name`, granted to a new holder.
+async fn grant_to_someone(store: &RedisStore, name: &str) -> (StoreKey, Holder) {
+    let (k, a) = (key(name), Holder::random());
+    granted(store, &k, &a).await;
+    (k, a)
+}
+
+async fn connect(url: &str) -> RedisStore {
+    RedisStore::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
 /// A port nobody listens on.
 fn closed_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -87,6 +100,16 @@ async fn bad_urls_are_invalid_input_before_any_io() {
     assert!(bad.message().contains("response_timeout 0ms"), "{bad}");
 }
 
+/// `err` is `Unavailable`, and came within two seconds of `started`.
+fn assert_unavailable_soon(err: &baton_core::Error, started: Instant) {
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn nothing_listening_is_unavailable_at_once() {
     let url = format!(
@@ -95,17 +118,12 @@ async fn nothing_listening_is_unavailable_at_once() {
     );
     let started = Instant::now();
     let err = RedisStore::connect(&url).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.message().contains("connection refused"), "{err}");
     assert!(
         std::error::Error::source(&err).is_some(),
         "the redis error is the source"
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_unavailable_soon(&err, started);
 }
 
 #[tokio::test]
@@ -121,39 +139,36 @@ async fn a_silent_server_is_unavailable_within_the_connect_timeout() {
         .await
         .expect("connect must not hang")
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_unavailable_soon(&err, started);
 }
 
 #[tokio::test]
 async fn a_paused_server_times_out_and_the_store_recovers() {
     let server = common::server().await;
-    let store = RedisStore::connect(&format!(
+    let store = connect(&format!(
         "{}?connect_timeout=300ms&response_timeout=300ms",
         server.url()
     ))
-    .await
-    .unwrap();
-    let (k, a) = (key("paused"), Holder::random());
-    granted(&store, &k, &a).await;
+    .await;
+    let (k, a) = grant_to_someone(&store, "paused").await;
     server.pause().unwrap();
     let started = Instant::now();
     let err = store.renew(&k, &a, ttl(TEN_S)).await.unwrap_err();
     server.resume().unwrap();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_unavailable_soon(&err, started);
     assert_eq!(
         store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
         Renewal::Renewed
     );
+}
+
+/// The answer to `command key`, asked through `raw` (as an operator's `redis-cli` would).
+async fn ask<T: redis::FromRedisValue>(
+    raw: &mut redis::aio::MultiplexedConnection,
+    command: &str,
+    key: &str,
+) -> T {
+    redis::cmd(command).arg(key).query_async(raw).await.unwrap()
 }
 
 #[tokio::test]
@@ -166,21 +181,12 @@ async fn user_password_and_database_from_the_url() {
         .unwrap();
     let url = format!("redis://app:s3cret@{}/3?response_timeout=1s", server.addr());
     let store = RedisStore::connect(&url).await.unwrap();
-    let (k, a) = (key("job"), Holder::random());
-    granted(&store, &k, &a).await;
+    grant_to_someone(&store, "job").await;
     let mut db3 = common::raw(&format!("redis://app:s3cret@{}/3", server.addr())).await;
-    let in_db3: i64 = redis::cmd("EXISTS")
-        .arg("{t:lock:job}")
-        .query_async(&mut db3)
-        .await
-        .unwrap();
+    let in_db3: i64 = ask(&mut db3, "EXISTS", "{t:lock:job}").await;
     assert_eq!(in_db3, 1, "the grant lives in database 3");
     let mut db0 = common::raw(&server.url()).await;
-    let in_db0: i64 = redis::cmd("EXISTS")
-        .arg("{t:lock:job}")
-        .query_async(&mut db0)
-        .await
-        .unwrap();
+    let in_db0: i64 = ask(&mut db0, "EXISTS", "{t:lock:job}").await;
     assert_eq!(in_db0, 0);
     assert!(format!("{store:?}").contains("app:***@"), "{store:?}");
     assert!(!format!("{store:?}").contains("s3cret"), "{store:?}");
@@ -199,24 +205,12 @@ async fn keys_share_a_hash_tag_and_the_counter_outlives_the_grant() {
     let mut raw = common::raw(&server.url()).await;
     let (k, a) = (key("jobs:{nightly}"), Holder::random());
     let fence = granted(&store, &k, &a).await;
-    let grant_ttl: i64 = redis::cmd("PTTL")
-        .arg("{t:lock:jobs:{nightly}}")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let counter_ttl: i64 = redis::cmd("PTTL")
-        .arg("{t:lock:jobs:{nightly}}:fence")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let grant_ttl: i64 = ask(&mut raw, "PTTL", "{t:lock:jobs:{nightly}}").await;
+    let counter_ttl: i64 = ask(&mut raw, "PTTL", "{t:lock:jobs:{nightly}}:fence").await;
     assert!(grant_ttl > 9_000 && grant_ttl <= 10_000, "{grant_ttl}");
     let retention = baton_redis::FENCE_RETENTION.as_millis() as i64;
     assert!(counter_ttl > retention, "{counter_ttl}");
-    let counter: u64 = redis::cmd("GET")
-        .arg("{t:lock:jobs:{nightly}}:fence")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let counter: u64 = ask(&mut raw, "GET", "{t:lock:jobs:{nightly}}:fence").await;
     assert_eq!(counter, fence);
     // That both keys hash to one Redis Cluster slot is checked by the unit tests of the
     // key layout (this server has cluster support disabled, so CLUSTER KEYSLOT is refused).
@@ -511,11 +505,9 @@ async fn waiters_wake_after_the_pubsub_connection_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_take_turns_in_the_order_they_started_waiting() {
     let server = common::server().await;
-    let ns = Namespace::new("turns").unwrap();
     let mut stores = Vec::new();
     for _ in 0..4 {
-        let store = std::sync::Arc::new(common::store(&server).await);
-        stores.push(Locks::with_namespace(store, ns.clone()));
+        stores.push(common::locks(&server, "turns").await);
     }
     let long = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(30));
     let first = stores[0].acquire("k", &long).await.unwrap();
@@ -528,11 +520,13 @@ async fn stores_take_turns_in_the_order_they_started_waiting() {
             order.send((i, guard)).unwrap();
         });
         // Its first claim has queued it before the next one starts.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while queue(&server, "{turns:lock:k}:queue").await.len() <= queued {
-            assert!(Instant::now() < deadline, "store {i} did not queue");
-            sleep(Duration::from_millis(5)).await;
-        }
+        wait_for_queue(
+            &server,
+            "{turns:lock:k}:queue",
+            queued + 1,
+            &format!("store {i}"),
+        )
+        .await;
     }
     first.release().await;
     for expected in [3, 1, 2] {
@@ -550,6 +544,44 @@ async fn stores_take_turns_in_the_order_they_started_waiting() {
 }
 
 /// The stores queued for `queue_key`, oldest first.
+/// `locks` waiting for `key` with `options`, in a task of its own.
+fn spawn_acquire(
+    locks: &Locks,
+    key: &'static str,
+    options: LockOptions,
+) -> tokio::task::JoinHandle<Result<baton_core::LockGuard, baton_core::AcquireError>> {
+    let locks = locks.clone();
+    tokio::spawn(async move { locks.acquire(key, &options).await })
+}
+
+/// The grant `waiter` gets within `limit`; `what` names it if it does not.
+async fn granted_within(
+    limit: Duration,
+    waiter: tokio::task::JoinHandle<Result<baton_core::LockGuard, baton_core::AcquireError>>,
+    what: &str,
+) -> baton_core::LockGuard {
+    timeout(limit, waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no grant within {limit:?}"))
+        .expect("the waiter panicked")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Waits (up to ten seconds) until the queue at `queue_key` has at least `len` stores; if
+/// not, fails saying `what` did not queue.
+async fn wait_for_queue(
+    server: &baton_testkit::redis::RedisServer,
+    queue_key: &str,
+    len: usize,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue(server, queue_key).await.len() < len {
+        assert!(Instant::now() < deadline, "{what} did not queue");
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn queue(server: &baton_testkit::redis::RedisServer, queue_key: &str) -> Vec<String> {
     let mut raw = common::raw(&server.url()).await;
     redis::cmd("ZRANGE")
@@ -576,14 +608,9 @@ fn publishes(server: &baton_testkit::redis::RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_release_somebody_waits_for_publishes() {
     let server = common::server().await;
-    let ns = Namespace::new("quiet").unwrap();
-    let a = Locks::with_namespace(
-        std::sync::Arc::new(common::store(&server).await),
-        ns.clone(),
-    );
-    let b = Locks::with_namespace(
-        std::sync::Arc::new(common::store(&server).await),
-        ns.clone(),
+    let (a, b) = (
+        common::locks(&server, "quiet").await,
+        common::locks(&server, "quiet").await,
     );
     let options = LockOptions::new(TEN_S);
     let before = publishes(&server);
@@ -598,21 +625,10 @@ async fn only_a_release_somebody_waits_for_publishes() {
     assert_eq!(publishes(&server), before, "nobody waited");
 
     let guard = a.acquire("k", &options).await.unwrap();
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move { b.acquire("k", &LockOptions::new(TEN_S).wait(TEN_S)).await })
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while queue(&server, "{quiet:lock:k}:queue").await.is_empty() {
-        assert!(Instant::now() < deadline, "the waiter did not queue");
-        sleep(Duration::from_millis(5)).await;
-    }
+    let waiter = spawn_acquire(&b, "k", LockOptions::new(TEN_S).wait(TEN_S));
+    wait_for_queue(&server, "{quiet:lock:k}:queue", 1, "the waiter").await;
     guard.release().await;
-    let next = timeout(Duration::from_secs(5), waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = granted_within(Duration::from_secs(5), waiter, "the waiter").await;
     assert_eq!(
         publishes(&server),
         before + 1,
@@ -626,13 +642,7 @@ async fn only_a_release_somebody_waits_for_publishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_whose_waiter_gave_up_passes_its_turn_on() {
     let server = common::server().await;
-    let ns = Namespace::new("gaveup").unwrap();
-    let open = || async {
-        Locks::with_namespace(
-            std::sync::Arc::new(common::store(&server).await),
-            ns.clone(),
-        )
-    };
+    let open = || common::locks(&server, "gaveup");
     let (a, b, c) = (open().await, open().await, open().await);
     let guard = a
         .acquire("k", &LockOptions::new(Duration::from_secs(60)))
@@ -649,22 +659,11 @@ async fn a_store_whose_waiter_gave_up_passes_its_turn_on() {
         matches!(gave_up, Err(baton_core::AcquireError::Contended { .. })),
         "{gave_up:?}"
     );
-    let waiter = {
-        let c = c.clone();
-        tokio::spawn(async move { c.acquire("k", &LockOptions::new(TEN_S).wait(TEN_S)).await })
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while queue(&server, "{gaveup:lock:k}:queue").await.len() < 2 {
-        assert!(Instant::now() < deadline, "b and c did not both queue");
-        sleep(Duration::from_millis(5)).await;
-    }
+    let waiter = spawn_acquire(&c, "k", LockOptions::new(TEN_S).wait(TEN_S));
+    wait_for_queue(&server, "{gaveup:lock:k}:queue", 2, "b and c (both)").await;
     let released = Instant::now();
     guard.release().await;
-    let next = timeout(Duration::from_secs(5), waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = granted_within(Duration::from_secs(5), waiter, "the waiter").await;
     // Not a speed bound: a turn left to lapse takes the whole reservation (see the stalled
     // store below); a turn passed on takes a few round trips.
     assert!(
@@ -684,14 +683,9 @@ async fn a_stalled_or_dead_store_in_the_queue_costs_at_most_the_reservation() {
     use futures_util::StreamExt as _;
 
     let server = common::server().await;
-    let ns = Namespace::new("stalled").unwrap();
-    let a = Locks::with_namespace(
-        std::sync::Arc::new(common::store(&server).await),
-        ns.clone(),
-    );
-    let c = Locks::with_namespace(
-        std::sync::Arc::new(common::store(&server).await),
-        ns.clone(),
+    let (a, c) = (
+        common::locks(&server, "stalled").await,
+        common::locks(&server, "stalled").await,
     );
     let long = LockOptions::new(Duration::from_secs(60)).wait(Duration::from_secs(30));
     // A "process" that subscribed to its channel and then stopped reading.
@@ -718,22 +712,16 @@ async fn a_stalled_or_dead_store_in_the_queue_costs_at_most_the_reservation() {
             .query_async(&mut raw)
             .await
             .unwrap();
-        let waiter = {
-            let (c, long) = (c.clone(), long.clone());
-            tokio::spawn(async move { c.acquire(case, &long).await })
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while queue(&server, &queue_key).await.len() < 2 {
-            assert!(Instant::now() < deadline, "c did not queue");
-            sleep(Duration::from_millis(5)).await;
-        }
+        let waiter = spawn_acquire(&c, case, long.clone());
+        wait_for_queue(&server, &queue_key, 2, "c").await;
         let released = Instant::now();
         guard.release().await;
-        let next = timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("the next store got the lock long before the 60s TTL")
-            .unwrap()
-            .unwrap();
+        let next = granted_within(
+            Duration::from_secs(10),
+            waiter,
+            "the next store got the lock long before the 60s TTL",
+        )
+        .await;
         let took = released.elapsed();
         if case == "stalled" {
             assert!(
@@ -825,8 +813,7 @@ async fn a_least_privilege_acl_user_is_enough() {
         store.server_info().await.unwrap().eviction_safe(),
         Some(true)
     );
-    let (k, a) = (key("acl"), Holder::random());
-    granted(&store, &k, &a).await;
+    let (k, a) = grant_to_someone(&store, "acl").await;
     assert_eq!(
         store.renew(&k, &a, ttl(TEN_S)).await.unwrap(),
         Renewal::Renewed
@@ -852,14 +839,12 @@ async fn calls_after_a_connection_reset_run_on_a_new_connection() {
 
     let server = common::server().await;
     let proxy = FaultProxy::start(server.addr()).unwrap();
-    let store = RedisStore::connect(&format!(
+    let store = connect(&format!(
         "redis://{}/0?connect_timeout=1s&response_timeout=1s",
         proxy.addr()
     ))
-    .await
-    .unwrap();
-    let (k, a) = (key("reset"), Holder::random());
-    granted(&store, &k, &a).await;
+    .await;
+    let (k, a) = grant_to_someone(&store, "reset").await;
     for call in ["release", "renew", "claim", "inspect"] {
         proxy.kill_connections();
         // Let the store's connection see the reset before the next request.
@@ -919,11 +904,7 @@ async fn a_handoff_publishes_the_watch_before_the_turn() {
             .await
             .unwrap();
     }
-    let value: String = redis::cmd("GET")
-        .arg("{t:lock:order}")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let value: String = ask(&mut raw, "GET", "{t:lock:order}").await;
     let _: () = redis::cmd("SET")
         .arg("{t:lock:order}")
         .arg(format!("*{value}"))

@@ -8,9 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::store::{Claim, LeaseRequest, LeaseStore, Renewal};
-use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
+use baton_core::{
+    ErrorKind, Holder, Key, KeyKind, LockGuard, LockOptions, Locks, Namespace, Result, StoreKey,
+    Ttl,
+};
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use tokio::time::timeout;
+
+mod common;
+use common::{TempFile, open};
 
 fn key(name: &str) -> StoreKey {
     Namespace::default().qualify(KeyKind::Lock, &Key::new(name).unwrap())
@@ -29,6 +35,52 @@ async fn grant(store: &SqliteStore, key: &StoreKey, holder: &Holder) -> u64 {
         Claim::Granted { fence } => fence.get(),
         other => panic!("expected a grant, got {other:?}"),
     }
+}
+
+/// A store on a fresh file, and a holder granted key `k` in it.
+struct Held {
+    file: TempFile,
+    store: SqliteStore,
+    k: StoreKey,
+    holder: Holder,
+    fence: u64,
+}
+
+async fn held() -> Held {
+    let file = TempFile::new("baton.db");
+    let store = open(&file.path).await;
+    let (k, holder) = (key("k"), Holder::random());
+    let fence = grant(&store, &k, &holder).await;
+    Held {
+        file,
+        store,
+        k,
+        holder,
+        fence,
+    }
+}
+
+/// The next grant of `key` in `store` has a fence above `held`.
+async fn assert_fences_go_on(store: &SqliteStore, key: &StoreKey, held: u64) {
+    let next = grant(store, key, &Holder::random()).await;
+    assert!(
+        next > held,
+        "a new file handed out fence {next} for a key whose fence had been {held}"
+    );
+}
+
+/// A renewal for another minute.
+async fn renew(store: &SqliteStore, key: &StoreKey, holder: &Holder) -> Result<Renewal> {
+    store.renew(key, holder, ttl(Duration::from_secs(60))).await
+}
+
+/// A lock on a store at `path`, renewed every `keep_alive`.
+async fn kept_alive_lock(path: &Path, ttl: Duration, keep_alive: Duration) -> LockGuard {
+    let locks = Locks::new(Arc::new(open(path).await));
+    locks
+        .acquire("job", &LockOptions::new(ttl).keep_alive(keep_alive))
+        .await
+        .unwrap()
 }
 
 /// The file and the `-wal` and `-shm` files beside it.
@@ -53,11 +105,9 @@ fn delete_all(path: &Path) {
 
 #[tokio::test]
 async fn a_holder_learns_that_its_file_was_deleted_and_fences_do_not_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("baton.db");
-    let first = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let file = TempFile::new("baton.db");
+    let path = &file.path;
+    let first = open(path).await;
     let k = key("k");
     let mut old = 0;
     for _ in 0..4 {
@@ -69,21 +119,11 @@ async fn a_holder_learns_that_its_file_was_deleted_and_fences_do_not_restart() {
     let held = grant(&first, &k, &holder).await;
     assert!(held > old);
 
-    delete_all(&path);
-    let second = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
-    let next = grant(&second, &k, &Holder::random()).await;
-    assert!(
-        next > held,
-        "a new file handed out fence {next} for a key whose fence had been {held}"
-    );
+    delete_all(path);
+    assert_fences_go_on(&open(path).await, &k, held).await;
 
     assert_eq!(
-        first
-            .renew(&k, &holder, ttl(Duration::from_secs(60)))
-            .await
-            .unwrap(),
+        renew(&first, &k, &holder).await.unwrap(),
         Renewal::NotHeld,
         "the holder of a deleted file still renewed"
     );
@@ -102,35 +142,21 @@ async fn a_holder_learns_that_its_file_was_deleted_and_fences_do_not_restart() {
 
 #[tokio::test]
 async fn a_holder_learns_that_its_file_was_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("baton.db");
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
-    let k = key("k");
-    let holder = Holder::random();
-    let held = grant(&store, &k, &holder).await;
+    let held = held().await;
+    let path = &held.file.path;
 
     // Another baton file, closed, moved over the path (as a restore from a backup would).
-    let other = dir.path().join("other.db");
-    drop(
-        SqliteStore::open(&other, SqliteOptions::new())
-            .await
-            .unwrap(),
-    );
-    delete_all(&path);
-    std::fs::rename(&other, &path).unwrap();
+    let other = path.with_file_name("other.db");
+    drop(open(&other).await);
+    delete_all(path);
+    std::fs::rename(&other, path).unwrap();
 
     assert_eq!(
-        store
-            .renew(&k, &holder, ttl(Duration::from_secs(60)))
-            .await
-            .unwrap(),
+        renew(&held.store, &held.k, &held.holder).await.unwrap(),
         Renewal::NotHeld
     );
-    assert!(store.inspect(&k).await.unwrap().is_none());
-    let next = grant(&store, &k, &Holder::random()).await;
-    assert!(next > held, "fence {next} after {held}");
+    assert!(held.store.inspect(&held.k).await.unwrap().is_none());
+    assert_fences_go_on(&held.store, &held.k, held.fence).await;
     let said = baton_core::telemetry::recent_events().into_iter().any(|e| {
         e.event.key == baton_core::telemetry::events::SQLITE_FILE_REPLACED.key
             && e.detail.contains(&*path.to_string_lossy())
@@ -145,24 +171,12 @@ async fn a_holder_learns_that_its_file_was_replaced() {
 /// A lock with keep-alive fires `lost()` at its next renewal after the file is gone.
 #[tokio::test]
 async fn a_kept_alive_lock_is_lost_when_its_file_is_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("baton.db");
-    let store = Arc::new(
-        SqliteStore::open(&path, SqliteOptions::new())
-            .await
-            .unwrap(),
-    );
-    let locks = Locks::new(store);
-    let guard = locks
-        .acquire(
-            "job",
-            &LockOptions::new(Duration::from_secs(30)).keep_alive(Duration::from_millis(100)),
-        )
-        .await
-        .unwrap();
+    let file = TempFile::new("baton.db");
+    let path = &file.path;
+    let guard = kept_alive_lock(path, Duration::from_secs(30), Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(!guard.is_lost(), "renewals succeed at first");
-    delete_all(&path);
+    delete_all(path);
     timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost() fired at the next renewal after the file was deleted");
@@ -173,39 +187,23 @@ async fn a_kept_alive_lock_is_lost_when_its_file_is_deleted() {
 /// until they are removed, and then fences go on above the old ones.
 #[tokio::test]
 async fn deleting_only_the_main_file_is_noticed_and_no_file_is_built_on_its_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("baton.db");
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
-    let k = key("k");
-    let holder = Holder::random();
-    let held = grant(&store, &k, &holder).await;
-    std::fs::remove_file(&path).unwrap();
-    let err = store
-        .renew(&k, &holder, ttl(Duration::from_secs(60)))
-        .await
-        .unwrap_err();
+    let held = held().await;
+    let path = &held.file.path;
+    std::fs::remove_file(path).unwrap();
+    let err = renew(&held.store, &held.k, &held.holder).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.message().contains("baton.db-wal"), "{err}");
-    let err = SqliteStore::open(&path, SqliteOptions::new())
+    let err = SqliteStore::open(path, SqliteOptions::new())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.message().contains("remove"), "{err}");
     assert!(!path.exists(), "no file was created on the old log");
 
-    delete_all(&path);
-    let other = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
-    let next = grant(&other, &k, &Holder::random()).await;
-    assert!(next > held, "fence {next} after {held}");
+    delete_all(path);
+    assert_fences_go_on(&open(path).await, &held.k, held.fence).await;
     assert_eq!(
-        store
-            .renew(&k, &holder, ttl(Duration::from_secs(60)))
-            .await
-            .unwrap(),
+        renew(&held.store, &held.k, &held.holder).await.unwrap(),
         Renewal::NotHeld
     );
 }
@@ -219,7 +217,6 @@ fn journal_mode(path: &Path) -> String {
 /// Another application's database keeps its bytes and its journal mode.
 #[tokio::test]
 async fn a_file_that_is_not_batons_is_refused_before_anything_changes() {
-    let dir = tempfile::tempdir().unwrap();
     for (name, setup) in [
         (
             "theirs.db",
@@ -230,24 +227,22 @@ async fn a_file_that_is_not_batons_is_refused_before_anything_changes() {
             "PRAGMA journal_mode = DELETE; PRAGMA application_id = 42;",
         ),
     ] {
-        let path = dir.path().join(name);
+        let file = TempFile::new(name);
+        let path = &file.path;
         {
-            let conn = rusqlite::Connection::open(&path).unwrap();
+            let conn = rusqlite::Connection::open(path).unwrap();
             conn.execute_batch(setup).unwrap();
         }
-        let before = std::fs::read(&path).unwrap();
-        let err = SqliteStore::open(&path, SqliteOptions::new())
+        let before = std::fs::read(path).unwrap();
+        let err = SqliteStore::open(path, SqliteOptions::new())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Internal, "{name}: {err}");
-        assert!(
-            std::fs::read(&path).unwrap() == before,
-            "{name} was changed"
-        );
-        for companion in &with_companions(&path)[1..] {
+        assert!(std::fs::read(path).unwrap() == before, "{name} was changed");
+        for companion in &with_companions(path)[1..] {
             assert!(!companion.exists(), "{} was created", companion.display());
         }
-        assert_eq!(journal_mode(&path), "delete", "{name}");
+        assert_eq!(journal_mode(path), "delete", "{name}");
     }
 }
 
@@ -255,22 +250,10 @@ async fn a_file_that_is_not_batons_is_refused_before_anything_changes() {
 /// built on the old log), the lock is lost by its `valid_until`.
 #[tokio::test]
 async fn a_lock_whose_renewals_fail_is_lost_by_valid_until() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("baton.db");
-    let store = Arc::new(
-        SqliteStore::open(&path, SqliteOptions::new())
-            .await
-            .unwrap(),
-    );
-    let locks = Locks::new(store);
-    let guard = locks
-        .acquire(
-            "job",
-            &LockOptions::new(Duration::from_secs(1)).keep_alive(Duration::from_millis(200)),
-        )
-        .await
-        .unwrap();
-    std::fs::remove_file(&path).unwrap();
+    let file = TempFile::new("baton.db");
+    let path = &file.path;
+    let guard = kept_alive_lock(path, Duration::from_secs(1), Duration::from_millis(200)).await;
+    std::fs::remove_file(path).unwrap();
     timeout(Duration::from_secs(10), guard.lost())
         .await
         .expect("lost() fired by valid_until");

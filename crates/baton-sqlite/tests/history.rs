@@ -14,7 +14,7 @@ use std::time::Duration;
 use baton_core::Locks;
 use baton_sqlite::SqliteStore;
 use baton_testkit::process::{self, ChildTest};
-use baton_testkit::{FencedRegister, History, LockWorkload, Recorder, check};
+use baton_testkit::{FencedRegister, History, LockWorkload, Recorder, WorkloadReport, check};
 
 const KEY: &str = "history";
 /// Contenders in the single-process test.
@@ -34,19 +34,28 @@ async fn open_locks(db: &Path) -> Locks {
     Locks::new(Arc::new(store))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eight_contenders_in_one_process_keep_every_rule() {
+/// Runs `workload` over locks on a fresh file, recorded, its holders writing to an
+/// in-memory register; the run itself had no errors.
+async fn run_on_a_fresh_file(
+    workload: LockWorkload,
+) -> (WorkloadReport, Recorder, Arc<FencedRegister>) {
     let dir = tempfile::tempdir().unwrap();
     let locks = open_locks(&dir.path().join("baton.db")).await;
     let recorder = Recorder::for_this_process();
     let register = Arc::new(FencedRegister::in_memory("counter"));
-    let report = LockWorkload::new(KEY)
-        .contenders(CONTENDERS, 0)
-        .rounds(ROUNDS)
-        .run(&locks, &recorder, &register)
-        .await;
-
+    let report = workload.run(&locks, &recorder, &register).await;
     report.assert_no_errors();
+    (report, recorder, register)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_contenders_in_one_process_keep_every_rule() {
+    let (report, recorder, register) = run_on_a_fresh_file(
+        LockWorkload::new(KEY)
+            .contenders(CONTENDERS, 0)
+            .rounds(ROUNDS),
+    )
+    .await;
     let history = recorder.history();
     LockWorkload::assert_every_rule(&history, &register);
 
@@ -66,19 +75,14 @@ async fn eight_contenders_in_one_process_keep_every_rule() {
 /// are rejected by the register rather than accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holders_that_overstay_their_ttl_are_fenced_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let locks = open_locks(&dir.path().join("baton.db")).await;
-    let recorder = Recorder::for_this_process();
-    let register = Arc::new(FencedRegister::in_memory("counter"));
-    let report = LockWorkload::new(KEY)
-        .contenders(CONTENDERS, 0)
-        .rounds(4)
-        .ttl(Duration::from_millis(60))
-        .overstay(2, Duration::from_millis(120))
-        .run(&locks, &recorder, &register)
-        .await;
-
-    report.assert_no_errors();
+    let (report, recorder, _) = run_on_a_fresh_file(
+        LockWorkload::new(KEY)
+            .contenders(CONTENDERS, 0)
+            .rounds(4)
+            .ttl(Duration::from_millis(60))
+            .overstay(2, Duration::from_millis(120)),
+    )
+    .await;
     check::assert_clean(&check::all(&recorder.history()));
     assert_eq!(report.grants, u64::from(CONTENDERS * 4), "{report:?}");
     assert!(

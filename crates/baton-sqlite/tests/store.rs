@@ -11,6 +11,9 @@ use baton_core::{ErrorKind, Holder, Key, KeyKind, LockOptions, Locks, Namespace,
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous, sql};
 use tokio::time::{Instant, timeout};
 
+mod common;
+use common::{open, open_impatient, open_with, write_lock};
+
 fn key(name: &str) -> StoreKey {
     Namespace::default().qualify(KeyKind::Lock, &Key::new(name).unwrap())
 }
@@ -112,9 +115,7 @@ async fn bad_urls_and_options_are_invalid_input_and_create_nothing() {
 async fn parent_directories_are_created() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a").join("b").join("c").join("baton.db");
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     assert!(path.is_file());
     grant(&store, &key("k"), &Holder::random(), Duration::from_secs(5)).await;
 }
@@ -148,11 +149,7 @@ async fn an_unreadable_file_is_unavailable() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locked.db");
-    drop(
-        SqliteStore::open(&path, SqliteOptions::new())
-            .await
-            .unwrap(),
-    );
+    drop(open(&path).await);
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
     if std::fs::File::open(&path).is_ok() {
         // Running as root: permissions do not stop us. Nothing to check here.
@@ -183,14 +180,10 @@ fn header(path: &Path) -> (i32, i32, String) {
 async fn opening_twice_keeps_the_schema_and_the_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("twice.db");
-    let first = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let first = open(&path).await;
     let holder = Holder::random();
     let fence = grant(&first, &key("k"), &holder, Duration::from_secs(30)).await;
-    let second = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let second = open(&path).await;
     let info = second
         .inspect(&key("k"))
         .await
@@ -239,11 +232,7 @@ async fn concurrent_first_opens_of_one_file_all_succeed() {
 async fn a_schema_from_a_newer_baton_is_refused_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("newer.db");
-    drop(
-        SqliteStore::open(&path, SqliteOptions::new())
-            .await
-            .unwrap(),
-    );
+    drop(open(&path).await);
     operator(&path)
         .execute_batch("PRAGMA user_version = 2")
         .unwrap();
@@ -300,9 +289,7 @@ async fn fences_survive_reopen_prune_and_operator_deletes() {
     let k = key("k");
     let mut last = 0;
     for _ in 0..3 {
-        let store = SqliteStore::open(&path, SqliteOptions::new())
-            .await
-            .unwrap();
+        let store = open(&path).await;
         let holder = Holder::random();
         let fence = grant(&store, &k, &holder, Duration::from_secs(30)).await;
         assert!(fence > last, "fence {fence} after {last}");
@@ -310,9 +297,7 @@ async fn fences_survive_reopen_prune_and_operator_deletes() {
         assert_eq!(store.release(&k, &holder).await.unwrap(), Release::Removed);
     }
 
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     // Another key with a high fence, then both pruned: a re-created key starts above both.
     let other = key("other");
     for _ in 0..5 {
@@ -332,9 +317,7 @@ async fn fences_survive_reopen_prune_and_operator_deletes() {
         .unwrap();
     assert_eq!(deleted, 1);
     drop(store);
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     let fence = grant(&store, &k, &Holder::random(), Duration::from_secs(30)).await;
     assert!(
         fence > last,
@@ -481,12 +464,11 @@ async fn releases_by_another_connection_are_found_by_polling() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("poll.db");
     let store = Arc::new(
-        SqliteStore::open(
+        open_with(
             &path,
             SqliteOptions::new().poll_interval(Duration::from_millis(20)),
         )
-        .await
-        .unwrap(),
+        .await,
     );
     let k = key("job");
     grant(&store, &k, &Holder::random(), Duration::from_secs(60)).await;
@@ -525,14 +507,8 @@ async fn releases_by_another_connection_are_found_by_polling() {
 async fn a_file_locked_past_busy_timeout_is_unavailable_then_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("busy.db");
-    let store = SqliteStore::open(
-        &path,
-        SqliteOptions::new().busy_timeout(Duration::from_millis(50)),
-    )
-    .await
-    .unwrap();
-    let blocker = operator(&path);
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let store = open_impatient(&path, Duration::from_millis(50)).await;
+    let blocker = write_lock(&path);
     let k = key("k");
     let err = store
         .claim(
@@ -555,9 +531,7 @@ async fn a_file_locked_past_busy_timeout_is_unavailable_then_recovers() {
 async fn stored_times_are_the_monotonic_clock() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("clock.db");
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     let before = baton_sqlite::clock::now();
     grant(
         &store,
@@ -585,9 +559,7 @@ async fn stored_times_are_the_monotonic_clock() {
 async fn grants_of_an_earlier_boot_are_freed_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("boot.db");
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     let k = key("k");
     let old = grant(&store, &k, &Holder::random(), Duration::from_secs(600)).await;
     drop(store);
@@ -598,9 +570,7 @@ async fn grants_of_an_earlier_boot_are_freed_on_open() {
             [],
         )
         .unwrap();
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     assert!(
         store.inspect(&k).await.unwrap().is_none(),
         "the grant was freed"
@@ -608,9 +578,7 @@ async fn grants_of_an_earlier_boot_are_freed_on_open() {
     let new = grant(&store, &k, &Holder::random(), Duration::from_secs(600)).await;
     assert!(new > old);
     // Opening again in the same boot frees nothing.
-    let again = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let again = open(&path).await;
     assert_eq!(again.inspect(&k).await.unwrap().unwrap().fence.get(), new);
 }
 
@@ -641,9 +609,7 @@ fn rows(path: &Path) -> i64 {
 async fn claims_sweep_expired_rows_and_fences_survive() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ticks.db");
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     let live = Holder::random();
     grant(&store, &key("live"), &live, Duration::from_secs(60)).await;
     let first_tick = grant(
@@ -688,9 +654,7 @@ async fn claims_sweep_expired_rows_and_fences_survive() {
     }
     tokio::time::sleep(Duration::from_millis(30)).await;
     drop(store);
-    let store = SqliteStore::open(&path, SqliteOptions::new())
-        .await
-        .unwrap();
+    let store = open(&path).await;
     let again = grant(
         &store,
         &key("tick:0"),

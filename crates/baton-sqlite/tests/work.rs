@@ -13,16 +13,18 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_core::store::Renewal;
-use baton_core::work::store::NewSchedule;
 use baton_core::work::store::{
     Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, ItemRef, MigrationClaim,
-    MigrationEnd, MigrationState, NewItem, Settle, TickClaim, Writer,
+    MigrationEnd, MigrationRecord, MigrationState, NewItem, NewSchedule, Settle, TickClaim, Writer,
 };
 use baton_core::work::{MigrationStore, QueueStore, ScheduleStore};
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
-use baton_sqlite::{SqliteOptions, SqliteStore};
+use baton_sqlite::SqliteStore;
 use baton_testkit::process::{self, ChildTest};
 use baton_testkit::process::{child_runtime, parent_env};
+
+mod common;
+use common::{open, open_impatient, write_lock};
 
 /// The conformance rules, each on a file of its own; every `open` is a new store on it, as
 /// another replica's would be.
@@ -77,12 +79,6 @@ fn qkey(ns: &Namespace, kind: KeyKind, name: &str) -> StoreKey {
     ns.qualify(kind, &Key::new(name).unwrap())
 }
 
-async fn open(path: &Path) -> SqliteStore {
-    SqliteStore::open(path, SqliteOptions::new())
-        .await
-        .expect("open the store")
-}
-
 /// A store on a fresh file, and a queue key in a fresh namespace.
 struct Fixture {
     store: SqliteStore,
@@ -102,6 +98,53 @@ async fn fixture() -> Fixture {
         path,
         ns,
         _dir: dir,
+    }
+}
+
+impl Fixture {
+    fn migrations(&self) -> Migrations<'_> {
+        Migrations::schema(&self.store, &self.ns)
+    }
+}
+
+/// The migration set `schema` of a namespace on one store, the store's answers unwrapped.
+struct Migrations<'a> {
+    store: &'a SqliteStore,
+    set: StoreKey,
+}
+
+impl Migrations<'_> {
+    fn schema<'a>(store: &'a SqliteStore, ns: &Namespace) -> Migrations<'a> {
+        Migrations {
+            store,
+            set: qkey(ns, KeyKind::Migration, "schema"),
+        }
+    }
+
+    async fn claim(&self, name: &str, writer: &Holder, lease: Duration) -> MigrationClaim {
+        self.store
+            .claim_migration(Writer::new(&self.set, name, writer), ttl(lease))
+            .await
+            .unwrap()
+    }
+
+    /// A heartbeat that asks for another [`LONG`] lease.
+    async fn heartbeat(&self, name: &str, writer: &Holder) -> Renewal {
+        self.store
+            .heartbeat_migration(Writer::new(&self.set, name, writer), ttl(LONG))
+            .await
+            .unwrap()
+    }
+
+    async fn finish(&self, name: &str, writer: &Holder, end: MigrationEnd<'_>) -> Settle {
+        self.store
+            .finish_migration(Writer::new(&self.set, name, writer), end)
+            .await
+            .unwrap()
+    }
+
+    async fn records(&self) -> Vec<MigrationRecord> {
+        self.store.migrations(&self.set).await.unwrap()
     }
 }
 
@@ -823,20 +866,14 @@ async fn queues_survive_reopening() {
 async fn a_locked_file_is_unavailable_not_empty() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("baton.db");
-    let store = SqliteStore::open(
-        &path,
-        SqliteOptions::new().busy_timeout(Duration::from_millis(100)),
-    )
-    .await
-    .unwrap();
+    let store = open_impatient(&path, Duration::from_millis(100)).await;
     let q = qkey(&namespace(), KeyKind::Queue, "jobs");
     let id = enqueue_one(&store, &q, item(b"x")).await;
     let token = Holder::random();
     claim(&store, &q, &token, 1, Duration::from_millis(10)).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
 
-    let blocker = rusqlite::Connection::open(&path).unwrap();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let blocker = write_lock(&path);
     let err = store
         .claim(
             &q,
@@ -1312,80 +1349,46 @@ async fn schedules_survive_reopening() {
 #[tokio::test]
 async fn a_migration_is_claimed_once_and_then_completed() {
     let f = fixture().await;
-    let set = qkey(&f.ns, KeyKind::Migration, "schema");
+    let m = f.migrations();
     let (w1, w2) = (
         Holder::new("writer-1").unwrap(),
         Holder::new("writer-2").unwrap(),
     );
     assert_eq!(
-        f.store
-            .claim_migration(Writer::new(&set, "001-init", &w1), ttl(LONG))
-            .await
-            .unwrap(),
+        m.claim("001-init", &w1, LONG).await,
         MigrationClaim::Claimed {
             attempt: 1,
             previous: None
         }
     );
-    match f
-        .store
-        .claim_migration(Writer::new(&set, "001-init", &w2), ttl(LONG))
-        .await
-        .unwrap()
-    {
+    match m.claim("001-init", &w2, LONG).await {
         MigrationClaim::Busy { by, remaining } => {
             assert_eq!(by, w1);
             assert!(remaining > LONG - Duration::from_secs(30) && remaining <= LONG);
         }
         other => panic!("expected busy, got {other:?}"),
     }
+    assert_eq!(m.heartbeat("001-init", &w2).await, Renewal::NotHeld);
+    assert_eq!(m.heartbeat("001-init", &w1).await, Renewal::Renewed);
     assert_eq!(
-        f.store
-            .heartbeat_migration(Writer::new(&set, "001-init", &w2), ttl(LONG))
-            .await
-            .unwrap(),
-        Renewal::NotHeld
-    );
-    assert_eq!(
-        f.store
-            .heartbeat_migration(Writer::new(&set, "001-init", &w1), ttl(LONG))
-            .await
-            .unwrap(),
-        Renewal::Renewed
-    );
-    assert_eq!(
-        f.store
-            .finish_migration(Writer::new(&set, "001-init", &w2), MigrationEnd::Completed)
-            .await
-            .unwrap(),
+        m.finish("001-init", &w2, MigrationEnd::Completed).await,
         Settle::NotOwner
     );
     assert_eq!(
-        f.store
-            .finish_migration(Writer::new(&set, "001-init", &w1), MigrationEnd::Completed)
-            .await
-            .unwrap(),
+        m.finish("001-init", &w1, MigrationEnd::Completed).await,
         Settle::Settled
     );
     assert_eq!(
-        f.store
-            .finish_migration(
-                Writer::new(&set, "001-init", &w1),
-                MigrationEnd::Failed("late")
-            )
-            .await
-            .unwrap(),
+        m.finish("001-init", &w1, MigrationEnd::Failed("late"))
+            .await,
         Settle::NotOwner,
         "no longer pending"
     );
     assert_eq!(
-        f.store
-            .claim_migration(Writer::new(&set, "001-init", &w2), ttl(LONG))
-            .await
-            .unwrap(),
+        m.claim("001-init", &w2, LONG).await,
         MigrationClaim::Completed
     );
-    let records = f.store.migrations(&set).await.unwrap();
+    let records = m.records().await;
     assert_eq!(records.len(), 1);
     let r = &records[0];
     assert_eq!(
@@ -1398,64 +1401,40 @@ async fn a_migration_is_claimed_once_and_then_completed() {
 #[tokio::test]
 async fn failed_rolled_back_and_lapsed_migrations_are_taken_over() {
     let f = fixture().await;
-    let set = qkey(&f.ns, KeyKind::Migration, "schema");
+    let m = f.migrations();
     let (w1, w2) = (Holder::random(), Holder::random());
     for (name, end) in [
         ("a", MigrationEnd::Failed("it broke")),
         ("b", MigrationEnd::RolledBack("it broke")),
     ] {
-        f.store
-            .claim_migration(Writer::new(&set, name, &w1), ttl(LONG))
-            .await
-            .unwrap();
-        f.store
-            .finish_migration(Writer::new(&set, name, &w1), end)
-            .await
-            .unwrap();
+        m.claim(name, &w1, LONG).await;
+        m.finish(name, &w1, end).await;
         assert_eq!(
-            f.store
-                .claim_migration(Writer::new(&set, name, &w2), ttl(LONG))
-                .await
-                .unwrap(),
+            m.claim(name, &w2, LONG).await,
             MigrationClaim::Claimed {
                 attempt: 2,
                 previous: Some(end.state())
             }
         );
     }
-    f.store
-        .claim_migration(Writer::new(&set, "c", &w1), ttl(Duration::from_millis(100)))
-        .await
-        .unwrap();
+    m.claim("c", &w1, Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let c = f.store.migrations(&set).await.unwrap().pop().unwrap();
+    let c = m.records().await.pop().unwrap();
     assert_eq!((c.name.as_str(), c.lease_remaining), ("c", Duration::ZERO));
     assert_eq!(
-        f.store
-            .claim_migration(Writer::new(&set, "c", &w2), ttl(LONG))
-            .await
-            .unwrap(),
+        m.claim("c", &w2, LONG).await,
         MigrationClaim::Claimed {
             attempt: 2,
             previous: Some(MigrationState::Pending)
         }
     );
     // The writer taken over owns nothing any more.
+    assert_eq!(m.heartbeat("c", &w1).await, Renewal::NotHeld);
     assert_eq!(
-        f.store
-            .heartbeat_migration(Writer::new(&set, "c", &w1), ttl(LONG))
-            .await
-            .unwrap(),
-        Renewal::NotHeld
-    );
-    assert_eq!(
-        f.store
-            .finish_migration(Writer::new(&set, "c", &w1), MigrationEnd::Completed)
-            .await
-            .unwrap(),
+        m.finish("c", &w1, MigrationEnd::Completed).await,
         Settle::NotOwner
     );
-    let records = f.store.migrations(&set).await.unwrap();
+    let records = m.records().await;
     let names: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, vec!["a", "b", "c"]);
     assert!(records.iter().all(|r| r.state == MigrationState::Pending
@@ -1468,31 +1447,16 @@ async fn failed_rolled_back_and_lapsed_migrations_are_taken_over() {
 #[tokio::test]
 async fn a_lapsed_writer_may_still_finish_without_a_takeover() {
     let f = fixture().await;
-    let set = qkey(&f.ns, KeyKind::Migration, "schema");
+    let m = f.migrations();
     let w = Holder::random();
-    f.store
-        .claim_migration(Writer::new(&set, "m", &w), ttl(Duration::from_millis(50)))
-        .await
-        .unwrap();
+    m.claim("m", &w, Duration::from_millis(50)).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(m.heartbeat("m", &w).await, Renewal::Renewed);
     assert_eq!(
-        f.store
-            .heartbeat_migration(Writer::new(&set, "m", &w), ttl(LONG))
-            .await
-            .unwrap(),
-        Renewal::Renewed
-    );
-    assert_eq!(
-        f.store
-            .finish_migration(
-                Writer::new(&set, "m", &w),
-                MigrationEnd::RolledBack("undone")
-            )
-            .await
-            .unwrap(),
+        m.finish("m", &w, MigrationEnd::RolledBack("undone")).await,
         Settle::Settled
     );
-    let r = &f.store.migrations(&set).await.unwrap()[0];
+    let r = &m.records().await[0];
     assert_eq!(
         (r.state, r.error.as_str()),
         (MigrationState::RolledBack, "undone")
@@ -1532,26 +1496,17 @@ async fn one_of_many_concurrent_writers_claims_a_migration() {
 #[tokio::test]
 async fn migrations_survive_reopening() {
     let f = fixture().await;
-    let set = qkey(&f.ns, KeyKind::Migration, "schema");
     let w = Holder::random();
-    f.store
-        .claim_migration(Writer::new(&set, "live", &w), ttl(LONG))
-        .await
-        .unwrap();
+    f.migrations().claim("live", &w, LONG).await;
     drop(f.store);
     let store = open(&f.path).await;
+    let m = Migrations::schema(&store, &f.ns);
     assert!(matches!(
-        store
-            .claim_migration(Writer::new(&set, "live", &Holder::random()), ttl(LONG))
-            .await
-            .unwrap(),
+        m.claim("live", &Holder::random(), LONG).await,
         MigrationClaim::Busy { by, .. } if by == w
     ));
     assert_eq!(
-        store
-            .finish_migration(Writer::new(&set, "live", &w), MigrationEnd::Completed)
-            .await
-            .unwrap(),
+        m.finish("live", &w, MigrationEnd::Completed).await,
         Settle::Settled
     );
 }

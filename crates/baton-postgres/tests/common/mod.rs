@@ -7,6 +7,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use baton_core::{Key, KeyKind, Namespace, StoreKey};
 use baton_postgres::PostgresStore;
@@ -38,11 +40,27 @@ pub async fn connect(url: &str) -> PostgresStore {
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
+/// The error a store on `url` (with the test timeouts) is refused with, because `why`.
+pub async fn refused(url: &str, why: &str) -> baton_core::Error {
+    match PostgresStore::connect(&with_timeouts(url)).await {
+        Ok(_) => panic!("connect to {url} succeeded despite {why}"),
+        Err(e) => e,
+    }
+}
+
 /// A raw connection, as an operator's `psql` would have.
 pub async fn raw(url: &str) -> sqlx::PgConnection {
     sqlx::PgConnection::connect(url)
         .await
         .expect("raw connection")
+}
+
+/// Runs `sql` (no parameters) on `conn`, as an operator would in `psql`.
+pub async fn execute(conn: &mut sqlx::PgConnection, sql: &str) {
+    sqlx::query(sql)
+        .execute(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 /// A namespace no other test uses, so tests may share a server.
@@ -61,6 +79,48 @@ pub fn lease_key(ns: &Namespace, key: &str) -> StoreKey {
 }
 
 pub use baton_testkit::capture::*;
+
+/// Lock `k` held through one store while a waiter on another waits for it.
+#[must_use = "release it to the waiter"]
+pub struct Handoff {
+    /// The holder's guard.
+    pub guard: baton_core::LockGuard,
+    waiting: tokio::task::JoinHandle<Result<baton_core::LockGuard, baton_core::AcquireError>>,
+}
+
+impl Handoff {
+    /// Releases the holder's guard and returns the waiter's grant, which must come within
+    /// [`within`]'s patience; `what` says how the waiter learns of the release.
+    pub async fn release_to_waiter(self, what: &str) -> baton_core::LockGuard {
+        self.guard.release().await;
+        within(what, self.waiting)
+            .await
+            .expect("the waiter panicked")
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    /// [`release_to_waiter`](Self::release_to_waiter), and the waiter releases too.
+    pub async fn hand_over(self, what: &str) {
+        self.release_to_waiter(what).await.release().await;
+    }
+}
+
+/// Lock `k` held through `holder` (for ten minutes), and `waiter` waiting for it in a task
+/// of its own: up to `wait`, for a grant of `ttl`.
+pub async fn hold_while_waiting(
+    holder: &baton_core::Locks,
+    waiter: baton_core::Locks,
+    ttl: Duration,
+    wait: Duration,
+) -> Handoff {
+    let guard = holder
+        .acquire("k", &baton_core::LockOptions::new(Duration::from_secs(600)))
+        .await
+        .expect("an uncontended acquire");
+    let options = baton_core::LockOptions::new(ttl).wait(wait);
+    let waiting = tokio::spawn(async move { waiter.acquire("k", &options).await });
+    Handoff { guard, waiting }
+}
 
 /// The test binary's shared PgBouncer in transaction pooling mode, in front of its shared
 /// server (both started on first use, off the async workers).

@@ -9,9 +9,8 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::io::tcp::TcpSettings;
-use redis::{Client, IntoConnectionInfo, Script};
+use redis::Script;
+use redis::aio::ConnectionManager;
 
 /// Deletes `KEYS[1]` only if it still holds `ARGV[1]`.
 const COMPARE_AND_DELETE: &str = r"
@@ -30,20 +29,8 @@ pub(crate) struct RawLocks {
 impl RawLocks {
     /// Connects to `url` as the store does.
     pub(crate) async fn connect(url: &str, timeout: Duration) -> RawLocks {
-        let info = url
-            .into_connection_info()
-            .expect("a redis URL")
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        let client = Client::open(info).expect("a redis client");
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(0);
-        let conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .expect("connect to the benchmark's redis-server");
         RawLocks {
-            conn,
+            conn: crate::client::connect_as_the_store(url, timeout).await,
             release: Script::new(COMPARE_AND_DELETE),
         }
     }

@@ -27,6 +27,23 @@ pub async fn server_with(options: ServerOptions) -> RedisServer {
         .expect("a private redis-server")
 }
 
+/// Kills `server` (its port stays reserved for [`restart`]), off the async workers.
+pub async fn kill(server: &Arc<RedisServer>) {
+    let server = Arc::clone(server);
+    tokio::task::spawn_blocking(move || server.kill())
+        .await
+        .unwrap();
+}
+
+/// Starts a killed `server` again on its port, off the async workers.
+pub async fn restart(server: &Arc<RedisServer>) {
+    let server = Arc::clone(server);
+    tokio::task::spawn_blocking(move || server.restart())
+        .await
+        .unwrap()
+        .expect("the server restarts on its port");
+}
+
 /// A store on `server` with short timeouts, so a failing test fails fast.
 pub async fn store(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&format!(
@@ -35,6 +52,13 @@ pub async fn store(server: &RedisServer) -> RedisStore {
     ))
     .await
     .expect("connect to the private server")
+}
+
+/// Locks in namespace `ns` over a store of their own (a new connection) on `server`, as
+/// another process would have.
+pub async fn locks(server: &RedisServer, ns: &str) -> baton_core::Locks {
+    let ns = baton_core::Namespace::new(ns).expect("a valid namespace");
+    baton_core::Locks::with_namespace(Arc::new(store(server).await), ns)
 }
 
 /// Opens stores (new connections) on a private server of the harness's own; evicts a grant

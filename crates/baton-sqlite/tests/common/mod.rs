@@ -13,9 +13,29 @@ use baton_testkit::harness::{Evictor, Opener, Stores};
 
 /// A store on `path` with the default options.
 pub async fn open(path: &Path) -> SqliteStore {
-    SqliteStore::open(path, SqliteOptions::new())
+    open_with(path, SqliteOptions::new()).await
+}
+
+/// A store on `path` with `options`.
+pub async fn open_with(path: &Path, options: SqliteOptions) -> SqliteStore {
+    SqliteStore::open(path, options)
         .await
         .expect("open the store")
+}
+
+/// A store on `path` that gives up on another connection's write lock after `busy`.
+pub async fn open_impatient(path: &Path, busy: Duration) -> SqliteStore {
+    open_with(path, SqliteOptions::new().busy_timeout(busy)).await
+}
+
+/// A connection of its own (as an operator's `sqlite3` shell) holding the file's write
+/// lock until it runs `ROLLBACK`.
+pub fn write_lock(path: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).expect("operator connection");
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .expect("BEGIN IMMEDIATE");
+    conn
 }
 
 /// A database file in a temp dir that lives as long as this value. Opens a new store on
