@@ -21,11 +21,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::store::Renewal;
-use baton_core::work::conformance::WorkHarness;
+use baton_core::work::conformance::{WorkHarness, minute_tick};
 use baton_core::work::store::{
     Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, ItemRef, MigrationClaim,
-    MigrationStore, NewItem, NewSchedule, QueueStore, ScheduleStore, Settle, TickClaim, WorkStore,
-    Writer,
+    MigrationStore, NewItem, NewSchedule, QueueStore, ScheduleStore, Settle, WorkStore, Writer,
 };
 use baton_core::{ErrorKind, Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_postgres::PostgresStore;
@@ -437,15 +436,7 @@ async fn exactly_one_of_sixteen_concurrent_advances_wins() {
             async move {
                 let holder = Holder::new(format!("replica-{i}")).unwrap();
                 store
-                    .advance_schedule(
-                        &name,
-                        TickClaim {
-                            expected_due_ms: due,
-                            next_due_ms: due + 60_000,
-                            holder: &holder,
-                            ran: true,
-                        },
-                    )
+                    .advance_schedule(&name, minute_tick(due, &holder))
                     .await
                     .unwrap()
             }

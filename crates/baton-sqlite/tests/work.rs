@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_core::store::Renewal;
+use baton_core::work::conformance::minute_tick;
 use baton_core::work::store::{
     Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, ItemRef, MigrationClaim,
     MigrationEnd, MigrationRecord, MigrationState, NewItem, NewSchedule, Settle, TickClaim, Writer,
@@ -1147,30 +1148,14 @@ async fn advance_claims_a_due_tick_once_and_records_the_run() {
     );
     assert_eq!(
         f.store
-            .advance_schedule(
-                &name,
-                TickClaim {
-                    expected_due_ms: due,
-                    next_due_ms: due + 60_000,
-                    holder: &holder,
-                    ran: true
-                }
-            )
+            .advance_schedule(&name, minute_tick(due, &holder))
             .await
             .unwrap(),
         Advance::Claimed
     );
     assert_eq!(
         f.store
-            .advance_schedule(
-                &name,
-                TickClaim {
-                    expected_due_ms: due,
-                    next_due_ms: due + 60_000,
-                    holder: &holder,
-                    ran: true
-                }
-            )
+            .advance_schedule(&name, minute_tick(due, &holder))
             .await
             .unwrap(),
         Advance::Lost,
@@ -1262,15 +1247,7 @@ async fn one_of_many_concurrent_advances_claims_the_tick() {
             let (store, name) = (Arc::clone(store), name.clone());
             tokio::spawn(async move {
                 store
-                    .advance_schedule(
-                        &name,
-                        TickClaim {
-                            expected_due_ms: due,
-                            next_due_ms: due + 60_000,
-                            holder: &Holder::random(),
-                            ran: true,
-                        },
-                    )
+                    .advance_schedule(&name, minute_tick(due, &Holder::random()))
                     .await
                     .unwrap()
             })

@@ -1077,15 +1077,7 @@ pub async fn schedule_advance_exactly_one_of_many(h: &dyn WorkHarness) {
                 let holder = Holder::new(format!("replica-{i}")).unwrap();
                 start.wait().await;
                 let answer = store
-                    .advance_schedule(
-                        &name,
-                        TickClaim {
-                            expected_due_ms: due,
-                            next_due_ms: due + 60_000,
-                            holder: &holder,
-                            ran: true,
-                        },
-                    )
+                    .advance_schedule(&name, minute_tick(due, &holder))
                     .await
                     .expect("advance");
                 (holder, answer)
@@ -1149,15 +1141,7 @@ pub async fn schedule_advance_not_due_or_moved_is_lost(h: &dyn WorkHarness) {
     let holder = Holder::random();
     assert_eq!(
         store
-            .advance_schedule(
-                &name,
-                TickClaim {
-                    expected_due_ms: future,
-                    next_due_ms: future + 60_000,
-                    holder: &holder,
-                    ran: true
-                }
-            )
+            .advance_schedule(&name, minute_tick(future, &holder))
             .await
             .unwrap(),
         Advance::Lost,
@@ -1726,6 +1710,17 @@ pub async fn store_faults_are_errors_not_answers(h: &dyn WorkHarness) {
             .unwrap(),
         Settle::Settled
     );
+}
+
+/// The claim of the tick due at `due` of an every-minute schedule, run by `holder`: the tick
+/// the schedule rules advance most.
+pub fn minute_tick(due: i64, holder: &Holder) -> TickClaim<'_> {
+    TickClaim {
+        expected_due_ms: due,
+        next_due_ms: due + 60_000,
+        holder,
+        ran: true,
+    }
 }
 
 /// A work store wrapper for the rules about misbehaving stores: counts calls and, while
