@@ -29,7 +29,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::broadcast::RawSubscription;
@@ -48,6 +47,7 @@ use crate::error::{redis_error, timed_out};
 use crate::locks::RedisStore;
 use crate::options::RedisOptions;
 pub use crate::wakeups::PING_EVERY;
+use crate::wakeups::{PubSubError, open_pubsub};
 
 /// The Redis channel of the qualified channel `key` on database `db`: `Q:db<N>`.
 pub fn redis_channel(key: &StoreKey, db: i64) -> String {
@@ -277,39 +277,15 @@ async fn subscribe_one(task: &mut Task, (sink, _): &mut Connection, channel: &st
     }
 }
 
-enum ConnectError {
-    Redis(RedisError),
-    TimedOut(Duration),
-    NoServer(Error),
-}
-
-impl ConnectError {
-    fn into_error(self, what: &str, server: &str) -> Error {
-        match self {
-            ConnectError::Redis(e) => redis_error(e, what, server),
-            ConnectError::TimedOut(after) => timed_out(what, server, after),
-            ConnectError::NoServer(e) => e,
-        }
-    }
-}
-
 /// Opens a pub/sub connection to the server the endpoint names now (through Sentinel, the
 /// primary: messages published there reach its subscribers).
 async fn connect(
     endpoint: &Endpoint,
     options: &RedisOptions,
     server: &str,
-) -> Result<Connection, ConnectError> {
-    let (client, _address) = endpoint
-        .client(options, server)
-        .await
-        .map_err(ConnectError::NoServer)?;
-    let limit = options.get_connect_timeout();
-    let pubsub = timeout(limit, client.get_async_pubsub())
-        .await
-        .map_err(|_| ConnectError::TimedOut(limit))?
-        .map_err(ConnectError::Redis)?;
-    Ok(pubsub.split())
+) -> Result<Connection, PubSubError> {
+    let (sink, stream, _address) = open_pubsub(endpoint, options, server).await?;
+    Ok((sink, stream))
 }
 
 #[async_trait]

@@ -148,7 +148,7 @@ impl PushChannel {
         let channel = identity.channel.clone();
         let connection = subscribe(&endpoint, &channel, &options, &identity.server)
             .await
-            .map_err(|e| e.into_error(&channel, &identity.server))?;
+            .map_err(|e| e.into_error(&format!("subscribing to {channel}"), &identity.server))?;
         let healthy = Arc::new(AtomicBool::new(true));
         let task = tokio::spawn(run(
             Listener {
@@ -359,21 +359,41 @@ async fn reconnect(listener: &Listener) -> Connection {
     }
 }
 
-enum SubscribeError {
+/// Why a pub/sub connection could not be opened or subscribed.
+pub(crate) enum PubSubError {
     Redis(RedisError),
     TimedOut(Duration),
     NoServer(baton_core::Error),
 }
 
-impl SubscribeError {
-    fn into_error(self, channel: &str, server: &str) -> baton_core::Error {
-        let what = format!("subscribing to {channel}");
+impl PubSubError {
+    pub(crate) fn into_error(self, what: &str, server: &str) -> baton_core::Error {
         match self {
-            SubscribeError::Redis(e) => redis_error(e, &what, server),
-            SubscribeError::TimedOut(after) => timed_out(&what, server, after),
-            SubscribeError::NoServer(e) => e,
+            PubSubError::Redis(e) => redis_error(e, what, server),
+            PubSubError::TimedOut(after) => timed_out(what, server, after),
+            PubSubError::NoServer(e) => e,
         }
     }
+}
+
+/// Opens a pub/sub connection to the server the endpoint names now (through Sentinel, the
+/// primary: messages published there reach its subscribers), with the address it reached.
+pub(crate) async fn open_pubsub(
+    endpoint: &Endpoint,
+    options: &RedisOptions,
+    server: &str,
+) -> Result<Connection, PubSubError> {
+    let (client, address) = endpoint
+        .client(options, server)
+        .await
+        .map_err(PubSubError::NoServer)?;
+    let limit = options.get_connect_timeout();
+    let pubsub = timeout(limit, client.get_async_pubsub())
+        .await
+        .map_err(|_| PubSubError::TimedOut(limit))?
+        .map_err(PubSubError::Redis)?;
+    let (sink, stream) = pubsub.split();
+    Ok((sink, stream, address))
 }
 
 async fn subscribe(
@@ -381,22 +401,13 @@ async fn subscribe(
     channel: &str,
     options: &RedisOptions,
     server: &str,
-) -> Result<Connection, SubscribeError> {
-    let (client, address) = endpoint
-        .client(options, server)
-        .await
-        .map_err(SubscribeError::NoServer)?;
-    let connect = options.get_connect_timeout();
-    let pubsub = timeout(connect, client.get_async_pubsub())
-        .await
-        .map_err(|_| SubscribeError::TimedOut(connect))?
-        .map_err(SubscribeError::Redis)?;
-    let (mut sink, stream) = pubsub.split();
+) -> Result<Connection, PubSubError> {
+    let (mut sink, stream, address) = open_pubsub(endpoint, options, server).await?;
     let response = options.get_response_timeout();
     timeout(response, sink.subscribe(channel))
         .await
-        .map_err(|_| SubscribeError::TimedOut(response))?
-        .map_err(SubscribeError::Redis)?;
+        .map_err(|_| PubSubError::TimedOut(response))?
+        .map_err(PubSubError::Redis)?;
     Ok((sink, stream, address))
 }
 
