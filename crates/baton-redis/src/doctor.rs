@@ -21,6 +21,7 @@ use tokio::time::timeout;
 
 use crate::endpoint::Endpoint;
 use crate::error::{redis_error, timed_out};
+use crate::server::config_value;
 use crate::url;
 
 /// How many `PING`s measure the round trip.
@@ -282,20 +283,6 @@ fn parse_info(text: &str) -> BTreeMap<String, String> {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
         .collect()
-}
-
-/// The value of a one-parameter `CONFIG GET` reply (an array in RESP2, a map in RESP3).
-fn config_value(value: Value) -> Option<String> {
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
-    match value {
-        Value::Array(items) if items.len() == 2 => text(&items[1]),
-        Value::Map(pairs) => pairs.first().and_then(|(_, v)| text(v)),
-        _ => None,
-    }
 }
 
 /// Checks the Redis deployment named by a `redis://`, `rediss://` or `redis+sentinel://`
@@ -722,19 +709,5 @@ mod tests {
         assert_eq!(found[0].lag_seconds, Some(0));
         assert_eq!(found[1].behind_bytes, Some(100));
         assert_eq!(found[1].lag_seconds, Some(3));
-    }
-
-    #[test]
-    fn config_replies() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        assert_eq!(
-            config_value(Value::Array(vec![bulk("save"), bulk("")])),
-            Some(String::new())
-        );
-        assert_eq!(
-            config_value(Value::Map(vec![(bulk("appendonly"), bulk("yes"))])),
-            Some("yes".into())
-        );
-        assert_eq!(config_value(Value::Nil), None);
     }
 }

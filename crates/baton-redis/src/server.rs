@@ -93,7 +93,7 @@ async fn info_field(
 }
 
 /// The value of a one-parameter `CONFIG GET` reply (an array in RESP2, a map in RESP3).
-fn config_value(value: Value) -> Option<String> {
+pub(crate) fn config_value(value: Value) -> Option<String> {
     let text = |v: &Value| match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
@@ -148,7 +148,12 @@ mod tests {
             )])),
             Some("noeviction".into())
         );
+        assert_eq!(
+            config_value(Value::Array(vec![bulk("save"), bulk("")])),
+            Some(String::new())
+        );
         assert_eq!(config_value(Value::Array(vec![])), None);
+        assert_eq!(config_value(Value::Nil), None);
     }
 
     #[test]
