@@ -607,21 +607,26 @@ impl Migrations {
                 );
                 let context =
                     MigrationContext::new(name, attempt, previous, heartbeat.life.lost().clone());
-                let (state, error) = match m.up(&context).await {
-                    Ok(()) => (MigrationState::Completed, String::new()),
+                // How the run ends; a failure's text lives in `error`, which `end` borrows.
+                let error: String;
+                let end = match m.up(&context).await {
+                    Ok(()) => MigrationEnd::Completed,
                     Err(up) if m.reversible() => match m.down(&context).await {
-                        Ok(()) => (MigrationState::RolledBack, format!("up: {up}")),
-                        Err(down) => (MigrationState::Failed, format!("up: {up}; down: {down}")),
+                        Ok(()) => {
+                            error = format!("up: {up}");
+                            MigrationEnd::RolledBack(&error)
+                        }
+                        Err(down) => {
+                            error = format!("up: {up}; down: {down}");
+                            MigrationEnd::Failed(&error)
+                        }
                     },
-                    Err(up) => (MigrationState::Failed, format!("up: {up}")),
-                };
-                let end = match state {
-                    MigrationState::Completed => MigrationEnd::Completed,
-                    MigrationState::RolledBack => MigrationEnd::RolledBack(&error),
-                    MigrationState::Failed | MigrationState::Pending => {
+                    Err(up) => {
+                        error = format!("up: {up}");
                         MigrationEnd::Failed(&error)
                     }
                 };
+                let state = end.state();
                 let finished = self.finish(name, writer, end).await;
                 heartbeat.stop();
                 match finished? {
@@ -649,12 +654,12 @@ impl Migrations {
                 telemetry::emit(
                     &events::MIGRATION_FAILED,
                     Some(self.set.as_str()),
-                    format_args!("migration {name:?} {}: {error}", state.as_str()),
+                    format_args!("migration {name:?} {}: {}", state.as_str(), end.error()),
                 );
                 report.outcome = MigrationOutcome::Failed(MigrationFailure {
                     name: name.to_owned(),
                     state,
-                    error,
+                    error: end.error().to_owned(),
                 });
                 return Ok(report);
             }
