@@ -345,21 +345,23 @@ impl Leases {
         let qualified = self.qualify(key)?;
         let holder_id = Holder::new(holder)?;
         let (ttl, interval) = options.checked()?;
-        let sent = now();
-        let request = LeaseRequest::new(&holder_id, ttl).reason(&options.reason);
-        let (fence, new) = match self.store.claim(&qualified, request).await? {
-            Claim::Granted { fence } => (fence, true),
-            Claim::Extended { fence } => (fence, false),
-            Claim::Held { holder, remaining } => {
-                return Ok(KeptClaim::HeldBy {
-                    holder: holder.as_str().to_owned(),
-                    until: now() + remaining,
-                    remaining,
-                });
+        Ok(match self.claim(key, holder, options).await? {
+            // `until` is measured from before the claim was sent, as the keep-alive is.
+            ClaimResult::Claimed { fence, until, new } => {
+                let sent = until - ttl.get();
+                let keep_alive = self.keep(qualified, holder_id, fence, sent, ttl, interval);
+                KeptClaim::Kept { keep_alive, new }
             }
-        };
-        let keep_alive = self.keep(qualified, holder_id, fence, sent, ttl, interval);
-        Ok(KeptClaim::Kept { keep_alive, new })
+            ClaimResult::HeldBy {
+                holder,
+                until,
+                remaining,
+            } => KeptClaim::HeldBy {
+                holder,
+                until,
+                remaining,
+            },
+        })
     }
 
     fn keep(
