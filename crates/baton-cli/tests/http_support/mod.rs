@@ -26,10 +26,15 @@ pub fn serve(command: Command, prefix: &str) -> (Running, String) {
             .lines()
             .find_map(|l| l.strip_prefix(prefix))
         {
-            Some(rest) => {
-                addr = rest.split('/').next().unwrap_or_default().to_owned();
-                true
-            }
+            // The address is whole once the `/` after it has arrived: a line read while
+            // it is being written may end in the middle of the port.
+            Some(rest) => match rest.split_once('/') {
+                Some((whole, _)) => {
+                    addr = whole.to_owned();
+                    true
+                }
+                None => false,
+            },
             None => false,
         }
     });
