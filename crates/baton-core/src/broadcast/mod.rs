@@ -217,26 +217,17 @@ struct Incoming<T> {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Broadcast {
     inner: Arc<Inner>,
 }
 
+#[derive(Debug)]
 struct Inner {
     store: Arc<dyn BroadcastStore>,
     namespace: Namespace,
     publisher: PublisherId,
     seq: AtomicU64,
-}
-
-impl fmt::Debug for Broadcast {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Broadcast")
-            .field("store", &self.inner.store)
-            .field("namespace", &self.inner.namespace)
-            .field("publisher", &self.inner.publisher)
-            .finish()
-    }
 }
 
 impl Broadcast {

@@ -116,23 +116,15 @@ impl<E> FetchError<E> {
 /// assert_eq!(profile.name, "Ada");
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Cache {
     inner: Arc<Inner>,
 }
 
+#[derive(Debug)]
 struct Inner {
     store: Arc<dyn CacheStore>,
     namespace: Namespace,
-}
-
-impl fmt::Debug for Cache {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Cache")
-            .field("store", &self.inner.store)
-            .field("namespace", &self.inner.namespace)
-            .finish()
-    }
 }
 
 impl Cache {

@@ -76,19 +76,10 @@ use super::store::{
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct IdempotencyLog {
     store: Arc<dyn IdempotencyStore>,
     namespace: Namespace,
-}
-
-impl fmt::Debug for IdempotencyLog {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IdempotencyLog")
-            .field("store", &self.store)
-            .field("namespace", &self.namespace)
-            .finish()
-    }
 }
 
 impl IdempotencyLog {

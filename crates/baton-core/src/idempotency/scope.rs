@@ -35,7 +35,7 @@ pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 /// assert!(Scope::new("org:42", "charges", "k").is_err()); // ':' in org
 /// # Ok::<(), baton_core::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Scope {
     org: String,
     domain: String,
@@ -98,16 +98,6 @@ fn check_segment(field: &str, value: &str, max: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-impl fmt::Debug for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Scope")
-            .field("org", &self.org)
-            .field("domain", &self.domain)
-            .field("key", &self.key)
-            .finish()
-    }
 }
 
 impl fmt::Display for Scope {

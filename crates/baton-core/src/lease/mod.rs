@@ -240,19 +240,10 @@ pub fn check_reason(reason: &str) -> Result<()> {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Leases {
     store: Arc<dyn LeaseStore>,
     namespace: Namespace,
-}
-
-impl fmt::Debug for Leases {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leases")
-            .field("store", &self.store)
-            .field("namespace", &self.namespace)
-            .finish()
-    }
 }
 
 impl Leases {

@@ -160,25 +160,16 @@ impl From<LimitError> for Error {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct RateLimiter {
     inner: Arc<Inner>,
     quota: Quota,
 }
 
+#[derive(Debug)]
 struct Inner {
     store: Arc<dyn RateStore>,
     namespace: Namespace,
-}
-
-impl fmt::Debug for RateLimiter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimiter")
-            .field("store", &self.inner.store)
-            .field("namespace", &self.inner.namespace)
-            .field("quota", &self.quota)
-            .finish()
-    }
 }
 
 impl RateLimiter {

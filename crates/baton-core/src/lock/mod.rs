@@ -142,26 +142,18 @@ impl From<AcquireError> for Error {
 /// guard.release().await;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Locks {
     inner: Arc<Inner>,
 }
 
+#[derive(Debug)]
 struct Inner {
     store: Arc<dyn LeaseStore>,
     namespace: Namespace,
     turns: Turns,
     /// Fires the lost signal of grants without keep-alive.
     deadlines: Deadlines,
-}
-
-impl fmt::Debug for Locks {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Locks")
-            .field("store", &self.inner.store)
-            .field("namespace", &self.inner.namespace)
-            .finish()
-    }
 }
 
 /// A claim that granted: the grant's fence, and when its request was sent.

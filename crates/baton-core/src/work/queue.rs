@@ -19,7 +19,6 @@
 //!   process) is dead-lettered when a claim finds it past its last attempt, instead of being
 //!   handed out again.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,11 +89,12 @@ impl From<Enqueued> for Enqueue {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Queue {
     pub(crate) inner: Arc<QueueInner>,
 }
 
+#[derive(Debug)]
 pub(crate) struct QueueInner {
     pub(crate) store: Arc<dyn QueueStore>,
     pub(crate) key: StoreKey,
@@ -102,16 +102,6 @@ pub(crate) struct QueueInner {
     pub(crate) namespace: Namespace,
     pub(crate) options: ValidQueueOptions,
     pub(crate) raw_options: QueueOptions,
-}
-
-impl fmt::Debug for Queue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Queue")
-            .field("key", &self.inner.key)
-            .field("options", &self.inner.raw_options)
-            .field("store", &self.inner.store)
-            .finish()
-    }
 }
 
 /// Validates a queue name: a valid [`Key`] of at most [`MAX_QUEUE_NAME_BYTES`].

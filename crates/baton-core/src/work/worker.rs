@@ -289,6 +289,7 @@ fn settled(stats: &super::QueueStats) -> bool {
 /// # Ok(()) }
 /// ```
 #[must_use = "a worker does nothing until run"]
+#[derive(Debug)]
 pub struct Worker {
     queue: Queue,
     concurrency: usize,
@@ -299,19 +300,6 @@ pub struct Worker {
     poll_min: Duration,
     poll_max: Duration,
     shutdown: CancellationToken,
-}
-
-impl fmt::Debug for Worker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Worker")
-            .field("queue", &self.queue)
-            .field("concurrency", &self.concurrency)
-            .field("batch", &self.batch)
-            .field("exit_when_empty", &self.exit_when_empty)
-            .field("exit_when_settled", &self.exit_when_settled)
-            .field("grace", &self.grace)
-            .finish()
-    }
 }
 
 impl Worker {

@@ -48,27 +48,17 @@ pub trait Migration: Send + Sync + 'static {
 
 /// What `up()` and `down()` are told: which migration, which attempt, and a signal that
 /// fires when the writer lost its record. Cheap to clone.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct MigrationContext {
     inner: Arc<ContextInner>,
 }
 
+#[derive(Debug)]
 struct ContextInner {
     name: String,
     attempt: u32,
     previous: Option<MigrationState>,
     lost: CancellationToken,
-}
-
-impl fmt::Debug for MigrationContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MigrationContext")
-            .field("name", &self.inner.name)
-            .field("attempt", &self.inner.attempt)
-            .field("previous", &self.inner.previous)
-            .field("lost", &self.inner.lost.is_cancelled())
-            .finish()
-    }
 }
 
 impl MigrationContext {
