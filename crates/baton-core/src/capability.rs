@@ -173,6 +173,43 @@ pub trait Store: LeaseStore + Any {
     }
 }
 
+/// Writes, inside an `impl Store` block, the capability methods that hand back the store
+/// itself: `offers!(cache_store, work_store)` for a store that implements [`CacheStore`] and
+/// [`WorkStore`]. A capability the store offers only sometimes (a setting it was opened
+/// with) is written out by hand, to return [`Capability::unsupported`] with the reason.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use baton_core::{MemoryStore, store::Store};
+/// // What the in-memory store writes:
+/// // impl Store for MemoryStore {
+/// //     fn name(&self) -> &'static str { "memory" }
+/// //     baton_core::offers!(rate_store, cache_store, broadcast_store, idempotency_store, work_store);
+/// // }
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+/// assert!(store.clone().cache_store().is_ok() && store.work_store().is_ok());
+/// ```
+#[macro_export]
+macro_rules! offers {
+    ($($method:ident),+ $(,)?) => {$($crate::__offer!($method);)+};
+}
+
+/// One method of [`offers!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __offer {
+    (rate_store) => { $crate::__offer!(@ rate_store, $crate::limit::RateStore); };
+    (cache_store) => { $crate::__offer!(@ cache_store, $crate::cache::CacheStore); };
+    (broadcast_store) => { $crate::__offer!(@ broadcast_store, $crate::broadcast::BroadcastStore); };
+    (idempotency_store) => { $crate::__offer!(@ idempotency_store, $crate::idempotency::IdempotencyStore); };
+    (work_store) => { $crate::__offer!(@ work_store, $crate::work::WorkStore); };
+    (@ $method:ident, $capability:path) => {
+        fn $method(self: ::std::sync::Arc<Self>) -> $crate::Result<::std::sync::Arc<dyn $capability>> {
+            Ok(self)
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -176,10 +176,4 @@ mod tests {
         assert!(!Error::unsupported("no").is_retryable());
         assert!(Error::new(ErrorKind::Timeout, "t").is_retryable());
     }
-
-    #[test]
-    fn error_is_send_sync_static() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<Error>();
-    }
 }

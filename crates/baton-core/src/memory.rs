@@ -24,17 +24,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::broadcast::BroadcastStore;
-use crate::cache::CacheStore;
-use crate::error::Result;
-use crate::idempotency::IdempotencyStore;
 use crate::key::StoreKey;
-use crate::limit::RateStore;
 use crate::signals::ReleaseHub;
 use crate::store::Store;
 use crate::telemetry::{self, events};
 use crate::time::{Clock, SystemClock};
-use crate::work::WorkStore;
 
 /// How many operations on one capability's map pass between sweeps of its expired entries.
 pub(crate) const SWEEP_EVERY: u64 = 1024;
@@ -117,25 +111,13 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
-        Ok(self)
-    }
-
-    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
-        Ok(self)
-    }
-
-    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
-        Ok(self)
-    }
-
-    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
-        Ok(self)
-    }
-
-    fn work_store(self: Arc<Self>) -> Result<Arc<dyn WorkStore>> {
-        Ok(self)
-    }
+    crate::offers!(
+        rate_store,
+        cache_store,
+        broadcast_store,
+        idempotency_store,
+        work_store
+    );
 }
 
 #[cfg(test)]
@@ -145,7 +127,7 @@ mod tests {
     use super::*;
     use crate::holder::Holder;
     use crate::key::{Key, KeyKind, Namespace};
-    use crate::limit::Quota;
+    use crate::limit::{Quota, RateStore};
     use crate::store::{LeaseRequest, LeaseStore};
     use crate::time::Ttl;
 

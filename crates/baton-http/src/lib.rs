@@ -52,17 +52,3 @@ pub use layer::{
 };
 pub use reply::BODY_OMITTED_HEADER;
 pub use service::{IdempotencyService, IdempotentRequest, ResponseFuture};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<IdempotencyLayer>();
-        bounds::<IdempotencyService<()>>();
-        bounds::<IdempotentRequest>();
-    }
-}

@@ -54,11 +54,7 @@ use std::sync::Arc;
 
 use baton_core::Result;
 use baton_core::broadcast::BroadcastStore;
-use baton_core::cache::CacheStore;
-use baton_core::idempotency::IdempotencyStore;
-use baton_core::limit::RateStore;
 use baton_core::store::{Capability, Store};
-use baton_core::work::WorkStore;
 
 /// Every capability; broadcast only when the store may `LISTEN` (not with `listen=off`).
 impl Store for PostgresStore {
@@ -66,13 +62,7 @@ impl Store for PostgresStore {
         "PostgreSQL"
     }
 
-    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
-        Ok(self)
-    }
-
-    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
-        Ok(self)
-    }
+    baton_core::offers!(rate_store, cache_store, idempotency_store, work_store);
 
     fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
         if !self.options().get_listen() {
@@ -84,26 +74,5 @@ impl Store for PostgresStore {
             ));
         }
         Ok(self)
-    }
-
-    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
-        Ok(self)
-    }
-
-    fn work_store(self: Arc<Self>) -> Result<Arc<dyn WorkStore>> {
-        Ok(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<super::PostgresStore>();
-        bounds::<super::PostgresOptions>();
-        bounds::<super::TableLeases>();
-        bounds::<super::TableLeaseColumns>();
     }
 }

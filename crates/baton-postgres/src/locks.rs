@@ -617,15 +617,3 @@ impl LeaseStore for PostgresStore {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<PostgresStore>();
-        bounds::<PostgresOptions>();
-    }
-}

@@ -46,13 +46,6 @@ pub use options::{
 };
 pub use server::ServerInfo;
 
-use std::sync::Arc;
-
-use baton_core::Result;
-use baton_core::broadcast::BroadcastStore;
-use baton_core::cache::CacheStore;
-use baton_core::idempotency::IdempotencyStore;
-use baton_core::limit::RateStore;
 use baton_core::store::Store;
 
 /// Every capability but claimable work: a Redis restart without persistence would lose
@@ -62,31 +55,5 @@ impl Store for RedisStore {
         "Redis"
     }
 
-    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
-        Ok(self)
-    }
-
-    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
-        Ok(self)
-    }
-
-    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
-        Ok(self)
-    }
-
-    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
-        Ok(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Public handles can move across tasks and threads.
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<super::RedisStore>();
-        bounds::<super::RedisOptions>();
-        bounds::<super::ServerInfo>();
-    }
+    baton_core::offers!(rate_store, cache_store, broadcast_store, idempotency_store);
 }

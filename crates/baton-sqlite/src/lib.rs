@@ -42,11 +42,7 @@ pub use options::{DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, SqliteOptions, Sy
 use std::sync::Arc;
 
 use baton_core::Result;
-use baton_core::cache::CacheStore;
-use baton_core::idempotency::IdempotencyStore;
-use baton_core::limit::RateStore;
 use baton_core::store::{Capability, Store};
-use baton_core::work::WorkStore;
 
 /// Every capability but broadcast: processes on one file have no channel to push messages
 /// to each other.
@@ -55,13 +51,7 @@ impl Store for SqliteStore {
         "SQLite"
     }
 
-    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
-        Ok(self)
-    }
-
-    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
-        Ok(self)
-    }
+    baton_core::offers!(rate_store, cache_store, idempotency_store, work_store);
 
     fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::BroadcastStore>> {
         Err(Capability::Broadcast.unsupported(
@@ -70,13 +60,5 @@ impl Store for SqliteStore {
                 "it has no way to push a message to other processes on the file (polling a table would turn at-most-once delivery into a delayed, unbounded log)",
             ),
         ))
-    }
-
-    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
-        Ok(self)
-    }
-
-    fn work_store(self: Arc<Self>) -> Result<Arc<dyn WorkStore>> {
-        Ok(self)
     }
 }

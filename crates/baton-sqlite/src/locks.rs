@@ -563,11 +563,4 @@ mod tests {
             assert_eq!(found, expected, "prefix {prefix:?}");
         }
     }
-
-    #[test]
-    fn bounds() {
-        fn bounds<T: Send + Sync + 'static>() {}
-        bounds::<SqliteStore>();
-        bounds::<SqliteOptions>();
-    }
 }

@@ -263,6 +263,26 @@ mod guide {
 mod tests {
     use super::*;
 
+    /// The public handles of the store crates and of baton-http can move across tasks and
+    /// threads, as those of the primitives can (which baton-core checks).
+    #[test]
+    #[cfg(all(feature = "redis", feature = "postgres"))]
+    fn store_handles_are_send_sync_static() {
+        fn bounds<T: Send + Sync + 'static>() {}
+        bounds::<baton_sqlite::SqliteStore>();
+        bounds::<baton_sqlite::SqliteOptions>();
+        bounds::<baton_redis::RedisStore>();
+        bounds::<baton_redis::RedisOptions>();
+        bounds::<baton_redis::ServerInfo>();
+        bounds::<baton_postgres::PostgresStore>();
+        bounds::<baton_postgres::PostgresOptions>();
+        bounds::<baton_postgres::TableLeases>();
+        bounds::<baton_postgres::TableLeaseColumns>();
+        bounds::<baton_http::IdempotencyLayer>();
+        bounds::<baton_http::IdempotencyService<()>>();
+        bounds::<baton_http::IdempotentRequest>();
+    }
+
     #[tokio::test]
     async fn unknown_and_malformed_urls_are_invalid_input() {
         for url in ["mysql://x", "nonsense", "", "memory://extra"] {
