@@ -19,6 +19,16 @@ use crate::key::Namespace;
 
 pub use crate::lease::conformance::*;
 
+/// The harness of a suite whose rules only open the store (the cache, rate limits, broadcast
+/// and claimable work): what a store's test target provides, as that suite's atom trait `S`.
+/// Each suite names it for its trait ([`CacheHarness`](crate::cache::conformance::CacheHarness),
+/// [`WorkHarness`](crate::work::conformance::WorkHarness), ...).
+#[async_trait::async_trait]
+pub trait Opens<S: ?Sized>: Send + Sync + 'static {
+    /// The store under test. Every call within one harness reaches the same data.
+    async fn open(&self) -> Arc<S>;
+}
+
 /// A namespace no other test uses.
 pub fn fresh_namespace() -> Namespace {
     Namespace::new(format!("t{:016x}", rand::random::<u64>())).expect("valid namespace")

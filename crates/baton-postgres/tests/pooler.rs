@@ -38,7 +38,7 @@ mod work {
     use std::sync::Arc;
 
     use async_trait::async_trait;
-    use baton_core::work::conformance::WorkHarness;
+    use baton_core::conformance::Opens;
     use baton_core::work::store::WorkStore;
 
     use super::common;
@@ -47,7 +47,7 @@ mod work {
     struct PooledHarness;
 
     #[async_trait]
-    impl WorkHarness for PooledHarness {
+    impl Opens<dyn WorkStore> for PooledHarness {
         async fn open(&self) -> Arc<dyn WorkStore> {
             Arc::new(common::pooled().await)
         }

@@ -20,8 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use baton_core::conformance::Opens;
 use baton_core::store::Renewal;
-use baton_core::work::conformance::{WorkHarness, minute_tick};
+use baton_core::work::conformance::minute_tick;
 use baton_core::work::store::{
     Advance, ClaimRequest, ClaimedItem, Enqueued, FailPlan, ItemId, ItemRef, MigrationClaim,
     MigrationStore, NewItem, NewSchedule, QueueStore, ScheduleStore, Settle, WorkStore, Writer,
@@ -88,7 +89,7 @@ struct PostgresWorkHarness {
 }
 
 #[async_trait]
-impl WorkHarness for PostgresWorkHarness {
+impl Opens<dyn WorkStore> for PostgresWorkHarness {
     async fn open(&self) -> Arc<dyn WorkStore> {
         Arc::new(open(&self.url).await)
     }

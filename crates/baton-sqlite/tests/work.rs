@@ -34,8 +34,8 @@ mod conformance {
     use std::sync::Arc;
 
     use async_trait::async_trait;
+    use baton_core::conformance::Opens;
     use baton_core::work::WorkStore;
-    use baton_core::work::conformance::WorkHarness;
 
     struct SqliteWork {
         path: PathBuf,
@@ -51,7 +51,7 @@ mod conformance {
     }
 
     #[async_trait]
-    impl WorkHarness for SqliteWork {
+    impl Opens<dyn WorkStore> for SqliteWork {
         async fn open(&self) -> Arc<dyn WorkStore> {
             Arc::new(super::open(&self.path).await)
         }

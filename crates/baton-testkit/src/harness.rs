@@ -10,15 +10,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use baton_core::StoreKey;
-use baton_core::broadcast::conformance::BroadcastHarness;
-use baton_core::cache::conformance::CacheHarness;
-use baton_core::conformance::Harness;
+use baton_core::conformance::{Harness, Opens};
 use baton_core::idempotency::IdempotencyStore;
 use baton_core::idempotency::conformance::IdempotencyHarness;
-use baton_core::limit::conformance::LimitHarness;
 use baton_core::store::LeaseStore;
 use baton_core::work::WorkStore;
-use baton_core::work::conformance::WorkHarness;
 use baton_core::{BroadcastStore, CacheStore, RateStore};
 
 /// How a store's tests open a new store over the same data (new connections, a new handle
@@ -137,18 +133,11 @@ impl<S: IdempotencyStore + 'static> IdempotencyHarness for Kept<S> {
     }
 }
 
-#[async_trait]
-impl<S: WorkStore + 'static> WorkHarness for Kept<S> {
-    async fn open(&self) -> Arc<dyn WorkStore> {
-        self.0.clone()
-    }
-}
-
 /// The harness of a suite that only opens: the kept store of a [`Stores`] or a [`Kept`].
 macro_rules! open_only {
-    ($($harness:ident for $store:ident),* $(,)?) => {$(
+    ($($store:ident),* $(,)?) => {$(
         #[async_trait]
-        impl<O: Opener> $harness for Stores<O>
+        impl<O: Opener> Opens<dyn $store> for Stores<O>
         where
             O::Store: $store,
         {
@@ -158,7 +147,7 @@ macro_rules! open_only {
         }
 
         #[async_trait]
-        impl<S: $store + 'static> $harness for Kept<S> {
+        impl<S: $store + 'static> Opens<dyn $store> for Kept<S> {
             async fn open(&self) -> Arc<dyn $store> {
                 self.0.clone()
             }
@@ -166,8 +155,4 @@ macro_rules! open_only {
     )*};
 }
 
-open_only!(
-    CacheHarness for CacheStore,
-    LimitHarness for RateStore,
-    BroadcastHarness for BroadcastStore,
-);
+open_only!(CacheStore, RateStore, BroadcastStore, WorkStore);

@@ -1,7 +1,8 @@
 //! The broadcast conformance rules: written once, run by every store that implements
 //! [`BroadcastStore`].
 //!
-//! A store's test target implements [`BroadcastHarness`] and expands
+//! A store's test target implements [`Opens`] for its store (the
+//! [`BroadcastHarness`]) and expands
 //! [`broadcast_conformance_tests!`](crate::broadcast_conformance_tests)
 //! (`baton_core::broadcast_conformance_tests!(my_harness())`), which generates one
 //! `#[tokio::test]` per rule. Each rule uses a fresh random namespace. Rules about a store's
@@ -20,16 +21,13 @@ use super::{
     Broadcast, BroadcastStore, Event, MAX_MESSAGE_BYTES, Message, RawSubscription,
     SubscribeOptions, Subscription,
 };
-use crate::conformance::{Faulty, fresh_namespace};
+use crate::conformance::{Faulty, Opens, fresh_namespace};
 use crate::error::{ErrorKind, Result};
 use crate::key::StoreKey;
 
-/// What a store's test target provides to the broadcast rules.
-#[async_trait]
-pub trait BroadcastHarness: Send + Sync + 'static {
-    /// The store under test. Every call within one harness reaches the same subscribers.
-    async fn open(&self) -> Arc<dyn BroadcastStore>;
-}
+/// What a store's test target provides to the broadcast rules: the store under test, as
+/// [`BroadcastStore`].
+pub type BroadcastHarness = dyn Opens<dyn BroadcastStore>;
 
 /// Generates one `#[tokio::test]` per broadcast rule. `$harness` is an expression that
 /// evaluates to a future of a [`BroadcastHarness`]; it is evaluated once per test.
@@ -76,12 +74,12 @@ async fn nothing_more<T: DeserializeOwned + std::fmt::Debug>(sub: &mut Subscript
     }
 }
 
-async fn broadcast(h: &dyn BroadcastHarness) -> Broadcast {
+async fn broadcast(h: &BroadcastHarness) -> Broadcast {
     Broadcast::with_namespace(h.open().await, fresh_namespace())
 }
 
 /// Two subscribers each get all messages of a publisher, in order, numbered from 1.
-pub async fn every_subscriber_gets_every_message_in_order(h: &dyn BroadcastHarness) {
+pub async fn every_subscriber_gets_every_message_in_order(h: &BroadcastHarness) {
     let broadcast = broadcast(h).await;
     let mut a = broadcast.subscribe::<u32>("c").await.unwrap();
     let mut b = broadcast.subscribe::<u32>("c").await.unwrap();
@@ -100,7 +98,7 @@ pub async fn every_subscriber_gets_every_message_in_order(h: &dyn BroadcastHarne
 
 /// A channel hears only its own messages; the same channel in another namespace is another
 /// channel.
-pub async fn channels_and_namespaces_are_separate(h: &dyn BroadcastHarness) {
+pub async fn channels_and_namespaces_are_separate(h: &BroadcastHarness) {
     let store = h.open().await;
     let one = Broadcast::with_namespace(Arc::clone(&store), fresh_namespace());
     let two = Broadcast::with_namespace(store, fresh_namespace());
@@ -119,7 +117,7 @@ pub async fn channels_and_namespaces_are_separate(h: &dyn BroadcastHarness) {
 }
 
 /// Nothing is stored: a message published before a subscription does not reach it.
-pub async fn only_messages_published_after_subscribe_arrive(h: &dyn BroadcastHarness) {
+pub async fn only_messages_published_after_subscribe_arrive(h: &BroadcastHarness) {
     let broadcast = broadcast(h).await;
     broadcast.publish("c", "early").await.unwrap();
     let mut sub = broadcast.subscribe::<String>("c").await.unwrap();
@@ -131,7 +129,7 @@ pub async fn only_messages_published_after_subscribe_arrive(h: &dyn BroadcastHar
 
 /// A message seen twice is delivered once; a jump in a publisher's sequence is reported as
 /// `Missed` before the message after it.
-pub async fn duplicates_are_dropped_and_jumps_reported(h: &dyn BroadcastHarness) {
+pub async fn duplicates_are_dropped_and_jumps_reported(h: &BroadcastHarness) {
     let store = h.open().await;
     let broadcast = Broadcast::with_namespace(Arc::clone(&store), fresh_namespace());
     let mut sub = broadcast.subscribe::<u32>("c").await.unwrap();
@@ -166,7 +164,7 @@ pub async fn duplicates_are_dropped_and_jumps_reported(h: &dyn BroadcastHarness)
 
 /// Messages that are not baton envelopes, or whose payload is not the subscriber's type,
 /// are skipped; the subscription goes on.
-pub async fn undecodable_messages_are_skipped(h: &dyn BroadcastHarness) {
+pub async fn undecodable_messages_are_skipped(h: &BroadcastHarness) {
     let store = h.open().await;
     let broadcast = Broadcast::with_namespace(Arc::clone(&store), fresh_namespace());
     let mut sub = broadcast.subscribe::<u32>("c").await.unwrap();
@@ -187,7 +185,7 @@ pub async fn undecodable_messages_are_skipped(h: &dyn BroadcastHarness) {
 
 /// A subscriber that does not keep up loses messages beyond its buffer and is told how
 /// many; another subscriber of the same channel gets everything.
-pub async fn a_slow_consumer_lags_without_holding_up_others(h: &dyn BroadcastHarness) {
+pub async fn a_slow_consumer_lags_without_holding_up_others(h: &BroadcastHarness) {
     let broadcast = broadcast(h).await;
     let mut slow = broadcast
         .subscribe_with::<u32>("c", &SubscribeOptions::new().capacity(4))
@@ -218,7 +216,7 @@ pub async fn a_slow_consumer_lags_without_holding_up_others(h: &dyn BroadcastHar
 }
 
 /// A dropped subscription receives nothing more; subscribing again works.
-pub async fn dropping_a_subscription_unsubscribes(h: &dyn BroadcastHarness) {
+pub async fn dropping_a_subscription_unsubscribes(h: &BroadcastHarness) {
     let broadcast = broadcast(h).await;
     for round in 0..3u32 {
         let mut sub = broadcast.subscribe::<u32>("c").await.unwrap();
@@ -234,7 +232,7 @@ pub async fn dropping_a_subscription_unsubscribes(h: &dyn BroadcastHarness) {
 }
 
 /// Invalid channel names, messages too large and bad options fail before any I/O.
-pub async fn invalid_input_is_rejected_before_io(h: &dyn BroadcastHarness) {
+pub async fn invalid_input_is_rejected_before_io(h: &BroadcastHarness) {
     let store = Arc::new(FaultyBroadcastStore::new(h.open().await));
     let broadcast = Broadcast::with_namespace(store.clone(), fresh_namespace());
     for channel in ["", "a\nb"] {
@@ -268,7 +266,7 @@ pub async fn invalid_input_is_rejected_before_io(h: &dyn BroadcastHarness) {
 }
 
 /// A publish the store refuses is `Unavailable`; subscribers count it as missed.
-pub async fn publish_faults_are_unavailable_and_counted_as_missed(h: &dyn BroadcastHarness) {
+pub async fn publish_faults_are_unavailable_and_counted_as_missed(h: &BroadcastHarness) {
     let store = Arc::new(FaultyBroadcastStore::new(h.open().await));
     let broadcast = Broadcast::with_namespace(store.clone(), fresh_namespace());
     let mut sub = broadcast.subscribe::<u32>("c").await.unwrap();
@@ -290,7 +288,7 @@ pub async fn publish_faults_are_unavailable_and_counted_as_missed(h: &dyn Broadc
 }
 
 /// The subscription implements `Stream`.
-pub async fn a_subscription_is_a_stream(h: &dyn BroadcastHarness) {
+pub async fn a_subscription_is_a_stream(h: &BroadcastHarness) {
     use futures_core::Stream;
     let broadcast = broadcast(h).await;
     let mut sub = broadcast.subscribe::<String>("c").await.unwrap();

@@ -1,7 +1,8 @@
 //! The cache conformance rules: written once, run by every store that implements
 //! [`CacheStore`].
 //!
-//! A store's test target implements [`CacheHarness`] and expands
+//! A store's test target implements [`Opens`] for its store (the
+//! [`CacheHarness`]) and expands
 //! [`cache_conformance_tests!`](crate::cache_conformance_tests)
 //! (`baton_core::cache_conformance_tests!(my_harness())`), which generates one
 //! `#[tokio::test]` per rule. Each rule uses a fresh random namespace.
@@ -16,17 +17,14 @@ use serde::{Deserialize, Serialize};
 use tokio::time::{Instant, sleep};
 
 use super::{Cache, CacheStore, FetchError};
-use crate::conformance::{Faulty, fresh_namespace};
+use crate::conformance::{Faulty, Opens, fresh_namespace};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::StoreKey;
 use crate::time::Ttl;
 
-/// What a store's test target provides to the cache rules.
-#[async_trait]
-pub trait CacheHarness: Send + Sync + 'static {
-    /// The store under test. Every call within one harness sees the same data.
-    async fn open(&self) -> Arc<dyn CacheStore>;
-}
+/// What a store's test target provides to the cache rules: the store under test, as
+/// [`CacheStore`].
+pub type CacheHarness = dyn Opens<dyn CacheStore>;
 
 /// Generates one `#[tokio::test]` per cache rule. `$harness` is an expression that
 /// evaluates to a future of a [`CacheHarness`]; it is evaluated once per test.
@@ -63,14 +61,14 @@ fn profile(name: &str) -> Profile {
     }
 }
 
-async fn cache(h: &dyn CacheHarness) -> Cache {
+async fn cache(h: &CacheHarness) -> Cache {
     Cache::with_namespace(h.open().await, fresh_namespace())
 }
 
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// A value set is read back whole; deleting it makes it a miss.
-pub async fn set_get_delete(h: &dyn CacheHarness) {
+pub async fn set_get_delete(h: &CacheHarness) {
     let cache = cache(h).await;
     assert_eq!(cache.get::<Profile>("user:1").await.unwrap(), None);
     cache.set("user:1", &profile("Ada"), MINUTE).await.unwrap();
@@ -90,7 +88,7 @@ pub async fn set_get_delete(h: &dyn CacheHarness) {
 }
 
 /// A value is a miss once its TTL has run out on the store's clock.
-pub async fn values_expire_after_their_ttl(h: &dyn CacheHarness) {
+pub async fn values_expire_after_their_ttl(h: &CacheHarness) {
     let cache = cache(h).await;
     let set_at = Instant::now();
     cache
@@ -117,7 +115,7 @@ pub async fn values_expire_after_their_ttl(h: &dyn CacheHarness) {
 }
 
 /// Setting again replaces the value and starts its TTL again.
-pub async fn set_replaces_and_restarts_the_ttl(h: &dyn CacheHarness) {
+pub async fn set_replaces_and_restarts_the_ttl(h: &CacheHarness) {
     let cache = cache(h).await;
     cache
         .set("k", "first", Duration::from_millis(300))
@@ -132,7 +130,7 @@ pub async fn set_replaces_and_restarts_the_ttl(h: &dyn CacheHarness) {
 }
 
 /// The same key in another namespace, and another key, are other values.
-pub async fn keys_and_namespaces_are_separate(h: &dyn CacheHarness) {
+pub async fn keys_and_namespaces_are_separate(h: &CacheHarness) {
     let store = h.open().await;
     let a = Cache::with_namespace(Arc::clone(&store), fresh_namespace());
     let b = Cache::with_namespace(store, fresh_namespace());
@@ -149,7 +147,7 @@ pub async fn keys_and_namespaces_are_separate(h: &dyn CacheHarness) {
 
 /// A stored value that does not deserialize as the type asked for is `Internal`, not a
 /// panic, not a default and not a miss.
-pub async fn a_value_of_another_type_is_an_error(h: &dyn CacheHarness) {
+pub async fn a_value_of_another_type_is_an_error(h: &CacheHarness) {
     let cache = cache(h).await;
     cache.set("k", &profile("Ada"), MINUTE).await.unwrap();
     let err = cache.get::<Vec<u64>>("k").await.unwrap_err();
@@ -176,7 +174,7 @@ pub async fn a_value_of_another_type_is_an_error(h: &dyn CacheHarness) {
 }
 
 /// Unicode, escapes, large values and edge numbers survive the store byte for byte.
-pub async fn values_keep_every_byte(h: &dyn CacheHarness) {
+pub async fn values_keep_every_byte(h: &CacheHarness) {
     let cache = cache(h).await;
     let mut value = BTreeMap::new();
     value.insert(
@@ -203,7 +201,7 @@ pub async fn values_keep_every_byte(h: &dyn CacheHarness) {
 }
 
 /// N concurrent callers for one key: one fetch, every caller gets its value.
-pub async fn get_or_fetch_collapses_concurrent_fetches(h: &dyn CacheHarness) {
+pub async fn get_or_fetch_collapses_concurrent_fetches(h: &CacheHarness) {
     let cache = cache(h).await;
     let fetches = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -236,7 +234,7 @@ pub async fn get_or_fetch_collapses_concurrent_fetches(h: &dyn CacheHarness) {
 }
 
 /// A fetch that fails is that caller's error; the next caller fetches on its own.
-pub async fn a_failed_fetch_lets_the_next_caller_fetch(h: &dyn CacheHarness) {
+pub async fn a_failed_fetch_lets_the_next_caller_fetch(h: &CacheHarness) {
     let cache = cache(h).await;
     let first = cache
         .get_or_fetch("k", MINUTE, || async { Err::<u32, _>("source down") })
@@ -255,7 +253,7 @@ pub async fn a_failed_fetch_lets_the_next_caller_fetch(h: &dyn CacheHarness) {
 
 /// A store fault is `Unavailable` for get, set and delete; `get_or_fetch` counts it as a
 /// miss and returns the fetched value.
-pub async fn store_faults_are_unavailable_and_fetch_falls_back(h: &dyn CacheHarness) {
+pub async fn store_faults_are_unavailable_and_fetch_falls_back(h: &CacheHarness) {
     let store = Arc::new(FaultyCacheStore::new(h.open().await));
     let cache = Cache::with_namespace(store.clone(), fresh_namespace());
     cache.set("k", &1u32, MINUTE).await.unwrap();
@@ -282,7 +280,7 @@ pub async fn store_faults_are_unavailable_and_fetch_falls_back(h: &dyn CacheHarn
 }
 
 /// Invalid keys and TTLs are rejected without touching the store.
-pub async fn invalid_input_is_rejected_before_io(h: &dyn CacheHarness) {
+pub async fn invalid_input_is_rejected_before_io(h: &CacheHarness) {
     let store = Arc::new(FaultyCacheStore::new(h.open().await));
     let cache = Cache::with_namespace(store.clone(), fresh_namespace());
     for key in ["", "a\u{7}b"] {

@@ -1,7 +1,8 @@
 //! The rate-limit conformance rules: written once, run by every store that implements
 //! [`RateStore`].
 //!
-//! A store's test target implements [`LimitHarness`] and expands
+//! A store's test target implements [`Opens`] for its store (the
+//! [`LimitHarness`]) and expands
 //! [`rate_limit_conformance_tests!`](crate::rate_limit_conformance_tests)
 //! (`baton_core::rate_limit_conformance_tests!(my_harness())`), which generates one
 //! `#[tokio::test]` per rule. Each rule uses a fresh random namespace, so rules may share a
@@ -14,16 +15,13 @@ use async_trait::async_trait;
 use tokio::time::{Instant, sleep};
 
 use super::{Decision, LimitError, Quota, RateLimiter, RateStore};
-use crate::conformance::{Faulty, fresh_namespace, ms};
+use crate::conformance::{Faulty, Opens, fresh_namespace, ms};
 use crate::error::Result;
 use crate::key::StoreKey;
 
-/// What a store's test target provides to the rate-limit rules.
-#[async_trait]
-pub trait LimitHarness: Send + Sync + 'static {
-    /// The store under test. Every call within one harness sees the same data.
-    async fn open(&self) -> Arc<dyn RateStore>;
-}
+/// What a store's test target provides to the rate-limit rules: the store under test, as
+/// [`RateStore`].
+pub type LimitHarness = dyn Opens<dyn RateStore>;
 
 /// Generates one `#[tokio::test]` per rate-limit rule. `$harness` is an expression that
 /// evaluates to a future of a [`LimitHarness`]; it is evaluated once per test.
@@ -44,7 +42,7 @@ macro_rules! rate_limit_conformance_tests {
     };
 }
 
-async fn limiter(h: &dyn LimitHarness) -> RateLimiter {
+async fn limiter(h: &LimitHarness) -> RateLimiter {
     limiter_on(h.open().await)
 }
 
@@ -67,7 +65,7 @@ async fn take(limiter: &RateLimiter, key: &str, n: u32, max: u32, window: Durati
 
 /// `max` single units are admitted with `remaining` counting down; the next is denied with a
 /// `retry_after` inside the window.
-pub async fn admits_up_to_max_then_denies(h: &dyn LimitHarness) {
+pub async fn admits_up_to_max_then_denies(h: &LimitHarness) {
     let limiter = limiter(h).await;
     let window = Duration::from_secs(30);
     for left in (0..5).rev() {
@@ -88,7 +86,7 @@ pub async fn admits_up_to_max_then_denies(h: &dyn LimitHarness) {
 }
 
 /// A request of `n` units takes `n` units, and is denied whole when they do not all fit.
-pub async fn costs_count_units(h: &dyn LimitHarness) {
+pub async fn costs_count_units(h: &LimitHarness) {
     let limiter = limiter(h).await;
     let window = Duration::from_secs(30);
     let d = take(&limiter, "k", 7, 10, window).await;
@@ -100,7 +98,7 @@ pub async fn costs_count_units(h: &dyn LimitHarness) {
 }
 
 /// Waiting `retry_after` after a denial is enough for the units to fit.
-pub async fn retry_after_is_honoured(h: &dyn LimitHarness) {
+pub async fn retry_after_is_honoured(h: &LimitHarness) {
     let limiter = limiter(h).await;
     let window = ms(400);
     assert!(take(&limiter, "k", 3, 3, window).await.allowed);
@@ -114,7 +112,7 @@ pub async fn retry_after_is_honoured(h: &dyn LimitHarness) {
 
 /// A full burst blocks the key for the whole window: the log does not refill gradually
 /// (GCRA would admit again after `window / max`), so there is no second burst at the edge.
-pub async fn no_burst_at_window_edges(h: &dyn LimitHarness) {
+pub async fn no_burst_at_window_edges(h: &LimitHarness) {
     let limiter = limiter(h).await;
     let window = Duration::from_secs(2);
     let started = Instant::now();
@@ -132,7 +130,7 @@ pub async fn no_burst_at_window_edges(h: &dyn LimitHarness) {
 }
 
 /// Keys, and the same key in another namespace, have separate budgets.
-pub async fn keys_and_namespaces_are_separate(h: &dyn LimitHarness) {
+pub async fn keys_and_namespaces_are_separate(h: &LimitHarness) {
     let store = h.open().await;
     let a = limiter_on(Arc::clone(&store));
     let b = limiter_on(store);
@@ -169,7 +167,7 @@ fn most_in_one_window(seen: &[Seen], window: Duration) -> u32 {
 }
 
 /// 64 tasks hammering one key never get more than `max` units admitted in any window.
-pub async fn never_over_admits_under_concurrency(h: &dyn LimitHarness) {
+pub async fn never_over_admits_under_concurrency(h: &LimitHarness) {
     let limiter = limiter(h).await;
     let (max, window) = (12, Duration::from_secs(1));
     let run_for = Duration::from_secs(3);
@@ -230,7 +228,7 @@ pub async fn never_over_admits_under_concurrency(h: &dyn LimitHarness) {
 }
 
 /// `acquire` sleeps until the units fit, then takes them.
-pub async fn acquire_waits_until_admitted(h: &dyn LimitHarness) {
+pub async fn acquire_waits_until_admitted(h: &LimitHarness) {
     let limiter = limiter(h).await;
     let window = ms(300);
     let started = Instant::now();
@@ -264,7 +262,7 @@ pub async fn acquire_waits_until_admitted(h: &dyn LimitHarness) {
 }
 
 /// "Never" (a cost above `max`) and invalid input are answered without touching the store.
-pub async fn never_and_invalid_input_are_rejected_before_io(h: &dyn LimitHarness) {
+pub async fn never_and_invalid_input_are_rejected_before_io(h: &LimitHarness) {
     let store = Arc::new(FaultyRateStore::new(h.open().await));
     let limiter = limiter_on(store.clone());
     let second = Duration::from_secs(1);
@@ -304,7 +302,7 @@ pub async fn never_and_invalid_input_are_rejected_before_io(h: &dyn LimitHarness
 }
 
 /// A store fault is `Unavailable` and admits nothing; the budget is whole afterwards.
-pub async fn store_faults_fail_closed(h: &dyn LimitHarness) {
+pub async fn store_faults_fail_closed(h: &LimitHarness) {
     let store = Arc::new(FaultyRateStore::new(h.open().await));
     let limiter = limiter_on(store.clone());
     let window = Duration::from_secs(30);

@@ -1,6 +1,7 @@
 //! The claimable-work conformance rules: written once, run by every store's test target.
 //!
-//! A store's test target implements [`WorkHarness`] and expands
+//! A store's test target implements [`Opens`] for its store (the
+//! [`WorkHarness`]) and expands
 //! [`work_conformance_tests!`](crate::work_conformance_tests)
 //! (`baton_core::work_conformance_tests!(my_harness())`), which generates one
 //! `#[tokio::test]` per rule. Each rule uses a fresh random namespace, so rules may share a
@@ -25,7 +26,7 @@ use async_trait::async_trait;
 use tokio::sync::Barrier;
 use tokio::time::sleep;
 
-use crate::conformance::{Faulty, eventually, fresh_namespace, ms};
+use crate::conformance::{Faulty, Opens, eventually, fresh_namespace, ms};
 use crate::error::{ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::{Key, KeyKind, Namespace, StoreKey};
@@ -45,14 +46,11 @@ use super::store::{
 };
 use crate::work::store::NewSchedule;
 
-/// What a store's test target provides to the rules.
-#[async_trait]
-pub trait WorkHarness: Send + Sync + 'static {
-    /// The store under test. Every call answers a store over the same data; a store with
-    /// connections should open new ones on every call, as another replica would, because the
-    /// multi-replica rules call it once per replica.
-    async fn open(&self) -> Arc<dyn WorkStore>;
-}
+/// What a store's test target provides to the claimable-work rules: the store under test, as
+/// [`WorkStore`]. Every call answers a store over the same data; a store with connections
+/// should open new ones on every call, as another replica would, because the multi-replica
+/// rules call it once per replica.
+pub type WorkHarness = dyn Opens<dyn WorkStore>;
 
 /// Generates one `#[tokio::test]` per claimable-work rule. `$harness` is an expression that
 /// evaluates to a future of a [`WorkHarness`]; it is evaluated once per test.
@@ -219,7 +217,7 @@ async fn stats_of(store: &dyn QueueStore, key: &StoreKey) -> Option<QueueStats> 
 
 /// Enqueued items get increasing ids and come back from a claim exactly as they went in:
 /// payload, attempt 1, `max_attempts`, de-duplication id, no error yet.
-pub async fn enqueue_adds_items_with_increasing_ids(h: &dyn WorkHarness) {
+pub async fn enqueue_adds_items_with_increasing_ids(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -262,7 +260,7 @@ pub async fn enqueue_adds_items_with_increasing_ids(h: &dyn WorkHarness) {
 
 /// Inside the window, an item with a known de-duplication id is not added: the answer names
 /// the first item, also after that item completed, and nothing changes.
-pub async fn dedup_inside_the_window_is_a_noop_naming_the_first(h: &dyn WorkHarness) {
+pub async fn dedup_inside_the_window_is_a_noop_naming_the_first(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -303,7 +301,7 @@ pub async fn dedup_inside_the_window_is_a_noop_naming_the_first(h: &dyn WorkHarn
 }
 
 /// Once the first item's window has passed, the same de-duplication id adds a new item.
-pub async fn dedup_after_the_window_adds(h: &dyn WorkHarness) {
+pub async fn dedup_after_the_window_adds(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -338,7 +336,7 @@ pub async fn dedup_after_the_window_adds(h: &dyn WorkHarness) {
 }
 
 /// Duplicates inside one batch are answered like duplicates across batches.
-pub async fn duplicates_within_one_batch(h: &dyn WorkHarness) {
+pub async fn duplicates_within_one_batch(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -372,7 +370,7 @@ pub async fn duplicates_within_one_batch(h: &dyn WorkHarness) {
 
 /// A claim takes at most `batch` items, oldest `run_at` first, then lowest id; an empty
 /// queue answers nothing.
-pub async fn claim_takes_the_oldest_first_up_to_the_batch(h: &dyn WorkHarness) {
+pub async fn claim_takes_the_oldest_first_up_to_the_batch(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -421,7 +419,7 @@ pub async fn claim_takes_the_oldest_first_up_to_the_batch(h: &dyn WorkHarness) {
 
 /// An item waiting for its `run_at` is not claimable until then; other queues' items never
 /// are.
-pub async fn claim_skips_items_not_yet_due(h: &dyn WorkHarness) {
+pub async fn claim_skips_items_not_yet_due(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -463,7 +461,7 @@ pub async fn claim_skips_items_not_yet_due(h: &dyn WorkHarness) {
 }
 
 /// 32 concurrent claimers over four connections: every item is claimed exactly once.
-pub async fn concurrent_claimers_never_share_an_item(h: &dyn WorkHarness) {
+pub async fn concurrent_claimers_never_share_an_item(h: &WorkHarness) {
     const ITEMS: usize = 400;
     const CLAIMERS: usize = 32;
     let ns = fresh_namespace();
@@ -515,7 +513,7 @@ pub async fn concurrent_claimers_never_share_an_item(h: &dyn WorkHarness) {
 
 /// Complete, fail, extend and release act only with the claim's token; with any other
 /// token they answer `NotOwner` (`Renewal::NotHeld` for extend) and change nothing.
-pub async fn settling_requires_the_token(h: &dyn WorkHarness) {
+pub async fn settling_requires_the_token(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -594,7 +592,7 @@ pub async fn settling_requires_the_token(h: &dyn WorkHarness) {
 
 /// A claimer whose lapsed item was claimed again (a zombie) gets `NotOwner` for every
 /// settle, and changes nothing: the new claimer still owns the item.
-pub async fn zombie_after_a_reclaim_is_not_owner(h: &dyn WorkHarness) {
+pub async fn zombie_after_a_reclaim_is_not_owner(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -652,7 +650,7 @@ pub async fn zombie_after_a_reclaim_is_not_owner(h: &dyn WorkHarness) {
 
 /// Ownership ends at the next claim, not when the lease lapses: the last claimer may still
 /// complete, fail, extend or release while nobody claimed the item since.
-pub async fn late_settle_without_a_reclaim_is_accepted(h: &dyn WorkHarness) {
+pub async fn late_settle_without_a_reclaim_is_accepted(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -686,7 +684,7 @@ pub async fn late_settle_without_a_reclaim_is_accepted(h: &dyn WorkHarness) {
 }
 
 /// A lapsed lease makes the item claimable again, as the next attempt.
-pub async fn lapsed_lease_returns_the_item(h: &dyn WorkHarness) {
+pub async fn lapsed_lease_returns_the_item(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -712,7 +710,7 @@ pub async fn lapsed_lease_returns_the_item(h: &dyn WorkHarness) {
 
 /// `extend` sets `locked_until = now + lease`: it keeps a claimed item from others, and
 /// can shorten a lease as well as lengthen it.
-pub async fn extend_restarts_the_lease(h: &dyn WorkHarness) {
+pub async fn extend_restarts_the_lease(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -746,7 +744,7 @@ pub async fn extend_restarts_the_lease(h: &dyn WorkHarness) {
 
 /// `fail` with a retry makes the item ready again after the backoff, with the error kept;
 /// with zero backoff it is claimable at once.
-pub async fn fail_with_retry_makes_the_item_ready_after_the_backoff(h: &dyn WorkHarness) {
+pub async fn fail_with_retry_makes_the_item_ready_after_the_backoff(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -812,7 +810,7 @@ pub async fn fail_with_retry_makes_the_item_ready_after_the_backoff(h: &dyn Work
 }
 
 /// `fail` with a dead letter keeps the item, never claimed again, listed with its error.
-pub async fn fail_with_dead_letter_keeps_the_item_unclaimable(h: &dyn WorkHarness) {
+pub async fn fail_with_dead_letter_keeps_the_item_unclaimable(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -859,7 +857,7 @@ pub async fn fail_with_dead_letter_keeps_the_item_unclaimable(h: &dyn WorkHarnes
 }
 
 /// `release` returns the item at once and does not count the attempt.
-pub async fn release_is_not_an_attempt(h: &dyn WorkHarness) {
+pub async fn release_is_not_an_attempt(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -880,7 +878,7 @@ pub async fn release_is_not_an_attempt(h: &dyn WorkHarness) {
 
 /// Stats count each state of each queue under a prefix, ordered by key; queues without
 /// items are not listed.
-pub async fn stats_count_every_state(h: &dyn WorkHarness) {
+pub async fn stats_count_every_state(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "s1");
@@ -955,7 +953,7 @@ pub async fn stats_count_every_state(h: &dyn WorkHarness) {
 }
 
 /// Dead letters are listed oldest first, at most `limit`, only for their queue.
-pub async fn dead_letters_oldest_first_up_to_the_limit(h: &dyn WorkHarness) {
+pub async fn dead_letters_oldest_first_up_to_the_limit(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let key = queue_key(&ns, "jobs");
@@ -993,7 +991,7 @@ pub async fn dead_letters_oldest_first_up_to_the_limit(h: &dyn WorkHarness) {
 
 /// Register inserts a row; with the same spec it changes nothing; with another spec it
 /// replaces spec and due time. Rows are read back one by one and by prefix, and removed.
-pub async fn schedule_register_inserts_or_replaces_the_spec(h: &dyn WorkHarness) {
+pub async fn schedule_register_inserts_or_replaces_the_spec(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let name = schedule_key(&ns, "nightly");
@@ -1054,7 +1052,7 @@ pub async fn schedule_register_inserts_or_replaces_the_spec(h: &dyn WorkHarness)
 
 /// Of many concurrent advances of one due tick, over several connections, exactly one
 /// claims it; the row then names the next tick, one more run and the winner.
-pub async fn schedule_advance_exactly_one_of_many(h: &dyn WorkHarness) {
+pub async fn schedule_advance_exactly_one_of_many(h: &WorkHarness) {
     let ns = fresh_namespace();
     let stores = [
         h.open().await,
@@ -1128,7 +1126,7 @@ pub async fn schedule_advance_exactly_one_of_many(h: &dyn WorkHarness) {
 
 /// An advance of a tick that is not due yet on the store's clock, or that the row has moved
 /// past, or of a row that does not exist, is `Lost` and changes nothing.
-pub async fn schedule_advance_not_due_or_moved_is_lost(h: &dyn WorkHarness) {
+pub async fn schedule_advance_not_due_or_moved_is_lost(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let name = schedule_key(&ns, "tick");
@@ -1184,7 +1182,7 @@ pub async fn schedule_advance_not_due_or_moved_is_lost(h: &dyn WorkHarness) {
 
 /// `now_ms` is the wall clock in unix milliseconds (the store runs on this machine in the
 /// rules, so it agrees with ours within a minute) and does not go back between calls.
-pub async fn schedule_now_is_the_wall_clock(h: &dyn WorkHarness) {
+pub async fn schedule_now_is_the_wall_clock(h: &WorkHarness) {
     let store = h.open().await;
     let ours = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1229,7 +1227,7 @@ async fn record(store: &dyn MigrationStore, set: &StoreKey, name: &str) -> Migra
 /// back, or pending with a lapsed lease → taken over (attempt + 1, the previous state
 /// named). A writer's own pending claim: see
 /// [`migration_reclaim_by_its_own_writer_takes_it_over`].
-pub async fn migration_claim_is_a_compare_and_set(h: &dyn WorkHarness) {
+pub async fn migration_claim_is_a_compare_and_set(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let set = migration_key(&ns, "app");
@@ -1325,7 +1323,7 @@ pub async fn migration_claim_is_a_compare_and_set(h: &dyn WorkHarness) {
 
 /// Of many concurrent claims of an absent record, over several connections, exactly one
 /// wins.
-pub async fn migration_claim_exactly_one_of_many(h: &dyn WorkHarness) {
+pub async fn migration_claim_exactly_one_of_many(h: &WorkHarness) {
     let ns = fresh_namespace();
     let stores = [
         h.open().await,
@@ -1366,7 +1364,7 @@ pub async fn migration_claim_exactly_one_of_many(h: &dyn WorkHarness) {
 /// claim, as a migration run retrying after a store fault does, and must not wait out its
 /// own lease. Another writer's live claim stays busy for it, and other writers still find
 /// the record busy.
-pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &dyn WorkHarness) {
+pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let set = migration_key(&ns, "app");
@@ -1451,7 +1449,7 @@ pub async fn migration_reclaim_by_its_own_writer_takes_it_over(h: &dyn WorkHarne
 
 /// Heartbeat and finish act only on a pending record owned by the writer; a zombie whose
 /// record was taken over changes nothing.
-pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn WorkHarness) {
+pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let set = migration_key(&ns, "app");
@@ -1564,7 +1562,7 @@ pub async fn migration_heartbeat_and_finish_are_scoped_to_the_writer(h: &dyn Wor
 
 /// Ownership of a record ends at a takeover, not when the lease lapses: a writer whose
 /// lease lapsed may still finish while nobody took over.
-pub async fn migration_late_finish_without_a_takeover_is_accepted(h: &dyn WorkHarness) {
+pub async fn migration_late_finish_without_a_takeover_is_accepted(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let set = migration_key(&ns, "app");
@@ -1590,7 +1588,7 @@ pub async fn migration_late_finish_without_a_takeover_is_accepted(h: &dyn WorkHa
 
 /// A store fault is an `Unavailable` error from every atom: never an empty claim, a
 /// duplicate, `NotOwner` or `Lost`.
-pub async fn store_faults_are_errors_not_answers(h: &dyn WorkHarness) {
+pub async fn store_faults_are_errors_not_answers(h: &WorkHarness) {
     let ns = fresh_namespace();
     let faulty = Arc::new(FaultyWorkStore::new(h.open().await));
     let store: &dyn WorkStore = &*faulty;

@@ -59,7 +59,7 @@ async fn claim_now(queue: &Queue) -> Item {
 
 /// Through [`Queue`]: enqueue answers added or duplicate, `enqueue_many` answers in order,
 /// and claimed [`Item`]s carry what was enqueued.
-pub async fn queue_enqueue_and_claim(h: &dyn WorkHarness) {
+pub async fn queue_enqueue_and_claim(h: &WorkHarness) {
     let ns = fresh_namespace();
     let q = queue(h.open().await, &ns, "emails");
     let first = q
@@ -105,7 +105,7 @@ pub async fn queue_enqueue_and_claim(h: &dyn WorkHarness) {
 
 /// A failed attempt is retried after the backoff with its error kept, and the last
 /// attempt's failure dead-letters the item; `dead_letter` does so at once.
-pub async fn queue_retries_with_backoff_then_dead_letters(h: &dyn WorkHarness) {
+pub async fn queue_retries_with_backoff_then_dead_letters(h: &WorkHarness) {
     let ns = fresh_namespace();
     let q = queue(h.open().await, &ns, "jobs")
         .with_options(
@@ -157,7 +157,7 @@ pub async fn queue_retries_with_backoff_then_dead_letters(h: &dyn WorkHarness) {
 
 /// A claimer whose item was claimed again after its lease lapsed gets `NotOwner` from every
 /// call, and the new claimer is untouched.
-pub async fn queue_zombie_gets_not_owner(h: &dyn WorkHarness) {
+pub async fn queue_zombie_gets_not_owner(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let short = queue(store.clone(), &ns, "jobs")
@@ -201,7 +201,7 @@ pub async fn queue_zombie_gets_not_owner(h: &dyn WorkHarness) {
 
 /// An item whose every lease lapsed without a result (its handler crashes its process) is
 /// dead-lettered by the claim that finds it past its last attempt, not handed out again.
-pub async fn queue_dead_letters_items_whose_leases_keep_lapsing(h: &dyn WorkHarness) {
+pub async fn queue_dead_letters_items_whose_leases_keep_lapsing(h: &WorkHarness) {
     let ns = fresh_namespace();
     let q = queue(h.open().await, &ns, "jobs")
         .with_options(QueueOptions::new().lease(ms(30)).max_attempts(2))
@@ -229,7 +229,7 @@ pub async fn queue_dead_letters_items_whose_leases_keep_lapsing(h: &dyn WorkHarn
 /// `exit_when_empty` returns while a failed item waits out its retry backoff;
 /// `exit_when_settled` returns only once that item was retried and settled. Setting both is
 /// invalid input.
-pub async fn worker_drains_until_settled(h: &dyn WorkHarness) {
+pub async fn worker_drains_until_settled(h: &WorkHarness) {
     let ns = fresh_namespace();
     let q = queue(h.open().await, &ns, "settling")
         .with_options(
@@ -313,7 +313,7 @@ pub async fn worker_drains_until_settled(h: &dyn WorkHarness) {
 /// A [`Worker`] completes what its handler answers `Ok` for, retries what it fails (and
 /// what panics), and dead-letters after the last attempt; with `exit_when_empty` it returns
 /// once the queue is drained.
-pub async fn worker_settles_by_the_handler_answer(h: &dyn WorkHarness) {
+pub async fn worker_settles_by_the_handler_answer(h: &WorkHarness) {
     let ns = fresh_namespace();
     let q = queue(h.open().await, &ns, "jobs")
         .with_options(
@@ -389,7 +389,7 @@ pub async fn worker_settles_by_the_handler_answer(h: &dyn WorkHarness) {
 
 /// While a handler runs longer than the lease, the worker keeps extending it: nobody else
 /// can claim the item, and it completes on its first attempt.
-pub async fn worker_extends_leases_while_handlers_run(h: &dyn WorkHarness) {
+pub async fn worker_extends_leases_while_handlers_run(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let q = queue(store.clone(), &ns, "slow")
@@ -492,7 +492,7 @@ impl QueueStore for ExtendFails {
 /// When no extension lands before the lease runs out and another claim takes the item, the
 /// worker fires the job's `lost` signal, discards the handler's result (`NotOwner`), and
 /// counts the item as lost; the new claimer owns it undisturbed.
-pub async fn worker_discards_the_result_of_a_lost_item(h: &dyn WorkHarness) {
+pub async fn worker_discards_the_result_of_a_lost_item(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let q = Queue::with_namespace(Arc::new(ExtendFails(store.clone())), ns.clone(), "jobs")
@@ -543,7 +543,7 @@ pub async fn worker_discards_the_result_of_a_lost_item(h: &dyn WorkHarness) {
 /// At shutdown a worker stops claiming, lets handlers in flight finish within the grace,
 /// then aborts the rest and releases their items (claimable at once, the attempt not
 /// counted).
-pub async fn worker_shuts_down_gracefully(h: &dyn WorkHarness) {
+pub async fn worker_shuts_down_gracefully(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let q = queue(store.clone(), &ns, "jobs");
@@ -623,7 +623,7 @@ pub async fn worker_shuts_down_gracefully(h: &dyn WorkHarness) {
 }
 
 /// Bad input is rejected with `InvalidInput` naming the problem, before any I/O.
-pub async fn invalid_input_is_rejected_before_io(h: &dyn WorkHarness) {
+pub async fn invalid_input_is_rejected_before_io(h: &WorkHarness) {
     let ns = fresh_namespace();
     let faulty = Arc::new(FaultyWorkStore::new(h.open().await));
     let store: Arc<dyn WorkStore> = faulty.clone();
@@ -769,7 +769,7 @@ pub async fn invalid_input_is_rejected_before_io(h: &dyn WorkHarness) {
 /// Through the policy layer too, a store fault is an `Unavailable` error: never an empty
 /// claim, a duplicate, `NotOwner` or a lost tick; what was claimed before still settles
 /// once the store is back.
-pub async fn policy_store_faults_are_errors(h: &dyn WorkHarness) {
+pub async fn policy_store_faults_are_errors(h: &WorkHarness) {
     let ns = fresh_namespace();
     let faulty = Arc::new(FaultyWorkStore::new(h.open().await));
     let store: Arc<dyn WorkStore> = faulty.clone();
@@ -848,17 +848,17 @@ pub async fn policy_store_faults_are_errors(h: &dyn WorkHarness) {
 
 /// Ticks missed while no scheduler ran: `Skip` moves past them without running, counting
 /// them; the row's next tick is in the future.
-pub async fn scheduler_skips_missed_ticks(h: &dyn WorkHarness) {
+pub async fn scheduler_skips_missed_ticks(h: &WorkHarness) {
     missed_ticks(h, Missed::Skip).await;
 }
 
 /// Ticks missed while no scheduler ran: `CatchUpOnce` runs once, for the oldest missed
 /// tick, told how many later ticks it stands for.
-pub async fn scheduler_catches_up_once(h: &dyn WorkHarness) {
+pub async fn scheduler_catches_up_once(h: &WorkHarness) {
     missed_ticks(h, Missed::CatchUpOnce).await;
 }
 
-async fn missed_ticks(h: &dyn WorkHarness, policy: Missed) {
+async fn missed_ticks(h: &WorkHarness, policy: Missed) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let name = schedule_key(&ns, "minutely");
@@ -927,7 +927,7 @@ async fn missed_ticks(h: &dyn WorkHarness, policy: Missed) {
 }
 
 /// `list` shows every schedule of the namespace as stored; `remove` deletes one.
-pub async fn scheduler_lists_and_removes_schedules(h: &dyn WorkHarness) {
+pub async fn scheduler_lists_and_removes_schedules(h: &WorkHarness) {
     let ns = fresh_namespace();
     let store = h.open().await;
     let holder = Holder::new("replica-a").unwrap();
@@ -990,7 +990,7 @@ async fn invalid_twice(scheduler: &Scheduler) {
 
 /// A fan-out enqueues one item per record in chunks, and a second scan of the same records
 /// adds only the new ones.
-pub async fn fan_out_reports_added_and_duplicates(h: &dyn WorkHarness) {
+pub async fn fan_out_reports_added_and_duplicates(h: &WorkHarness) {
     let ns = fresh_namespace();
     let q = queue(h.open().await, &ns, "per-record");
     let records = |range: std::ops::Range<u32>| {

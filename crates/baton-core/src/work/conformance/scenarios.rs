@@ -34,7 +34,7 @@ use super::{PATIENCE, WorkHarness, migration_key, record, schedule_key};
 /// and run for at least eight ticks: every tick runs exactly once — no tick twice, and
 /// every tick between the first and the last either ran or was reported missed by the run
 /// after it.
-pub async fn four_schedulers_run_every_tick_exactly_once(h: &dyn WorkHarness) {
+pub async fn four_schedulers_run_every_tick_exactly_once(h: &WorkHarness) {
     let ns = fresh_namespace();
     let ticks = Arc::new(Mutex::new(Vec::<(usize, Tick)>::new()));
     let shutdown = CancellationToken::new();
@@ -105,7 +105,7 @@ pub async fn four_schedulers_run_every_tick_exactly_once(h: &dyn WorkHarness) {
 /// The cron-tickle fan-out: two replicas enqueue the same scan of 10,000 records at once (a
 /// tick that ran twice) while three workers on three replicas process the queue; every
 /// record is enqueued once and processed exactly once, and a later scan adds nothing.
-pub async fn fan_out_to_three_replicas_processes_each_record_once(h: &dyn WorkHarness) {
+pub async fn fan_out_to_three_replicas_processes_each_record_once(h: &WorkHarness) {
     const RECORDS: usize = 10_000;
     let ns = fresh_namespace();
     let processed = Arc::new(Mutex::new(HashMap::<Vec<u8>, u32>::new()));
@@ -209,7 +209,7 @@ fn wait() -> WaitForConvergence {
 
 /// Two coordinators boot at once: every migration runs exactly once, in order; one of them
 /// ran them, the other waited; a later run finds them all completed.
-pub async fn migrations_run_once_in_order(h: &dyn WorkHarness) {
+pub async fn migrations_run_once_in_order(h: &WorkHarness) {
     let ns = fresh_namespace();
     let locks = Arc::new(MemoryStore::new());
     let calls = Arc::new(Mutex::new(Vec::new()));
@@ -275,7 +275,7 @@ fn failing(name: &str, down: Option<bool>, downs: &Arc<AtomicUsize>) -> Migratio
 /// A failed `up()` runs `down()` and records `rolled_back` (or `failed` when `down()` fails
 /// or is missing); the walk stops there; the next run retries it; a waiting loser reports
 /// the failure without running anything.
-pub async fn migration_failure_rolls_back_and_stops_the_walk(h: &dyn WorkHarness) {
+pub async fn migration_failure_rolls_back_and_stops_the_walk(h: &WorkHarness) {
     let ns = fresh_namespace();
     let locks = Arc::new(MemoryStore::new());
     let calls = Arc::new(Mutex::new(Vec::new()));
@@ -397,7 +397,7 @@ pub async fn migration_failure_rolls_back_and_stops_the_walk(h: &dyn WorkHarness
 /// A runner killed in the middle of `up()` (its task aborted, so its heartbeat stops)
 /// leaves the migration pending; a second coordinator takes it over once the lease lapses
 /// and completes the set; the killed writer's late finish is refused (`NotOwner`).
-pub async fn migration_runner_killed_mid_up_is_taken_over(h: &dyn WorkHarness) {
+pub async fn migration_runner_killed_mid_up_is_taken_over(h: &WorkHarness) {
     let ns = fresh_namespace();
     let locks = Arc::new(MemoryStore::new());
     let calls = Arc::new(Mutex::new(Vec::new()));
@@ -473,7 +473,7 @@ pub async fn migration_runner_killed_mid_up_is_taken_over(h: &dyn WorkHarness) {
 /// While another replica migrates: `ReturnContended` answers at once with the lock's
 /// holder; `WaitForConvergence` gives up with `Timeout` after its timeout, or — given
 /// enough — returns `Completed` once the other replica is done, having run nothing.
-pub async fn migration_loser_policies(h: &dyn WorkHarness) {
+pub async fn migration_loser_policies(h: &WorkHarness) {
     let ns = fresh_namespace();
     let locks = Arc::new(MemoryStore::new());
     let gate = CancellationToken::new();
