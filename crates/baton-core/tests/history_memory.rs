@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Fence, Holder, Locks, MemoryStore, Result, StoreKey, Ttl};
+use baton_testkit::LockWorkload;
 use baton_testkit::check::{self, Rule};
-use baton_testkit::{FencedRegister, LockWorkload, Recorder, WorkloadReport};
 
 const CONTENDERS: u32 = 8;
 const ROUNDS: u32 = 25;
@@ -17,41 +17,17 @@ fn locks() -> Locks {
     Locks::new(Arc::new(MemoryStore::new()))
 }
 
-/// Runs `workload` over `locks`, recorded, its holders writing to an in-memory register.
-async fn run(
-    locks: &Locks,
-    workload: LockWorkload,
-) -> (WorkloadReport, Recorder, Arc<FencedRegister>) {
-    let recorder = Recorder::for_this_process();
-    let register = Arc::new(FencedRegister::in_memory("counter"));
-    let report = workload.run(locks, &recorder, &register).await;
-    (report, recorder, register)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_contenders_on_one_key_keep_every_rule() {
-    let (report, recorder, register) = run(
-        &locks(),
-        LockWorkload::new("history")
-            .contenders(CONTENDERS, 0)
-            .rounds(ROUNDS),
-    )
-    .await;
-
-    report.assert_no_errors();
-    let history = recorder.history();
-    LockWorkload::assert_every_rule(&history, &register);
+    let (report, recorder, register) = LockWorkload::new("history")
+        .contenders(CONTENDERS, 0)
+        .rounds(ROUNDS)
+        .run_recorded(&locks())
+        .await;
 
     let wanted = u64::from(CONTENDERS * ROUNDS);
-    assert_eq!(report.grants, wanted, "{report:?}");
-    assert_eq!(history.grants().len() as u64, wanted);
-    assert_eq!(report.released, wanted, "{report:?}");
-    assert_eq!(
-        register.read(),
-        wanted,
-        "every holder's increment landed once"
-    );
-    assert_eq!(register.state().rejected, 0);
+    report.assert_every_round_held(wanted);
+    LockWorkload::assert_every_grant_landed(&recorder.history(), &register, wanted);
 }
 
 /// Holders that overstay their TTL (as a paused process would) lose the lock to the next
@@ -59,15 +35,13 @@ async fn eight_contenders_on_one_key_keep_every_rule() {
 /// fence, and their late writes are rejected by the register rather than accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holders_that_overstay_their_ttl_are_fenced_off() {
-    let (report, recorder, _) = run(
-        &locks(),
-        LockWorkload::new("overstay")
-            .contenders(CONTENDERS, 0)
-            .rounds(6)
-            .ttl(Duration::from_millis(40))
-            .overstay(3, Duration::from_millis(80)),
-    )
-    .await;
+    let (report, recorder, _) = LockWorkload::new("overstay")
+        .contenders(CONTENDERS, 0)
+        .rounds(6)
+        .ttl(Duration::from_millis(40))
+        .overstay(3, Duration::from_millis(80))
+        .run_recorded(&locks())
+        .await;
 
     report.assert_no_errors();
     check::assert_clean(&check::all(&recorder.history()));
@@ -117,14 +91,12 @@ impl LeaseStore for GrantsEveryone {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checkers_catch_a_store_that_grants_everyone() {
-    let (report, recorder, _) = run(
-        &Locks::new(Arc::new(GrantsEveryone::default())),
-        LockWorkload::new("broken")
-            .contenders(CONTENDERS, 0)
-            .rounds(3)
-            .hold(Duration::from_millis(20), Duration::from_millis(1)),
-    )
-    .await;
+    let (report, recorder, _) = LockWorkload::new("broken")
+        .contenders(CONTENDERS, 0)
+        .rounds(3)
+        .hold(Duration::from_millis(20), Duration::from_millis(1))
+        .run_recorded(&Locks::new(Arc::new(GrantsEveryone::default())))
+        .await;
     assert_eq!(report.grants, u64::from(CONTENDERS * 3));
 
     let rules: Vec<Rule> = check::all(&recorder.history())

@@ -203,18 +203,12 @@ fn sentinel_contender_process() {
     if process::role().is_none() {
         return;
     }
-    let url = std::env::var("SENTINEL_URL").expect("SENTINEL_URL is set");
-    let dir = PathBuf::from(std::env::var_os("HISTORY_DIR").expect("HISTORY_DIR is set"));
-    let index: u32 = std::env::var("HISTORY_PROCESS")
-        .expect("HISTORY_PROCESS is set")
+    let url = process::parent_env("SENTINEL_URL");
+    let dir = PathBuf::from(process::parent_env("HISTORY_DIR"));
+    let index: u32 = process::parent_env("HISTORY_PROCESS")
         .parse()
         .expect("HISTORY_PROCESS is a number");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    process::child_runtime().block_on(async {
         let store = RedisStore::connect(&url)
             .await
             .unwrap_or_else(|e| panic!("open {url}: {e}"));

@@ -41,9 +41,7 @@ async fn run_on_a_fresh_file(
 ) -> (WorkloadReport, Recorder, Arc<FencedRegister>) {
     let dir = tempfile::tempdir().unwrap();
     let locks = open_locks(&dir.path().join("baton.db")).await;
-    let recorder = Recorder::for_this_process();
-    let register = Arc::new(FencedRegister::in_memory("counter"));
-    let report = workload.run(&locks, &recorder, &register).await;
+    let (report, recorder, register) = workload.run_recorded(&locks).await;
     report.assert_no_errors();
     (report, recorder, register)
 }
@@ -56,18 +54,9 @@ async fn eight_contenders_in_one_process_keep_every_rule() {
             .rounds(ROUNDS),
     )
     .await;
-    let history = recorder.history();
-    LockWorkload::assert_every_rule(&history, &register);
-
     let wanted = u64::from(CONTENDERS * ROUNDS);
-    assert_eq!(report.grants, wanted, "{report:?}");
-    assert_eq!(report.released, wanted, "{report:?}");
-    assert_eq!(
-        register.read(),
-        wanted,
-        "every holder's increment landed once"
-    );
-    assert_eq!(register.state().rejected, 0);
+    report.assert_every_round_held(wanted);
+    LockWorkload::assert_every_grant_landed(&recorder.history(), &register, wanted);
 }
 
 /// Holders that overstay their TTL lose the lock to the next contender; their believed
@@ -127,16 +116,9 @@ fn contenders_in_four_processes_on_one_file_keep_every_rule() {
             .map(|i| History::read_jsonl(history_file(dir.path(), i)).expect("a child's history")),
     );
     let register = FencedRegister::file("counter", dir.path().join("register.json"));
-    LockWorkload::assert_every_rule(&history, &register);
-
     let wanted = u64::from(PROCESSES * PER_PROCESS * ROUNDS);
+    LockWorkload::assert_every_grant_landed(&history, &register, wanted);
     let grants = history.grants();
-    assert_eq!(grants.len() as u64, wanted);
-    assert_eq!(
-        register.read(),
-        wanted,
-        "every holder's increment landed once"
-    );
     let processes: std::collections::HashSet<u32> = grants.iter().map(|g| g.process).collect();
     assert_eq!(
         processes.len(),
@@ -151,17 +133,11 @@ fn sqlite_contender_process() {
     if process::role().is_none() {
         return;
     }
-    let dir = PathBuf::from(std::env::var_os("HISTORY_DIR").expect("HISTORY_DIR is set"));
-    let index: u32 = std::env::var("HISTORY_PROCESS")
-        .expect("HISTORY_PROCESS is set")
+    let dir = PathBuf::from(process::parent_env("HISTORY_DIR"));
+    let index: u32 = process::parent_env("HISTORY_PROCESS")
         .parse()
         .expect("HISTORY_PROCESS is a number");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    process::child_runtime().block_on(async {
         let locks = open_locks(&dir.join("baton.db")).await;
         let recorder = Recorder::for_this_process();
         let register = Arc::new(FencedRegister::file("counter", dir.join("register.json")));

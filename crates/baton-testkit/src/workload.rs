@@ -62,6 +62,17 @@ impl WorkloadReport {
         assert!(self.errors.is_empty(), "acquires failed: {:?}", self.errors);
     }
 
+    /// Asserts that no acquire failed and that each of the `rounds` was granted and released
+    /// in time (no release found its grant expired).
+    ///
+    /// # Panics
+    /// When one of these does not hold.
+    pub fn assert_every_round_held(&self, rounds: u64) {
+        self.assert_no_errors();
+        assert_eq!(self.grants, rounds, "grants: {self:?}");
+        assert_eq!(self.released, rounds, "releases in time: {self:?}");
+    }
+
     fn add(&mut self, other: WorkloadReport) {
         self.grants += other.grants;
         self.released += other.released;
@@ -149,6 +160,43 @@ impl LockWorkload {
             LockWorkload::expected_effects(register),
         ));
         check::assert_clean(&violations);
+    }
+
+    /// Asserts, of a run in which every holder finished its hold within its TTL, every rule
+    /// of [`assert_every_rule`](LockWorkload::assert_every_rule), `grants` grants in
+    /// `history`, and each grant's increment landed in `register` once, none rejected.
+    ///
+    /// # Panics
+    /// When one of these does not hold.
+    pub fn assert_every_grant_landed(history: &History, register: &FencedRegister, grants: u64) {
+        LockWorkload::assert_every_rule(history, register);
+        assert_eq!(
+            history.grants().len() as u64,
+            grants,
+            "grants in the history"
+        );
+        assert_eq!(
+            register.read(),
+            grants,
+            "every holder's increment landed once"
+        );
+        assert_eq!(
+            register.state().rejected,
+            0,
+            "no holder's write was rejected"
+        );
+    }
+
+    /// Runs the workload over `locks`, recorded for this process, its holders writing to a
+    /// new in-memory register; returns the report, the recorder and the register.
+    pub async fn run_recorded(
+        &self,
+        locks: &Locks,
+    ) -> (WorkloadReport, Recorder, Arc<FencedRegister>) {
+        let recorder = Recorder::for_this_process();
+        let register = Arc::new(FencedRegister::in_memory("counter"));
+        let report = self.run(locks, &recorder, &register).await;
+        (report, recorder, register)
     }
 
     /// Runs every contender to completion on the current runtime.
