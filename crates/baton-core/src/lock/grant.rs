@@ -178,20 +178,12 @@ impl Deadlines {
         }
     }
 
-    /// A held grant without keep-alive, watched by this timer until it is stopped.
-    pub(crate) fn watch(
-        &self,
-        store: Arc<dyn LeaseStore>,
-        key: StoreKey,
-        holder: Holder,
-        fence: Fence,
-        sent_at: Instant,
-        ttl: Ttl,
-    ) -> Arc<GrantState> {
-        let mut grant = GrantState::new(store, key, holder, fence, sent_at, ttl);
+    /// A held grant without keep-alive, watched by this timer until it is stopped: its lost
+    /// signal fires at its `valid_until`.
+    pub(crate) fn watch(&self, mut grant: GrantState) -> Arc<GrantState> {
         let entry = Entry {
             timer: Arc::clone(&self.timer),
-            at: sent_at + ttl.get(),
+            at: grant.valid_until(),
             id: self.timer.next_id.fetch_add(1, Ordering::Relaxed),
         };
         let (at, id) = (entry.at, entry.id);
@@ -321,14 +313,14 @@ mod tests {
     use crate::telemetry::events;
 
     fn grant(deadlines: &Deadlines, ttl: Duration) -> Arc<GrantState> {
-        deadlines.watch(
+        deadlines.watch(GrantState::new(
             Arc::new(MemoryStore::new()),
             StoreKey::from_stored("ns:lock:k".to_owned()),
             Holder::random(),
             Fence::new(1),
             now(),
             Ttl::new(ttl).unwrap(),
-        )
+        ))
     }
 
     fn entries(deadlines: &Deadlines) -> usize {

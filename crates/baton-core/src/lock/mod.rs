@@ -443,21 +443,12 @@ impl Locks {
     ) -> LockGuard {
         let store = Arc::clone(&self.inner.store);
         let Granted { fence, sent } = granted;
+        let grant = GrantState::new(store, key, holder, fence, sent, options.ttl);
         let grant = match options.keep_alive {
             // The lost signal fires at valid_until: a shared timer, no task.
-            None => self
-                .inner
-                .deadlines
-                .watch(store, key, holder, fence, sent, options.ttl),
+            None => self.inner.deadlines.watch(grant),
             Some(_) => {
-                let grant = Arc::new(GrantState::new(
-                    store,
-                    key,
-                    holder,
-                    fence,
-                    sent,
-                    options.ttl,
-                ));
+                let grant = Arc::new(grant);
                 spawn_watchdog(
                     Arc::clone(&grant),
                     Watch {
