@@ -63,7 +63,7 @@ use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, 
 use baton_postgres::{PostgresStore, sql};
 use baton_testkit::pgbouncer::{PgBouncer, PgBouncerOptions, PoolMode};
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
-use baton_testkit::stats::{median, min_max, percentile};
+use baton_testkit::stats::{BenchArgs, median, min_max, percentile};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
@@ -102,9 +102,7 @@ struct Settings {
 
 impl Settings {
     fn from_args() -> Settings {
-        let quick = std::env::args().any(|a| a == "--quick")
-            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-        if quick {
+        if BenchArgs::from_env().quick() {
             Settings {
                 rounds: 3,
                 slice: Duration::from_millis(500),

@@ -51,7 +51,7 @@ use baton_core::{Holder, StoreKey, Ttl};
 use baton_postgres::PostgresStore;
 use baton_postgres::work::sql;
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
-use baton_testkit::stats::{median, min_max};
+use baton_testkit::stats::{BenchArgs, median, min_max};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 
@@ -79,8 +79,7 @@ impl Settings {
     /// `--quick` (or `BATON_BENCH_QUICK=1`) for a short run; `BATON_BENCH_ROUNDS=n`,
     /// `BATON_BENCH_WORKERS=1,8` and `BATON_BENCH_BATCHES=1` narrow a run to look closer.
     fn from_args() -> Settings {
-        let quick = std::env::args().any(|a| a == "--quick")
-            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let quick = BenchArgs::from_env().quick();
         let list = |name: &str| -> Option<Vec<u64>> {
             let text = std::env::var(name).ok()?;
             Some(

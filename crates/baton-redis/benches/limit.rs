@@ -33,7 +33,7 @@ use baton_core::{Key, KeyKind, Namespace, Quota, RateLimiter, RateStore, StoreKe
 use baton_redis::RedisStore;
 use baton_redis::limit::{arguments, redis_keys, script};
 use baton_testkit::redis::RedisServer;
-use baton_testkit::stats::{median, thousands};
+use baton_testkit::stats::{BenchArgs, median, thousands};
 use redis::Value;
 use redis::aio::ConnectionManager;
 
@@ -86,8 +86,7 @@ struct Settings {
 
 impl Settings {
     fn from_args() -> Settings {
-        let quick = std::env::args().any(|a| a == "--quick")
-            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let quick = BenchArgs::from_env().quick();
         let (rounds, slice) = if quick {
             (3, Duration::from_millis(300))
         } else {

@@ -52,7 +52,7 @@ use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
 use baton_core::{Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
 use baton_redis::RedisStore;
 use baton_testkit::redis::RedisServer;
-use baton_testkit::stats::{median, ms, percentile, thousands};
+use baton_testkit::stats::{BenchArgs, median, ms, percentile, thousands};
 
 use raw::{RawLocks, RawScripts};
 
@@ -97,27 +97,14 @@ struct Settings {
 
 impl Settings {
     fn from_args() -> Settings {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-        let only = args
-            .iter()
-            .position(|a| a == "--only")
-            .and_then(|i| args.get(i + 1).cloned());
+        let args = BenchArgs::from_env();
+        let (quick, only) = (args.quick(), args.value("--only"));
         let subjects = args
-            .iter()
-            .position(|a| a == "--subjects")
-            .and_then(|i| args.get(i + 1))
+            .value("--subjects")
             .map(|list| list.split(',').map(str::to_owned).collect());
-        let pairs = args
-            .iter()
-            .position(|a| a == "--pairs")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|n| n.parse().ok());
+        let pairs = args.value("--pairs").and_then(|n| n.parse().ok());
         let concurrency = args
-            .iter()
-            .position(|a| a == "--concurrency")
-            .and_then(|i| args.get(i + 1))
+            .value("--concurrency")
             .map(|list| list.split(',').filter_map(|c| c.parse().ok()).collect())
             .unwrap_or_else(|| CONCURRENCY.to_vec());
         let (slices, slice, handoff_for) = if quick {
@@ -125,11 +112,8 @@ impl Settings {
         } else {
             (7, Duration::from_secs(1), Duration::from_secs(5))
         };
-        let replica = args.iter().any(|a| a == "--replica");
-        let store_options = args
-            .iter()
-            .position(|a| a == "--store-options")
-            .and_then(|i| args.get(i + 1).cloned());
+        let replica = args.flag("--replica");
+        let store_options = args.value("--store-options");
         Settings {
             replica,
             store_options,

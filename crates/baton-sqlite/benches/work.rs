@@ -46,7 +46,7 @@ use baton_core::work::store::{ClaimRequest, Enqueued, ItemRef, NewItem, Settle};
 use baton_core::{Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_sqlite::work::{sql as work_sql, wall_ms};
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous, clock, sql};
-use baton_testkit::stats::{median, thousands};
+use baton_testkit::stats::{BenchArgs, median, thousands};
 use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::Mutex;
 
@@ -77,14 +77,9 @@ struct Settings {
 
 impl Settings {
     fn from_args() -> Settings {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let value = |flag: &str| {
-            args.iter()
-                .position(|a| a == flag)
-                .and_then(|i| args.get(i + 1).cloned())
-        };
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let args = BenchArgs::from_env();
+        let value = |flag: &str| args.value(flag);
+        let quick = args.quick();
         let only = value("--only").map(|text| {
             if text == "enqueue" {
                 return Only::Enqueue;

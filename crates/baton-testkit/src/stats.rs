@@ -91,3 +91,43 @@ mod tests {
         assert_eq!(ms(Duration::from_micros(1_500)), "1.500ms");
     }
 }
+
+/// A bench binary's command line: `--quick` (or `BATON_BENCH_QUICK=1`) for a short run, and
+/// options of the form `--name value`.
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    args: Vec<String>,
+}
+
+impl BenchArgs {
+    /// This process's arguments.
+    pub fn from_env() -> BenchArgs {
+        BenchArgs {
+            args: std::env::args().skip(1).collect(),
+        }
+    }
+
+    /// Whether a short run is asked for: `--quick`, or `BATON_BENCH_QUICK` set to anything
+    /// but empty or `0`.
+    pub fn quick(&self) -> bool {
+        self.flag("--quick")
+            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
+    }
+
+    /// Whether the flag `name` (`--replica`) is given.
+    pub fn flag(&self, name: &str) -> bool {
+        self.args.iter().any(|a| a == name)
+    }
+
+    /// The value after `name` (`--only redis`), if it is given.
+    pub fn value(&self, name: &str) -> Option<String> {
+        let at = self.args.iter().position(|a| a == name)?;
+        self.args.get(at + 1).cloned()
+    }
+
+    /// The arguments after `name`, if it is given (a child process's own command line).
+    pub fn after(&self, name: &str) -> Option<&[String]> {
+        let at = self.args.iter().position(|a| a == name)?;
+        Some(&self.args[at + 1..])
+    }
+}

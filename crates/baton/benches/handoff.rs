@@ -45,7 +45,7 @@ use baton::lock::LockOptions;
 use baton_testkit::MonoTime;
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 use baton_testkit::redis::RedisServer;
-use baton_testkit::stats::{ms, percentile};
+use baton_testkit::stats::{BenchArgs, ms, percentile};
 use nix::fcntl::{Flock, FlockArg};
 
 /// OS processes per subject.
@@ -71,14 +71,9 @@ struct Settings {
 }
 
 impl Settings {
-    fn from_args(args: &[String]) -> Settings {
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-        let only = args
-            .iter()
-            .position(|a| a == "--only")
-            .and_then(|i| args.get(i + 1).cloned());
-        let (rounds, run_for) = if quick {
+    fn from_args(args: &BenchArgs) -> Settings {
+        let only = args.value("--only");
+        let (rounds, run_for) = if args.quick() {
             (1, Duration::from_secs(2))
         } else {
             (3, Duration::from_secs(5))
@@ -195,9 +190,9 @@ impl Figures {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--child") {
-        child(&args[i + 1..]);
+    let args = BenchArgs::from_env();
+    if let Some(child_args) = args.after("--child") {
+        child(child_args);
         return;
     }
     let settings = Settings::from_args(&args);

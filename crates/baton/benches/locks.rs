@@ -42,7 +42,7 @@ use baton::{Baton, Namespace};
 use baton_core::time::Ttl;
 use baton_core::{Holder, Key, KeyKind, StoreKey};
 use baton_sqlite::{SqliteOptions, SqliteStore, Synchronous};
-use baton_testkit::stats::{jain, median, ms, percentile, thousands};
+use baton_testkit::stats::{BenchArgs, jain, median, ms, percentile, thousands};
 
 use raw_sqlite::RawSqlite;
 
@@ -66,13 +66,8 @@ struct Settings {
 
 impl Settings {
     fn from_args() -> Settings {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var("BATON_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-        let only = args
-            .iter()
-            .position(|a| a == "--only")
-            .and_then(|i| args.get(i + 1).cloned());
+        let args = BenchArgs::from_env();
+        let (quick, only) = (args.quick(), args.value("--only"));
         if quick {
             Settings {
                 quick,

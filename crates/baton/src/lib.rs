@@ -263,12 +263,49 @@ mod guide {
 mod tests {
     use super::*;
 
-    /// The public handles of the store crates and of baton-http can move across tasks and
-    /// threads, as those of the primitives can (which baton-core checks).
+    /// The public handles of every primitive, store and of baton-http can move across tasks
+    /// and threads.
     #[test]
     #[cfg(all(feature = "redis", feature = "postgres"))]
-    fn store_handles_are_send_sync_static() {
+    fn public_handles_are_send_sync_static() {
+        use std::sync::Arc;
+
         fn bounds<T: Send + Sync + 'static>() {}
+        bounds::<baton_core::Locks>();
+        bounds::<baton_core::Leases>();
+        bounds::<baton_core::LockGuard>();
+        bounds::<baton_core::LockHandle>();
+        bounds::<baton_core::LeaseKeepAlive>();
+        bounds::<baton_core::MemoryStore>();
+        bounds::<baton_core::AcquireError>();
+        bounds::<baton_core::Error>();
+        bounds::<Arc<dyn baton_core::store::LeaseStore>>();
+        bounds::<baton_core::cache::Cache>();
+        bounds::<baton_core::cache::FetchError<std::io::Error>>();
+        bounds::<Arc<dyn baton_core::store::CacheStore>>();
+        bounds::<baton_core::work::Queue>();
+        bounds::<baton_core::work::Item>();
+        bounds::<baton_core::work::Job>();
+        bounds::<baton_core::work::Worker>();
+        bounds::<baton_core::work::Scheduler>();
+        bounds::<baton_core::work::Migrations>();
+        bounds::<baton_core::work::MigrationContext>();
+        bounds::<baton_core::work::CronSpec>();
+        bounds::<Arc<dyn baton_core::store::WorkStore>>();
+        bounds::<baton_core::idempotency::IdempotencyLog>();
+        bounds::<baton_core::idempotency::Attempt>();
+        bounds::<baton_core::idempotency::Record>();
+        bounds::<baton_core::idempotency::Acquire>();
+        bounds::<Arc<dyn baton_core::store::IdempotencyStore>>();
+        bounds::<baton_core::broadcast::Broadcast>();
+        bounds::<baton_core::broadcast::Subscription<String>>();
+        bounds::<baton_core::broadcast::Event<String>>();
+        bounds::<Arc<dyn baton_core::store::BroadcastStore>>();
+        bounds::<baton_core::broadcast::delivery::Fanout>();
+        bounds::<baton_core::limit::RateLimiter>();
+        bounds::<baton_core::limit::LimitError>();
+        bounds::<baton_core::limit::Decision>();
+        bounds::<Arc<dyn baton_core::store::RateStore>>();
         bounds::<baton_sqlite::SqliteStore>();
         bounds::<baton_sqlite::SqliteOptions>();
         bounds::<baton_redis::RedisStore>();
