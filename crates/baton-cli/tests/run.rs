@@ -297,6 +297,8 @@ fn cooldown_keeps_the_lock_after_command_ends() {
             .chain(sh("exit 3")),
     )
     .assert_status(3);
+    // The cooldown began when COMMAND ended, before that run returned.
+    let returned = std::time::Instant::now();
     let status = env.lock_status("tick");
     assert_eq!(status["held"], true, "{status}");
     // A second run of the key within the cooldown finds it held and does not run.
@@ -312,7 +314,7 @@ fn cooldown_keeps_the_lock_after_command_ends() {
         "too slow to check the cooldown"
     );
     // After the cooldown (5 s, not the 30 s TTL), the key is free.
-    std::thread::sleep(std::time::Duration::from_secs(5).saturating_sub(started.elapsed()));
+    std::thread::sleep(std::time::Duration::from_secs(5).saturating_sub(returned.elapsed()));
     std::thread::sleep(std::time::Duration::from_millis(300));
     env.run(
         ["run", "tick", "--"]
