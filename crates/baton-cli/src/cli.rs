@@ -12,12 +12,16 @@ use baton::Namespace;
 use baton::time::{Ttl, WaitTime};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::output::human_duration;
+
 /// Default `--ttl` of `baton run` and of lease claims and renewals.
 pub(crate) const DEFAULT_TTL: &str = "30s";
 /// Default `--wait` of `baton run`: one attempt.
 pub(crate) const DEFAULT_WAIT: &str = "0s";
-/// Default `--grace` of `baton run`: time between SIGTERM and SIGKILL after a lost lock.
+/// Default `--grace` of `baton run` and `baton worker`: time between SIGTERM and SIGKILL.
 pub(crate) const DEFAULT_GRACE: &str = "10s";
+/// The longest `--grace` of `baton run` and `baton worker`.
+pub(crate) const MAX_GRACE: Duration = Duration::from_secs(3600);
 /// Default `--limit` of the list commands.
 pub(crate) const DEFAULT_LIST_LIMIT: usize = 1000;
 
@@ -324,12 +328,26 @@ pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
     checked_duration(text, Ttl::new)
 }
 
-fn parse_wait(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
     checked_duration(text, WaitTime::new)
 }
 
-fn parse_grace(text: &str) -> Result<Duration, String> {
-    parse_duration(text)
+/// A duration of at most `max`: the rule of every duration flag whose bound is the CLI's own
+/// (`--grace`, `--drain`) rather than the library's.
+pub(crate) fn parse_at_most(text: &str, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d > max {
+        return Err(format!(
+            "{text:?} is above the maximum of {}",
+            human_duration(max)
+        ));
+    }
+    Ok(d)
+}
+
+/// `--grace` of `baton run` and `baton worker`: at most [`MAX_GRACE`].
+pub(crate) fn parse_grace(text: &str) -> Result<Duration, String> {
+    parse_at_most(text, MAX_GRACE)
 }
 
 #[cfg(test)]
@@ -410,6 +428,10 @@ mod tests {
             &["run", "--cooldown", "31d", "job", "--", "true"],
             &["run", "--cooldown", "soon", "job", "--", "true"],
             &["run", "--grace", "soon", "job", "--", "true"],
+            &["run", "--grace", "2h", "job", "--", "true"],
+            &["run", "--grace", "100000000d", "job", "--", "true"],
+            &["worker", "q", "--grace", "2h", "--", "true"],
+            &["limit", "k", "--max", "1", "--window", "1s", "--wait", "2d"],
             &["run", "--on-lost", "panic", "job", "--", "true"],
             &["--namespace", "a:b", "lock", "list"],
             &["lease", "claim", "k"],

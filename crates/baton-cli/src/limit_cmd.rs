@@ -19,11 +19,11 @@
 use std::time::Duration;
 
 use baton::limit::{LimitError, MAX_WINDOW, MIN_WINDOW, Quota};
-use baton::time::{MAX_WAIT, format_duration};
+use baton::time::format_duration;
 use clap::Args;
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, parse_duration, parse_key};
+use crate::cli::{GlobalArgs, parse_duration, parse_key, parse_wait};
 use crate::exit::{CONTENDED, Failure, SUCCESS, USAGE};
 use crate::output::{human_duration, print_json_or_line};
 use crate::store;
@@ -150,18 +150,6 @@ fn parse_window(text: &str) -> Result<Duration, String> {
         )
     })?;
     Ok(window)
-}
-
-fn parse_wait(text: &str) -> Result<Duration, String> {
-    let wait = parse_duration(text)?;
-    if wait > MAX_WAIT {
-        return Err(format!(
-            "wait {} is above the maximum of {}",
-            format_duration(wait),
-            format_duration(MAX_WAIT)
-        ));
-    }
-    Ok(wait)
 }
 
 #[cfg(test)]

@@ -67,7 +67,9 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{Child, shell_status};
-use crate::cli::{CommandLine, GlobalArgs, checked_duration, parse_duration};
+use crate::cli::{
+    CommandLine, DEFAULT_GRACE, GlobalArgs, checked_duration, parse_at_most, parse_grace,
+};
 use crate::exit::{Failure, INTERNAL, SUCCESS};
 use crate::output::{human_duration, print_json_or_line};
 use crate::queue_cmd::{connect_work, parse_queue};
@@ -82,12 +84,8 @@ const DEFAULT_BACKOFF: &str = "1s";
 const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Default `--drain`: how long running COMMANDs may finish after a stop signal.
 const DEFAULT_DRAIN: &str = "30s";
-/// Default `--grace`: time between SIGTERM and SIGKILL (as `baton run --grace`).
-const DEFAULT_GRACE: &str = "10s";
 /// The longest `--drain`.
 const MAX_DRAIN: Duration = Duration::from_secs(12 * 3600);
-/// The longest `--grace`.
-const MAX_GRACE: Duration = Duration::from_secs(3600);
 /// Time for COMMANDs killed at the end of `--grace` to be reaped. Each item is released as
 /// soon as its COMMAND has exited; the library's grace (`--drain` + `--grace` + this) only
 /// bounds the wait for COMMANDs that are slow to be reaped.
@@ -577,23 +575,8 @@ fn parse_backoff(text: &str) -> Result<Duration, String> {
     checked_duration(text, |delay| Backoff::fixed(delay).validate())
 }
 
-fn parse_limited(text: &str, max: Duration) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
-    if d > max {
-        return Err(format!(
-            "{text:?} is above the maximum of {}",
-            human_duration(max)
-        ));
-    }
-    Ok(d)
-}
-
 fn parse_drain(text: &str) -> Result<Duration, String> {
-    parse_limited(text, MAX_DRAIN)
-}
-
-fn parse_grace(text: &str) -> Result<Duration, String> {
-    parse_limited(text, MAX_GRACE)
+    parse_at_most(text, MAX_DRAIN)
 }
 
 #[cfg(test)]
