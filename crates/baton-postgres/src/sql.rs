@@ -133,9 +133,12 @@ pub const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, true)"
 /// - `updated`: an `UPDATE ... WHERE` (free, expired, or the same holder) of the key's row.
 ///   In `READ COMMITTED` a row that a concurrent claim is changing is waited for and the
 ///   condition evaluated again on its new version, so two claimers of one key are serialized
-///   by the row lock and exactly one is granted. A row that does not match is neither locked
-///   nor written: a claim that finds the key held writes nothing, so waking many waiters
-///   costs reads, not commits.
+///   by the row lock and exactly one is granted. A row that does not match in the snapshot
+///   is neither locked nor written: a claim that finds the key held writes nothing. A claim
+///   that had to wait for a concurrent claim is different: it locks the row's new version
+///   before it evaluates the condition again, and that lock gives it a transaction id, a
+///   commit record and a WAL flush although it changes nothing (`pg_waldump` shows them as
+///   `Heap/LOCK` records), so waking many waiters of one key at once costs commits.
 /// - `inserted`: when the statement's snapshot has no row for the key, an
 ///   `INSERT ... ON CONFLICT DO NOTHING`; of concurrent first claimers one inserts, the
 ///   others insert nothing.
