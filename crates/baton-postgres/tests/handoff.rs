@@ -11,16 +11,21 @@
 //! a reading that other WAL traffic got into (the listener's heartbeat commits every 5 s) is
 //! taken again.
 //!
+//! And eight OS processes, as eight replicas with a store each, contend for one key with
+//! every acquire, release and fenced write recorded; their merged history keeps every rule.
+//!
 //! No test here asserts speed.
 
 mod common;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
 use baton_core::{Fence, Holder, Locks, StoreKey, Ttl};
 use baton_postgres::sql;
+use baton_testkit::LockWorkload;
 use baton_testkit::postgres::{PostgresOptions as ServerOptions, PostgresServer, Stop};
 use sqlx::PgConnection;
 
@@ -367,4 +372,36 @@ async fn a_release_lost_in_a_crash_keeps_the_key_at_most_until_its_ttl() {
     .await;
     assert!(next > fence, "fence {next} after {fence}");
     eprintln!("release lost in the crash: {lost}");
+}
+
+/// Eight processes, each with its store (and its LISTEN connection), contend for one key:
+/// every rule holds on the merged history, every grant's write landed once, and every
+/// process was granted.
+#[test]
+fn contenders_in_eight_processes_keep_every_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = PostgresServer::shared().url();
+    let (history, register) = LockWorkload::run_in_processes(
+        "postgres_contender_process",
+        8,
+        dir.path(),
+        &[("STORE_URL", &url)],
+    );
+    LockWorkload::assert_every_grant_landed(&history, &register, 8 * 15);
+    let processes: HashSet<u32> = history.grants().iter().map(|g| g.process).collect();
+    assert_eq!(processes.len(), 8, "every process was granted the lock");
+}
+
+#[test]
+#[ignore = "a child process of contenders_in_eight_processes_keep_every_rule"]
+fn postgres_contender_process() {
+    LockWorkload::new("history")
+        .contenders(1, 0)
+        .rounds(15)
+        .run_as_child(|| async {
+            let url = baton_testkit::process::parent_env("STORE_URL");
+            // The default namespace: every process must reach the same key (the other tests
+            // on the shared server use namespaces of their own).
+            Locks::new(Arc::new(connect(&url).await))
+        });
 }

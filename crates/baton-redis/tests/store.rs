@@ -1,6 +1,7 @@
 //! The Redis store's own behaviour, against private redis-server processes: URLs and
 //! credentials, timeouts, the key layout, fences across data loss, `SCRIPT FLUSH`, the
-//! eviction-policy check, pub/sub loss, and the facade.
+//! eviction-policy check, pub/sub loss, the facade, and a recorded history of eight OS
+//! processes contending for one key.
 
 mod common;
 
@@ -948,4 +949,38 @@ async fn a_handoff_publishes_the_watch_before_the_turn() {
             .unwrap();
         assert_eq!(message.get_payload_bytes(), expected);
     }
+}
+
+/// Eight processes, each with its store, contend for one key on one server: every rule
+/// holds on the merged history, every grant's write landed once, and every process was
+/// granted.
+#[test]
+fn contenders_in_eight_processes_keep_every_rule() {
+    let server = baton_testkit::redis::RedisServer::start().expect("a private redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    let (history, register) = baton_testkit::LockWorkload::run_in_processes(
+        "redis_contender_process",
+        8,
+        dir.path(),
+        &[("STORE_URL", &server.url())],
+    );
+    baton_testkit::LockWorkload::assert_every_grant_landed(&history, &register, 8 * 15);
+    let processes: std::collections::HashSet<u32> =
+        history.grants().iter().map(|g| g.process).collect();
+    assert_eq!(processes.len(), 8, "every process was granted the lock");
+}
+
+#[test]
+#[ignore = "a child process of contenders_in_eight_processes_keep_every_rule"]
+fn redis_contender_process() {
+    baton_testkit::LockWorkload::new("history")
+        .contenders(1, 0)
+        .rounds(15)
+        .run_as_child(|| async {
+            let url = baton_testkit::process::parent_env("STORE_URL");
+            let store = RedisStore::connect(&url)
+                .await
+                .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+            Locks::new(std::sync::Arc::new(store))
+        });
 }

@@ -18,6 +18,7 @@ use baton_core::{AcquireError, LockOptions, Locks, RateLimiter, ReleaseOutcome};
 
 use crate::check;
 use crate::history::{History, Recorder};
+use crate::process::{self, ChildTest};
 use crate::register::FencedRegister;
 use crate::time::MonoTime;
 
@@ -199,6 +200,93 @@ impl LockWorkload {
         (report, recorder, register)
     }
 
+    /// Runs the workload in `processes` OS processes, as replicas would: each is this test
+    /// binary started again to run the (ignored) test `child_test`, which must call
+    /// [`run_as_child`](LockWorkload::run_as_child), with `env` set for it. Every child opens
+    /// its own store, and they start together once all are ready. The children's files (their
+    /// histories, the register every holder writes to) go in `dir`, which must outlive the
+    /// returned register. Returns the merged history and that register; each child has
+    /// already checked that none of its acquires failed.
+    ///
+    /// # Panics
+    /// When a child cannot be started, fails, or does not finish within five minutes.
+    pub fn run_in_processes(
+        child_test: &str,
+        processes: u32,
+        dir: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> (History, FencedRegister) {
+        let mut children: Vec<_> = (0..processes)
+            .map(|i| {
+                let mut child = ChildTest::new(child_test, "contender")
+                    .env(DIR_ENV, dir)
+                    .env(INDEX_ENV, i.to_string());
+                for (name, value) in env {
+                    child = child.env(name, value);
+                }
+                child.spawn().expect("spawn a contender process")
+            })
+            .collect();
+        // Every child opens its store first; then they start together.
+        for (i, child) in children.iter().enumerate() {
+            if let Err(e) = process::wait_for_file(ready_file(dir, i as u32), CHILD_TIMEOUT) {
+                panic!("{e}; child output:\n{}", child.output());
+            }
+        }
+        std::fs::write(dir.join("go"), "").expect("write the go file");
+        for child in &mut children {
+            child
+                .wait_success(CHILD_TIMEOUT)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let history = History::merge(
+            (0..processes)
+                .map(|i| History::read_jsonl(history_file(dir, i)).expect("a child's history")),
+        );
+        let register = FencedRegister::file("counter", register_file(dir));
+        (history, register)
+    }
+
+    /// The child side of [`run_in_processes`](LockWorkload::run_in_processes): opens locks
+    /// with `open`, waits for the parent's go, runs the workload with its contenders numbered
+    /// after those of the processes before it, writes the history for the parent and asserts
+    /// that no acquire failed. Returns at once when this process is not such a child (an
+    /// ordinary run of the ignored test).
+    ///
+    /// # Panics
+    /// When an acquire failed, or the parent's files cannot be read or written.
+    pub fn run_as_child<F, Fut>(self, open: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Locks>,
+    {
+        if process::role().is_none() {
+            return;
+        }
+        let dir = std::path::PathBuf::from(process::parent_env(DIR_ENV));
+        let index: u32 = process::parent_env(INDEX_ENV)
+            .parse()
+            .expect("the process index is a number");
+        let workload = LockWorkload {
+            first_contender: index * self.contenders,
+            ..self
+        };
+        process::child_runtime().block_on(async {
+            let locks = open().await;
+            let recorder = Recorder::for_this_process();
+            let register = Arc::new(FencedRegister::file("counter", register_file(&dir)));
+            std::fs::write(ready_file(&dir, index), "").expect("write the ready file");
+            process::wait_until_async("the parent's go", CHILD_TIMEOUT, || dir.join("go").exists())
+                .await
+                .expect("the parent's go");
+            let report = workload.run(&locks, &recorder, &register).await;
+            recorder
+                .write_jsonl(history_file(&dir, index))
+                .expect("write the history");
+            report.assert_no_errors();
+        });
+    }
+
     /// Runs every contender to completion on the current runtime.
     ///
     /// # Panics
@@ -302,4 +390,23 @@ pub async fn admitted_concurrently(
         admitted += task.await.unwrap();
     }
     admitted
+}
+
+/// How long a contender process may take to get ready, and to finish: generous, as the
+/// children are debug builds on a loaded two-core machine.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(300);
+/// The environment variables that tell a contender process its directory and index.
+const DIR_ENV: &str = "BATON_TESTKIT_CONTENDER_DIR";
+const INDEX_ENV: &str = "BATON_TESTKIT_CONTENDER_INDEX";
+
+fn ready_file(dir: &std::path::Path, index: u32) -> std::path::PathBuf {
+    dir.join(format!("ready-{index}"))
+}
+
+fn history_file(dir: &std::path::Path, index: u32) -> std::path::PathBuf {
+    dir.join(format!("history-{index}.jsonl"))
+}
+
+fn register_file(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("register.json")
 }
