@@ -335,19 +335,9 @@ fn child(args: &[String]) {
     let (start, stop): (u64, u64) = (start.parse().expect("START"), stop.parse().expect("STOP"));
     let mut out = std::io::BufWriter::new(File::create(out).expect("create OUT"));
     let lines = match kind {
-        Kind::Flock => contend_flock(target, start, stop),
-        Kind::Baton | Kind::Advisory => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime")
-            .block_on(async {
-                if kind == Kind::Baton {
-                    contend_baton(target, start, stop).await
-                } else {
-                    contend_advisory(target, start, stop).await
-                }
-            }),
+        Kind::Baton => contend(start, stop, BatonLock::connect(target)),
+        Kind::Advisory => contend(start, stop, AdvisoryLock::connect(target)),
+        Kind::Flock => contend(start, stop, FileLock::open(target)),
     };
     for line in lines {
         writeln!(out, "{line}").expect("write a grant");
@@ -367,24 +357,29 @@ fn sleep_until(at: u64) {
     }
 }
 
-async fn contend_baton(url: &str, start: u64, stop: u64) -> Vec<String> {
-    let baton = baton::connect(url)
-        .await
-        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-    let options = LockOptions::new(TTL).wait(WAIT);
+/// One process's side of a subject: take the lock (blocking until granted or the wait runs
+/// out), give it back.
+trait Contender {
+    fn take(&mut self) -> Result<(), String>;
+    fn give(&mut self);
+}
+
+/// The workload, written once for every subject: from `start` to `stop`, take, hold, give,
+/// stay away; one line per grant (`granted release_sent`), or `failed`.
+fn contend(start: u64, stop: u64, mut lock: impl Contender) -> Vec<String> {
     let mut lines = Vec::new();
     sleep_until(start);
     while now() < stop {
-        match baton.locks().acquire(KEY, &options).await {
-            Ok(guard) => {
+        match lock.take() {
+            Ok(()) => {
                 let granted = now();
                 std::thread::sleep(HOLD);
                 let release_sent = now();
-                guard.release().await;
+                lock.give();
                 lines.push(format!("{granted} {release_sent}"));
             }
             Err(e) => {
-                eprintln!("acquire: {e}");
+                eprintln!("{e}");
                 lines.push("failed".to_owned());
             }
         }
@@ -393,66 +388,134 @@ async fn contend_baton(url: &str, start: u64, stop: u64) -> Vec<String> {
     lines
 }
 
-async fn contend_advisory(url: &str, start: u64, stop: u64) -> Vec<String> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url)
-        .await
-        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-    sqlx::query(&format!("SET lock_timeout = '{}ms'", WAIT.as_millis()))
-        .execute(&mut conn)
-        .await
-        .expect("SET lock_timeout");
-    let mut lines = Vec::new();
-    sleep_until(start);
-    while now() < stop {
-        let taken = sqlx::query("SELECT pg_advisory_lock($1)")
-            .bind(ADVISORY_KEY)
-            .execute(&mut conn)
-            .await;
-        match taken {
-            Ok(_) => {
-                let granted = now();
-                std::thread::sleep(HOLD);
-                let release_sent = now();
-                sqlx::query("SELECT pg_advisory_unlock($1)")
-                    .bind(ADVISORY_KEY)
-                    .execute(&mut conn)
-                    .await
-                    .expect("pg_advisory_unlock");
-                lines.push(format!("{granted} {release_sent}"));
-            }
-            Err(e) => {
-                eprintln!("pg_advisory_lock: {e}");
-                lines.push("failed".to_owned());
-            }
-        }
-        std::thread::sleep(AWAY);
-    }
-    lines
+/// The runtime a child drives its connection on; the workload's own sleeps block the main
+/// thread, not a runtime worker, as blocking work would.
+fn child_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
 }
 
-fn contend_flock(path: &str, start: u64, stop: u64) -> Vec<String> {
-    let mut lines = Vec::new();
-    sleep_until(start);
-    let mut file = Some(
-        std::fs::OpenOptions::new()
+/// baton's lock, through `baton::connect`.
+struct BatonLock {
+    runtime: tokio::runtime::Runtime,
+    baton: baton::Baton,
+    options: LockOptions,
+    held: Option<baton::lock::LockGuard>,
+}
+
+impl BatonLock {
+    fn connect(url: &str) -> BatonLock {
+        let runtime = child_runtime();
+        let baton = runtime
+            .block_on(baton::connect(url))
+            .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+        BatonLock {
+            runtime,
+            baton,
+            options: LockOptions::new(TTL).wait(WAIT),
+            held: None,
+        }
+    }
+}
+
+impl Contender for BatonLock {
+    fn take(&mut self) -> Result<(), String> {
+        let acquired = self
+            .runtime
+            .block_on(self.baton.locks().acquire(KEY, &self.options));
+        self.held = Some(acquired.map_err(|e| format!("acquire: {e}"))?);
+        Ok(())
+    }
+
+    fn give(&mut self) {
+        let guard = self.held.take().expect("a held guard");
+        self.runtime.block_on(guard.release());
+    }
+}
+
+/// `pg_advisory_lock` on a session of its own, waiting in the server.
+struct AdvisoryLock {
+    runtime: tokio::runtime::Runtime,
+    conn: sqlx::PgConnection,
+}
+
+impl AdvisoryLock {
+    fn connect(url: &str) -> AdvisoryLock {
+        use sqlx::Connection;
+        let runtime = child_runtime();
+        let conn = runtime.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(url)
+                .await
+                .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+            sqlx::query(&format!("SET lock_timeout = '{}ms'", WAIT.as_millis()))
+                .execute(&mut conn)
+                .await
+                .expect("SET lock_timeout");
+            conn
+        });
+        AdvisoryLock { runtime, conn }
+    }
+
+    fn call(&mut self, function: &str) -> Result<(), sqlx::Error> {
+        let statement = format!("SELECT {function}($1)");
+        let query = sqlx::query(&statement).bind(ADVISORY_KEY);
+        self.runtime
+            .block_on(query.execute(&mut self.conn))
+            .map(drop)
+    }
+}
+
+impl Contender for AdvisoryLock {
+    fn take(&mut self) -> Result<(), String> {
+        self.call("pg_advisory_lock")
+            .map_err(|e| format!("pg_advisory_lock: {e}"))
+    }
+
+    fn give(&mut self) {
+        self.call("pg_advisory_unlock").expect("pg_advisory_unlock");
+    }
+}
+
+/// A blocking `flock` on one file.
+enum FileLock {
+    Open(File),
+    Held(Flock<File>),
+    Moving,
+}
+
+impl FileLock {
+    fn open(path: &str) -> FileLock {
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(path)
-            .expect("open the flock file"),
-    );
-    while now() < stop {
-        let held = Flock::lock(file.take().expect("the file"), FlockArg::LockExclusive)
-            .unwrap_or_else(|(_, e)| panic!("flock: {e}"));
-        let granted = now();
-        std::thread::sleep(HOLD);
-        let release_sent = now();
-        file = Some(held.unlock().unwrap_or_else(|(_, e)| panic!("unlock: {e}")));
-        lines.push(format!("{granted} {release_sent}"));
-        std::thread::sleep(AWAY);
+            .expect("open the flock file");
+        FileLock::Open(file)
     }
-    lines
+}
+
+impl Contender for FileLock {
+    fn take(&mut self) -> Result<(), String> {
+        let FileLock::Open(file) = std::mem::replace(self, FileLock::Moving) else {
+            panic!("flock taken twice");
+        };
+        // A blocking flock fails only on a broken file: the run cannot go on.
+        let held = Flock::lock(file, FlockArg::LockExclusive)
+            .unwrap_or_else(|(_, e)| panic!("flock: {e}"));
+        *self = FileLock::Held(held);
+        Ok(())
+    }
+
+    fn give(&mut self) {
+        let FileLock::Held(held) = std::mem::replace(self, FileLock::Moving) else {
+            panic!("flock given back unheld");
+        };
+        *self = FileLock::Open(held.unlock().unwrap_or_else(|(_, e)| panic!("unlock: {e}")));
+    }
 }
 
 /// The counters a grant costs on the subject's server: (commits, WAL flushes) on
