@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 use baton::lock::LockOptions;
 use baton_testkit::MonoTime;
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
+use baton_testkit::process;
 use baton_testkit::redis::RedisServer;
 use baton_testkit::stats::{BenchArgs, ms, percentile};
 use nix::fcntl::{Flock, FlockArg};
@@ -388,16 +389,6 @@ fn contend(start: u64, stop: u64, mut lock: impl Contender) -> Vec<String> {
     lines
 }
 
-/// The runtime a child drives its connection on; the workload's own sleeps block the main
-/// thread, not a runtime worker, as blocking work would.
-fn child_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-}
-
 /// baton's lock, through `baton::connect`.
 struct BatonLock {
     runtime: tokio::runtime::Runtime,
@@ -408,7 +399,8 @@ struct BatonLock {
 
 impl BatonLock {
     fn connect(url: &str) -> BatonLock {
-        let runtime = child_runtime();
+        // The workload's own sleeps block the main thread, not a runtime worker.
+        let runtime = process::child_runtime();
         let baton = runtime
             .block_on(baton::connect(url))
             .unwrap_or_else(|e| panic!("connect {url}: {e}"));
@@ -445,7 +437,7 @@ struct AdvisoryLock {
 impl AdvisoryLock {
     fn connect(url: &str) -> AdvisoryLock {
         use sqlx::Connection;
-        let runtime = child_runtime();
+        let runtime = process::child_runtime();
         let conn = runtime.block_on(async {
             let mut conn = sqlx::PgConnection::connect(url)
                 .await
