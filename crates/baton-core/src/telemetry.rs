@@ -227,11 +227,12 @@ pub mod events {
             why: "warned once per store at first use; expected in tests and single-process tools",
         },
     };
-    /// A store's push channel for release wake-ups (Redis pub/sub, PostgreSQL LISTEN) was lost.
+    /// A store's push channel for release wake-ups (Redis pub/sub, PostgreSQL LISTEN, the
+    /// sockets beside an SQLite file) was lost or could not be set up.
     pub const STORE_PUSH_LOST: Event = Event {
         key: "baton.store.push_lost",
         level: Level::WARN,
-        help: "the store's push channel for release wake-ups (Redis pub/sub, PostgreSQL LISTEN) was lost; waiters re-check now and then wake at the holder's TTL or by polling until it is back, so handoffs are slower but nothing is missed",
+        help: "the store's push channel for release wake-ups (Redis pub/sub, PostgreSQL LISTEN, the sockets beside an SQLite file) was lost or could not be set up; waiters re-check now and then wake at the holder's TTL or by polling until it is back, so handoffs are slower but nothing is missed",
         alarm: Alarm::AtLeast {
             count: 5,
             within: minutes(15),

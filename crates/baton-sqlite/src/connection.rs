@@ -24,7 +24,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use baton_core::signals::ReleaseHub;
+use crate::wakeups::FileWakeups;
 use baton_core::telemetry::{self, events};
 use baton_core::{Error, Result};
 use rusqlite::Connection;
@@ -81,15 +81,15 @@ impl Pool {
 /// A connection and the file it is on.
 type Pooled = (Connection, FileId);
 
-/// One open database file: its connections, options and release hub.
+/// One open database file: its connections, options and release wake-ups.
 #[derive(Debug)]
 pub(crate) struct Database {
     /// The path as given to open.
     pub(crate) path: PathBuf,
     /// The options it was opened with.
     pub(crate) options: SqliteOptions,
-    /// The release hub shared by every store on this file in this process.
-    pub(crate) hub: Arc<ReleaseHub>,
+    /// The release wake-ups shared by every store on this file in this process.
+    pub(crate) wakeups: Arc<FileWakeups>,
     /// The file the store last opened and prepared at `path`.
     file: Mutex<FileId>,
     writer: Pool,
@@ -101,13 +101,13 @@ impl Database {
     pub(crate) fn new(
         path: PathBuf,
         options: SqliteOptions,
-        hub: Arc<ReleaseHub>,
+        wakeups: Arc<FileWakeups>,
         (writer, file): Pooled,
     ) -> Self {
         let db = Database {
             path,
             options,
-            hub,
+            wakeups,
             file: Mutex::new(file),
             writer: Pool::new(1),
             readers: Pool::new(READERS),

@@ -19,7 +19,7 @@ use crate::options::SqliteOptions;
 use crate::schema::{self, immediate};
 use crate::sql;
 use crate::url;
-use crate::wakeups;
+use crate::wakeups::{self, FileWakeups};
 
 /// The embedded store: leases and locks in one SQLite file, safe across the processes of
 /// one host.
@@ -45,9 +45,11 @@ use crate::wakeups;
 ///   answers `NotHeld`. Where only the main file was deleted and its `-wal` or `-shm` file
 ///   is left, no file is built on them: operations fail with `Unavailable` until they are
 ///   removed.
-/// - A release through any store on the file in this process wakes this process's waiters
-///   at once; releases by other processes are found by polling every
-///   [`poll_interval`](SqliteOptions::poll_interval).
+/// - A release wakes the waiter that has waited longest, in any process on the host, at
+///   once: through Unix datagram sockets in the directory `<file>-wake` beside the file (see
+///   `wakeups`). Where they cannot be set up, waiters poll every
+///   [`poll_interval`](SqliteOptions::poll_interval) instead, and `baton.store.push_lost`
+///   says why.
 /// - Statements run on tokio's blocking threads; the store must be used inside a tokio
 ///   runtime.
 /// - Store faults are [`ErrorKind::Unavailable`](baton_core::ErrorKind::Unavailable) (busy,
@@ -153,13 +155,18 @@ impl SqliteStore {
         self.db
             .run(Role::Write, "evict", move |conn, db| {
                 let evicted = immediate(conn, |conn| {
-                    Ok(conn
+                    let now = clock::now();
+                    let evicted = conn
                         .prepare_cached(sql::EVICT)?
-                        .execute(params![key.as_str(), clock::now()])?
-                        == 1)
+                        .execute(params![key.as_str(), now])?
+                        == 1;
+                    if evicted {
+                        reserve(conn, &key, now, &db.wakeups)?;
+                    }
+                    Ok(evicted)
                 })?;
                 if evicted {
-                    db.hub.notify(&key);
+                    db.wakeups.released(&key);
                 }
                 Ok(evicted)
             })
@@ -215,9 +222,9 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
         ))
         .with_source(e)
     })?;
-    let hub = wakeups::hub_for(&canonical);
+    let wakeups = wakeups::for_file(&canonical);
     Ok(SqliteStore {
-        db: Arc::new(Database::new(path, options, hub, writer)),
+        db: Arc::new(Database::new(path, options, wakeups, writer)),
         claims: AtomicU64::new(0),
     })
 }
@@ -244,6 +251,7 @@ fn fence(raw: i64) -> Result<Fence, OpError> {
 struct Current {
     holder: Option<String>,
     expires_at: i64,
+    reason: String,
 }
 
 impl Current {
@@ -254,6 +262,7 @@ impl Current {
                 Ok(Current {
                     holder: r.get(0)?,
                     expires_at: r.get(1)?,
+                    reason: r.get(2)?,
                 })
             })
             .optional()?)
@@ -266,16 +275,34 @@ impl Current {
             _ => None,
         }
     }
+
+    /// The live holder, or the process the key is reserved for (`handoff:<process>`), and
+    /// when that ends.
+    fn live_holder_or_reservation(self, now: i64) -> Option<(String, i64)> {
+        if self.holder.is_none()
+            && self.expires_at > now
+            && self.reason.starts_with(wakeups::HANDOFF_PREFIX)
+        {
+            return Some((self.reason, self.expires_at));
+        }
+        self.live_holder(now)
+    }
 }
 
+/// One claim in one write transaction, taking a reservation for this process
+/// (`wakeups.handoff()`); queues the process inside it when the key is found held.
 fn claim(
     conn: &Connection,
-    key: &str,
+    key: &StoreKey,
     holder: &str,
     ttl: i64,
     reason: &str,
     sweep: bool,
+    wakeups: &FileWakeups,
 ) -> Result<Claim, OpError> {
+    let queue_key = key;
+    let key = key.as_str();
+    let handoff = wakeups.handoff();
     immediate(conn, |conn| {
         let now = clock::now();
         if sweep {
@@ -285,16 +312,17 @@ fn claim(
         let granted: Option<i64> = conn
             .prepare_cached(sql::GRANT)?
             .query_row(
-                params![key, holder, now, ttl, reason, clock::wall_micros()],
+                params![key, holder, now, ttl, reason, clock::wall_micros(), handoff],
                 |r| r.get(0),
             )
             .optional()?;
         if let Some(raw) = granted {
             return Ok(Claim::Granted { fence: fence(raw)? });
         }
-        // GRANT found the key live; the write lock keeps it so until we commit.
+        // GRANT found the key live or reserved for another process; the write lock keeps it
+        // so until we commit.
         let Some((current, expires_at)) =
-            Current::read(conn, key)?.and_then(|c| c.live_holder(now))
+            Current::read(conn, key)?.and_then(|c| c.live_holder_or_reservation(now))
         else {
             return Err(OpError::Corrupt(format!(
                 "the grant of {key:?} is neither free nor live"
@@ -308,6 +336,8 @@ fn claim(
                 fence: fence(extended)?,
             });
         }
+        // Before the commit: a release cannot come between this answer and the queue.
+        wakeups.held(queue_key);
         Ok(Claim::Held {
             holder: Holder::from_stored(current),
             remaining: remaining(expires_at, now),
@@ -329,26 +359,55 @@ fn renew(conn: &Connection, key: &str, holder: &str, ttl: i64) -> Result<Renewal
     })
 }
 
-fn release(conn: &Connection, key: &str, holder: &str) -> Result<Release, OpError> {
+/// One release in one write transaction. When it freed the key, the key is reserved for
+/// the process next in line, which is told.
+fn release(
+    conn: &Connection,
+    key: &StoreKey,
+    holder: &str,
+    wakeups: &FileWakeups,
+) -> Result<Release, OpError> {
     immediate(conn, |conn| {
         let now = clock::now();
         if conn
             .prepare_cached(sql::RELEASE)?
-            .execute(params![key, holder, now])?
+            .execute(params![key.as_str(), holder, now])?
             == 1
         {
+            reserve(conn, key, now, wakeups)?;
             return Ok(Release::Removed);
         }
-        Ok(
-            match Current::read(conn, key)?.and_then(|c| c.live_holder(now)) {
-                // RELEASE spares only a live grant of someone else.
-                Some((by, _)) if by != holder => Release::Reclaimed {
-                    by: Holder::from_stored(by),
-                },
-                _ => Release::NoHolder,
+        let released = match Current::read(conn, key.as_str())?.and_then(|c| c.live_holder(now)) {
+            // RELEASE spares only a live grant of someone else.
+            Some((by, _)) if by != holder => Release::Reclaimed {
+                by: Holder::from_stored(by),
             },
-        )
+            _ => Release::NoHolder,
+        };
+        Ok(released)
     })
+}
+
+/// Inside the transaction that freed `key`: reserves it for the process next in line, and
+/// tells it.
+fn reserve(
+    conn: &Connection,
+    key: &StoreKey,
+    now: i64,
+    wakeups: &FileWakeups,
+) -> Result<(), OpError> {
+    let Some(line) = wakeups.next_in_line(key) else {
+        return Ok(());
+    };
+    let reservation = wakeups::HANDOFF_RESERVATION.as_nanos() as i64;
+    conn.prepare_cached(sql::RESERVE)?.execute(params![
+        key.as_str(),
+        now,
+        reservation,
+        line.handoff()
+    ])?;
+    wakeups.hand_over(line);
+    Ok(())
 }
 
 /// A live grant's columns as [`sql::INSPECT`] and [`sql::LIST`] read them.
@@ -414,15 +473,20 @@ impl LeaseStore for SqliteStore {
             .fetch_add(1, Ordering::Relaxed)
             .is_multiple_of(sql::SWEEP_EVERY);
         self.db
-            .run(Role::Write, "claim", move |conn, _| {
-                claim(
+            .run(Role::Write, "claim", move |conn, db| {
+                let claimed = claim(
                     conn,
-                    key.as_str(),
+                    &key,
                     holder.as_str(),
                     ttl_nanos(ttl),
                     &reason,
                     sweep,
-                )
+                    &db.wakeups,
+                )?;
+                if !matches!(claimed, Claim::Held { .. }) {
+                    db.wakeups.granted(&key);
+                }
+                Ok(claimed)
             })
             .await
     }
@@ -440,11 +504,11 @@ impl LeaseStore for SqliteStore {
         let (key, holder) = (key.clone(), holder.clone());
         self.db
             .run(Role::Write, "release", move |conn, db| {
-                let released = release(conn, key.as_str(), holder.as_str())?;
+                let released = release(conn, &key, holder.as_str(), &db.wakeups)?;
                 if released == Release::Removed {
                     // Here rather than after the await: a caller that stops waiting for the
-                    // answer must not leave this process's waiters asleep.
-                    db.hub.notify(&key);
+                    // answer must not leave the waiters asleep.
+                    db.wakeups.released(&key);
                 }
                 Ok(released)
             })
@@ -480,8 +544,8 @@ impl LeaseStore for SqliteStore {
 
     fn wakeups(&self) -> Wakeups {
         Wakeups {
-            hub: Arc::clone(&self.db.hub),
-            poll: Some(self.db.options.get_poll_interval()),
+            hub: Arc::clone(self.db.wakeups.hub()),
+            poll: self.db.wakeups.poll(self.db.options.get_poll_interval()),
         }
     }
 }

@@ -111,9 +111,11 @@ impl SqliteOptions {
         self
     }
 
-    /// How often a waiter re-checks a held key for releases made by *other processes*
-    /// (default 15ms; 1ms to 10s). Releases made through this process wake waiters at once.
-    /// Each waiter re-checks at a random 50-100% of this, so many waiters spread out.
+    /// How often a waiter re-checks a held key where release wake-ups across processes
+    /// cannot be set up (default 15ms; 1ms to 10s): the directory beside the file cannot be
+    /// made, or its path is too long for a Unix socket address. Otherwise releases wake the
+    /// longest waiter at once and nobody polls. Each waiter re-checks at a random 50-100% of
+    /// this, so many waiters spread out.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self

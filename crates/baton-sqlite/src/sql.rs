@@ -9,9 +9,11 @@
 //! - `now` and `expires_at` are nanoseconds of the host's monotonic clock, as
 //!   [`crate::clock::now`] reads it; `ttl` is nanoseconds too. A stored time means nothing
 //!   on another host or after a reboot (see the [`clock`](crate::clock) module).
-//! - A row with `holder IS NULL` is a free key that keeps its last fence. A row whose
-//!   `expires_at <= now` is an expired grant: it is free too, and keeps its holder only until
-//!   the next claim or [`PRUNE`].
+//! - A row with `holder IS NULL` and `expires_at <= now` is a free key that keeps its last
+//!   fence. A row with a holder whose `expires_at <= now` is an expired grant: it is free
+//!   too, and keeps its holder only until the next claim or [`PRUNE`]. A row with no holder
+//!   whose `expires_at > now` is a key reserved by a release for the process that waited
+//!   longest ([`RESERVE`]); its `reason` names that process.
 //! - Every lease operation is one short transaction: [`BEGIN_IMMEDIATE`], a clock read,
 //!   the statements named on the operation, [`COMMIT`].
 //!
@@ -19,7 +21,7 @@
 //! |---|---|
 //! | claim | now and then [`SWEEP`]; [`GRANT`]; when it returned no row, [`CURRENT`], then [`EXTEND`] if the caller holds it |
 //! | renew | [`RENEW`] (1 changed row: renewed) |
-//! | release | [`RELEASE`]; when it changed no row, [`CURRENT`] |
+//! | release | [`RELEASE`]; when it changed a row and another process waits, [`RESERVE`]; when it changed no row, [`CURRENT`] |
 //! | inspect | [`INSPECT`] (no transaction) |
 //! | list | [`LIST`], or [`LIST_FROM`] when the prefix has no upper bound (no transaction) |
 
@@ -76,15 +78,17 @@ pub const COMMIT: &str = "COMMIT";
 /// Rolls the transaction back.
 pub const ROLLBACK: &str = "ROLLBACK";
 
-/// Claim, first step: grants `key` when it is new, free or expired, with the next fence, and
-/// returns that fence. Returns no row when the key is live (held by anyone, the caller too).
+/// Claim, first step: grants `key` when it is new, free, expired or reserved for the
+/// caller's process, with the next fence, and returns that fence. Returns no row when the
+/// key is live (held by anyone, the caller too) or reserved for another process.
 ///
 /// The next fence is one more than the key's last (or than `fence_floor` for a new row),
 /// and at least the wall clock in microseconds (`?6`, [`crate::clock::wall_micros`]): so a
 /// key whose row went with its file (deleted, replaced) starts again above every fence
 /// handed out for it before, as long as the wall clock has not stepped back.
 ///
-/// Parameters: `?1` key, `?2` holder, `?3` now, `?4` ttl, `?5` reason, `?6` wall clock µs.
+/// Parameters: `?1` key, `?2` holder, `?3` now, `?4` ttl, `?5` reason, `?6` wall clock µs,
+/// `?7` `handoff:<process>` of the caller's process (`NULL` when it takes no turns).
 pub const GRANT: &str = "\
 INSERT INTO baton_grant (key, holder, fence, expires_at, updated_at, reason)
 VALUES (?1, ?2, max((SELECT value FROM baton_meta WHERE name = 'fence_floor') + 1, ?6), ?3 + ?4, ?3, ?5)
@@ -94,15 +98,25 @@ ON CONFLICT (key) DO UPDATE SET
     expires_at = excluded.expires_at,
     updated_at = excluded.updated_at,
     reason     = excluded.reason
-WHERE holder IS NULL OR expires_at <= ?3
+WHERE expires_at <= ?3 OR (holder IS NULL AND (reason = ?7 OR substr(reason, 1, 8) <> 'handoff:'))
 RETURNING fence";
 
-/// The row of `key` as it is now: `holder`, `expires_at` (no row: never claimed, or
-/// pruned). Claim reads it after [`GRANT`] found the key live; release after [`RELEASE`]
-/// changed nothing.
+/// The row of `key` as it is now: `holder`, `expires_at`, `reason` (no row: never claimed,
+/// or pruned). Claim reads it after [`GRANT`] found the key live or reserved; release after
+/// [`RELEASE`] changed nothing.
 ///
 /// Parameters: `?1` key.
-pub const CURRENT: &str = "SELECT holder, expires_at FROM baton_grant WHERE key = ?1";
+pub const CURRENT: &str = "SELECT holder, expires_at, reason FROM baton_grant WHERE key = ?1";
+
+/// Release, second step when another process waits for the key: reserves the free key for
+/// that process until `?2 + ?3`, as `reason` `handoff:<process>` with no holder. Only a claim
+/// that names the same reservation ([`GRANT`]'s `?7`) takes the key meanwhile; others find it
+/// held by `handoff:<process>`.
+///
+/// Parameters: `?1` key, `?2` now, `?3` reservation, `?4` `handoff:<process>`.
+pub const RESERVE: &str = "\
+UPDATE baton_grant SET expires_at = ?2 + ?3, reason = ?4
+WHERE key = ?1 AND holder IS NULL";
 
 /// Claim by the current holder: extends its live grant and returns the unchanged fence.
 ///
@@ -165,7 +179,9 @@ ORDER BY key LIMIT ?3";
 /// `fence_floor`, so a pruned key that is claimed again gets a larger fence.
 ///
 /// Parameters: `?1` now.
-pub const PRUNE: &str = "DELETE FROM baton_grant WHERE holder IS NULL OR expires_at <= ?1";
+pub const PRUNE: &str = "\
+DELETE FROM baton_grant
+WHERE expires_at <= ?1 OR (holder IS NULL AND substr(reason, 1, 8) <> 'handoff:')";
 
 /// Sweep: deletes at most `?2` rows of free and expired keys, as [`PRUNE`] does for all of
 /// them. Run inside a claim's transaction, before [`GRANT`], on the first claim of each
@@ -175,7 +191,9 @@ pub const PRUNE: &str = "DELETE FROM baton_grant WHERE holder IS NULL OR expires
 /// Parameters: `?1` now, `?2` limit.
 pub const SWEEP: &str = "\
 DELETE FROM baton_grant WHERE key IN
-    (SELECT key FROM baton_grant WHERE holder IS NULL OR expires_at <= ?1 LIMIT ?2)";
+    (SELECT key FROM baton_grant
+     WHERE expires_at <= ?1 OR (holder IS NULL AND substr(reason, 1, 8) <> 'handoff:')
+     LIMIT ?2)";
 
 /// How many claims of one store pass between runs of [`SWEEP`].
 pub const SWEEP_EVERY: u64 = 32;
@@ -200,21 +218,20 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value";
 /// Parameters: `?1` now.
 pub const FREE_ALL: &str = "\
 UPDATE baton_grant SET holder = NULL, expires_at = ?1, updated_at = ?1, reason = ''
-WHERE holder IS NOT NULL";
+WHERE holder IS NOT NULL OR reason <> ''";
 
 /// Where the boot cannot be identified: whether a grant was written later than `now`, which
 /// on a monotonic clock means before a reboot.
 ///
 /// Parameters: `?1` now.
-pub const ANY_FROM_EARLIER_BOOT: &str =
-    "SELECT EXISTS (SELECT 1 FROM baton_grant WHERE holder IS NOT NULL AND updated_at > ?1)";
+pub const ANY_FROM_EARLIER_BOOT: &str = "SELECT EXISTS (SELECT 1 FROM baton_grant WHERE (holder IS NOT NULL OR reason <> '') AND updated_at > ?1)";
 
 /// Frees the grants [`ANY_FROM_EARLIER_BOOT`] finds, keeping the fences.
 ///
 /// Parameters: `?1` now.
 pub const FREE_FROM_EARLIER_BOOT: &str = "\
 UPDATE baton_grant SET holder = NULL, expires_at = ?1, updated_at = ?1, reason = ''
-WHERE holder IS NOT NULL AND updated_at > ?1";
+WHERE (holder IS NOT NULL OR reason <> '') AND updated_at > ?1";
 
 /// The pragmas every connection runs right after it is opened, as one batch (run it with
 /// `execute_batch`), in this order:

@@ -1,51 +1,793 @@
-//! One release hub per database file per process.
+//! Release wake-ups across the processes that share one file, through Unix datagram
+//! sockets in a directory beside it.
 //!
-//! Every [`SqliteStore`](crate::SqliteStore) on the same file in one process shares one
-//! [`ReleaseHub`], found by the file's canonical path, so a release through one store wakes
-//! the waiters of every other store on that file at once. Releases by other processes are
-//! not pushed; waiters find them by polling.
+//! Every process keeps one [`FileWakeups`] per database file (found by the file's canonical
+//! path, shared by every store on the file in the process), with a [`ReleaseHub`] for its
+//! waiters and, where it can be set up, a datagram socket `p.<id>` in the directory
+//! `<file>-wake` (`<id>` is the process id and a random number). A thread per file and
+//! process receives on it.
+//!
+//! ## The queue
+//! - A claim that finds the key held while a waiter of this process waits for it (the head
+//!   of the process's queue for the key, see `Locks::acquire`) puts the process in the key's
+//!   queue: an empty file `<hash>.<time>.<id>` in the directory, where `<hash>` is a 64-bit
+//!   FNV-1a hash of the key and `<time>` the host's monotonic clock. It is created inside the
+//!   claim's write transaction, so a release (which needs the same write lock) cannot fall
+//!   between the claim and the entry: no wake-up is missed.
+//! - A release, inside its write transaction, lists the key's entries oldest first and finds
+//!   the first process that answers (an empty message reaches it; this process's own entry
+//!   counts when one of its waiters still waits), and **reserves** the key for it for
+//!   [`HANDOFF_RESERVATION`]: the row keeps no holder, and its `reason` is
+//!   `handoff:<process>` ([`sql::RESERVE`](crate::sql::RESERVE)). Only a claim of that
+//!   process takes the key meanwhile; others find it held by `handoff:<process>` and queue.
+//!   So a replica that releases and asks again at once cannot take the key back from one
+//!   that waited.
+//! - Before its commit, the release sends that process "your turn" (`h<entry>`; a turn for
+//!   this process's own entry is given without a message): its thread wakes its waiters
+//!   through [`ReleaseHub::notify`], and in the core only the first of them claims. So a
+//!   release wakes one waiter in one process, and processes take turns in the order they
+//!   started waiting.
+//! - The process's entry stays until one of its waiters is granted the key.
+//! - The next process reached is told it is next (`w<entry>`) and keeps a timer of
+//!   [`NEXT_IN_LINE_WATCH`]: when it fires with no turn in between, its waiters claim again.
+//!   A process that was reached but never claims (paused, killed after the message) so
+//!   delays the key by at most the reservation; the waiters' own timers at the holder's
+//!   remaining TTL stay the backstop.
+//! - An entry whose process is gone (the socket refuses, or is missing) is deleted and the
+//!   next is tried; a process whose receive queue is full (paused) keeps its entry and the
+//!   next is tried. A process told it is its turn while none of its waiters wants the key
+//!   any more (they gave up or were cancelled) deletes its entry and passes the turn on,
+//!   unreserved: the next process takes the key when the reservation made for the first
+//!   ends.
+//!
+//! ## When it is unavailable
+//! Where the directory or the socket cannot be made (a read-only directory, a path longer
+//! than a socket address allows, a platform without Unix sockets), or sending or receiving
+//! fails later, the file's waiters in this process poll every
+//! [`poll_interval`](crate::SqliteOptions::poll_interval) from then on (for as long as a
+//! store on the file is open in the process), releases also wake this process's waiters
+//! directly, and [`baton.store.push_lost`](baton_core::telemetry::events::STORE_PUSH_LOST)
+//! says why, once.
+//!
+//! A process of an earlier baton on the same file neither queues nor sends turns: its
+//! releases reach this process's waiters at the holder's TTL, not at once.
 
 use std::collections::HashMap;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
+use baton_core::StoreKey;
 use baton_core::signals::ReleaseHub;
+use baton_core::telemetry::{self, events};
 
-fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<ReleaseHub>>> {
-    static HUBS: OnceLock<Mutex<HashMap<PathBuf, Weak<ReleaseHub>>>> = OnceLock::new();
-    HUBS.get_or_init(Default::default)
+use crate::clock;
+
+#[cfg(unix)]
+use std::os::unix::net::UnixDatagram;
+
+/// Where there are no Unix sockets the store refuses to open (see `clock`); this keeps the
+/// crate building there, every socket failing to be made.
+#[cfg(not(unix))]
+#[derive(Debug)]
+struct UnixDatagram;
+
+#[cfg(not(unix))]
+impl UnixDatagram {
+    fn unsupported<T>() -> io::Result<T> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    fn bind(_: PathBuf) -> io::Result<Self> {
+        Self::unsupported()
+    }
+    fn unbound() -> io::Result<Self> {
+        Self::unsupported()
+    }
+    fn set_nonblocking(&self, _: bool) -> io::Result<()> {
+        Self::unsupported()
+    }
+    fn set_read_timeout(&self, _: Option<Duration>) -> io::Result<()> {
+        Self::unsupported()
+    }
+    fn send_to(&self, _: &[u8], _: PathBuf) -> io::Result<usize> {
+        Self::unsupported()
+    }
+    fn recv(&self, _: &mut [u8]) -> io::Result<usize> {
+        Self::unsupported()
+    }
 }
 
-/// The hub of the file at `canonical` (a path from `std::fs::canonicalize`).
-pub(crate) fn hub_for(canonical: &Path) -> Arc<ReleaseHub> {
-    let mut hubs = registry().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(hub) = hubs.get(canonical).and_then(Weak::upgrade) {
-        return hub;
+/// How long a released key stays reserved for the process whose turn it is. Only a claim
+/// from that process takes the key meanwhile; others find it held by `handoff:<process>`
+/// for the reservation's remaining time. A process that does not claim in time (paused,
+/// killed after it was reached) loses its turn.
+pub(crate) const HANDOFF_RESERVATION: Duration = Duration::from_millis(250);
+
+/// How long the process told it is next in line waits for its turn before its waiters
+/// claim again anyway: a little longer than the reservation, so that it has ended.
+pub(crate) const NEXT_IN_LINE_WATCH: Duration =
+    HANDOFF_RESERVATION.saturating_add(Duration::from_millis(10));
+
+/// The `reason` of a reserved row starts with this, followed by the process's id.
+pub(crate) const HANDOFF_PREFIX: &str = "handoff:";
+
+/// The largest message: a kind byte and an entry name (a few dozen bytes).
+const MAX_MESSAGE: usize = 256;
+
+fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<FileWakeups>>> {
+    static FILES: OnceLock<Mutex<HashMap<PathBuf, Weak<FileWakeups>>>> = OnceLock::new();
+    FILES.get_or_init(Default::default)
+}
+
+/// The wake-ups of the file at `canonical` (a path from `std::fs::canonicalize`) in this
+/// process.
+pub(crate) fn for_file(canonical: &Path) -> Arc<FileWakeups> {
+    let mut files = registry().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(file) = files.get(canonical).and_then(Weak::upgrade) {
+        return file;
     }
-    hubs.retain(|_, hub| hub.strong_count() > 0);
-    let hub = Arc::new(ReleaseHub::new());
-    hubs.insert(canonical.to_owned(), Arc::downgrade(&hub));
-    hub
+    files.retain(|_, file| file.strong_count() > 0);
+    let file = Arc::new(FileWakeups::open(canonical));
+    files.insert(canonical.to_owned(), Arc::downgrade(&file));
+    file
+}
+
+/// One file's release wake-ups in this process.
+#[derive(Debug)]
+pub(crate) struct FileWakeups {
+    shared: Arc<Shared>,
+    /// The receiving thread, told to stop when the last store on the file is dropped.
+    listener: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the stores and the receiving thread share.
+#[derive(Debug)]
+struct Shared {
+    hub: Arc<ReleaseHub>,
+    /// The file, for messages.
+    file: PathBuf,
+    /// Set from the start, or once sending or receiving failed: waiters poll, and releases
+    /// wake this process's waiters directly.
+    polling: AtomicBool,
+    /// `None` where the directory or socket could not be made.
+    push: Option<Push>,
+}
+
+#[derive(Debug)]
+struct Push {
+    dir: PathBuf,
+    /// This process's name in entries and its socket's (`p.<id>`).
+    id: String,
+    /// Unbound, non-blocking: sends turns.
+    sender: UnixDatagram,
+    queued: Mutex<Queued>,
+}
+
+/// This process's entries, one per key at most.
+#[derive(Debug, Default)]
+struct Queued {
+    by_key: HashMap<StoreKey, String>,
+    by_entry: HashMap<String, StoreKey>,
+}
+
+impl Queued {
+    fn remove_entry(&mut self, entry: &str) -> Option<StoreKey> {
+        let key = self.by_entry.remove(entry)?;
+        self.by_key.remove(&key);
+        Some(key)
+    }
+}
+
+/// A message between processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// "Your turn": the key was released and this entry is the oldest reached.
+    Turn,
+    /// "You are next": look again after [`NEXT_IN_LINE_WATCH`] if no turn came.
+    Next,
+    /// Sent by a process to its own socket: stop receiving.
+    Stop,
+}
+
+impl Kind {
+    fn byte(self) -> u8 {
+        match self {
+            Kind::Turn => b'h',
+            Kind::Next => b'w',
+            Kind::Stop => b'q',
+        }
+    }
+
+    fn parse(message: &[u8]) -> Option<(Kind, &str)> {
+        let (&kind, rest) = message.split_first()?;
+        let kind = match kind {
+            b'h' => Kind::Turn,
+            b'w' => Kind::Next,
+            b'q' => Kind::Stop,
+            _ => return None,
+        };
+        Some((kind, std::str::from_utf8(rest).ok()?))
+    }
+}
+
+/// The 64-bit FNV-1a hash of `key`, as 16 hex digits: the prefix of its entries.
+fn key_hash(key: &StoreKey) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.as_str().bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The process id in an entry name `<hash>.<time>.<id>`.
+fn owner_of(entry: &str) -> Option<&str> {
+    let mut parts = entry.splitn(3, '.');
+    let (hash, time, id) = (parts.next()?, parts.next()?, parts.next()?);
+    (hash.len() == 16 && time.len() == 16 && !id.is_empty()).then_some(id)
+}
+
+fn socket_name(id: &str) -> String {
+    format!("p.{id}")
+}
+
+/// The directory of the file's sockets and queue entries: `<file>-wake`.
+fn directory_of(file: &Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push("-wake");
+    PathBuf::from(name)
+}
+
+impl FileWakeups {
+    fn open(file: &Path) -> FileWakeups {
+        let hub = Arc::new(ReleaseHub::new());
+        let dir = directory_of(file);
+        let id = format!("{}-{:016x}", std::process::id(), rand_u64());
+        let set_up = (|| -> io::Result<(UnixDatagram, UnixDatagram)> {
+            match std::fs::create_dir(&dir) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+            let receiver = UnixDatagram::bind(dir.join(socket_name(&id)))?;
+            let sender = UnixDatagram::unbound()?;
+            sender.set_nonblocking(true)?;
+            Ok((receiver, sender))
+        })();
+        let (push, receiver) = match set_up {
+            Ok((receiver, sender)) => (
+                Some(Push {
+                    dir,
+                    id,
+                    sender,
+                    queued: Mutex::default(),
+                }),
+                Some(receiver),
+            ),
+            Err(e) => {
+                unavailable(file, &dir, &e);
+                (None, None)
+            }
+        };
+        let shared = Arc::new(Shared {
+            hub,
+            file: file.to_owned(),
+            polling: AtomicBool::new(push.is_none()),
+            push,
+        });
+        if let Some(push) = &shared.push {
+            push.sweep();
+        }
+        let listener = receiver.and_then(|receiver| {
+            let thread_shared = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name("baton-sqlite-wake".into())
+                .spawn(move || thread_shared.receive(receiver));
+            match spawned {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    shared.degrade("cannot start the thread that receives them", &e);
+                    None
+                }
+            }
+        });
+        FileWakeups { shared, listener }
+    }
+
+    /// The hub this process's waiters on the file subscribe to.
+    pub(crate) fn hub(&self) -> &Arc<ReleaseHub> {
+        &self.shared.hub
+    }
+
+    /// `Some(poll_interval)` when waiters must poll: the wake-ups are unavailable.
+    pub(crate) fn poll(&self, poll_interval: Duration) -> Option<Duration> {
+        self.shared
+            .polling
+            .load(Ordering::Relaxed)
+            .then_some(poll_interval)
+    }
+
+    /// Called inside a claim's write transaction that found `key` held: queues this process
+    /// for `key` when one of its waiters waits for it.
+    pub(crate) fn held(&self, key: &StoreKey) {
+        let shared = &self.shared;
+        let Some(push) = shared.push.as_ref() else {
+            return;
+        };
+        if shared.polling.load(Ordering::Relaxed) || !shared.hub.has_waiters(key) {
+            return;
+        }
+        let mut queued = push.queued.lock().unwrap_or_else(|p| p.into_inner());
+        if queued.by_key.contains_key(key) {
+            return;
+        }
+        let time = u64::try_from(clock::now()).unwrap_or(0);
+        let entry = format!("{}.{time:016x}.{}", key_hash(key), push.id);
+        match std::fs::File::create_new(push.dir.join(&entry)) {
+            Ok(_) => {
+                queued.by_key.insert(key.clone(), entry.clone());
+                queued.by_entry.insert(entry, key.clone());
+            }
+            Err(e) => {
+                drop(queued);
+                shared.degrade("cannot queue a waiter", &e);
+            }
+        }
+    }
+
+    /// Called after a claim granted (or extended) `key`: this process leaves its queue.
+    pub(crate) fn granted(&self, key: &StoreKey) {
+        let Some(push) = self.shared.push.as_ref() else {
+            return;
+        };
+        let mut queued = push.queued.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = queued.by_key.remove(key) {
+            queued.by_entry.remove(&entry);
+            drop(queued);
+            push.delete(&entry);
+        }
+    }
+
+    /// The reservation this process's claims name (`handoff:<id>`), `None` while it takes
+    /// no turns (polling).
+    pub(crate) fn handoff(&self) -> Option<String> {
+        let push = self.shared.push.as_ref()?;
+        (!self.shared.polling.load(Ordering::Relaxed))
+            .then(|| format!("{HANDOFF_PREFIX}{}", push.id))
+    }
+
+    /// Called inside the write transaction of a release that freed `key`: the process
+    /// whose turn it is (reachable now, or this one with a waiter), and the rest of the
+    /// queue behind it. The release reserves the key for it, and
+    /// [`hand_over`](Self::hand_over) tells it.
+    pub(crate) fn next_in_line(&self, key: &StoreKey) -> Option<Line> {
+        let shared = &self.shared;
+        let push = shared.push.as_ref()?;
+        if shared.polling.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut entries = match push.entries(&format!("{}.", key_hash(key))) {
+            Ok(entries) => entries.into_iter(),
+            Err(e) => {
+                shared.degrade("cannot list the waiting processes", &e);
+                return None;
+            }
+        };
+        while let Some(entry) = entries.next() {
+            let Some(owner) = owner_of(&entry).map(str::to_owned) else {
+                continue;
+            };
+            let reachable = if owner == push.id {
+                let wanted = shared
+                    .key_of(&entry)
+                    .is_some_and(|k| shared.hub.has_waiters(&k));
+                if !wanted {
+                    shared.leave(&entry);
+                }
+                wanted
+            } else {
+                // An empty message: does the process live, and can it take a message now?
+                match push.send(None, &entry, &owner) {
+                    Ok(reachable) => reachable,
+                    Err(e) => {
+                        shared.degrade("cannot reach a waiting process", &e);
+                        return None;
+                    }
+                }
+            };
+            if reachable {
+                return Some(Line {
+                    key: key.clone(),
+                    entry,
+                    owner,
+                    rest: entries.collect(),
+                });
+            }
+        }
+        None
+    }
+
+    /// Called after the commit of a release that freed `key`: while polling, wakes this
+    /// process's waiters (the others poll).
+    pub(crate) fn released(&self, key: &StoreKey) {
+        if self.shared.polling.load(Ordering::Relaxed) {
+            self.shared.hub.notify(key);
+        }
+    }
+
+    /// Called inside the write transaction of a release, once it reserved the key for
+    /// `line`: tells that process it is its turn, and the next one reached that it is next.
+    ///
+    /// Sent before the commit: the woken process's claim then waits for the write lock,
+    /// which the commit frees, so its wake-up overlaps the commit's sync instead of
+    /// following it. Should the commit fail, that claim finds the key still held and waits
+    /// again, in its place.
+    pub(crate) fn hand_over(&self, line: Line) {
+        let shared = &self.shared;
+        let Some(push) = shared.push.as_ref() else {
+            return;
+        };
+        if line.owner == push.id {
+            shared.hub.notify(&line.key);
+        } else if let Err(e) = push.send(Some(Kind::Turn), &line.entry, &line.owner) {
+            // Gone since it was reached: the next in line looks again after the reservation.
+            shared.degrade("cannot wake a waiting process", &e);
+        }
+        for entry in &line.rest {
+            let Some(owner) = owner_of(entry) else {
+                continue;
+            };
+            match push.send(Some(Kind::Next), entry, owner) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => return shared.degrade("cannot wake a waiting process", &e),
+            }
+        }
+    }
+}
+
+/// The process a released key is reserved for, and the queue behind it.
+#[derive(Debug)]
+pub(crate) struct Line {
+    key: StoreKey,
+    entry: String,
+    owner: String,
+    rest: Vec<String>,
+}
+
+impl Line {
+    /// The `reason` of the reservation: `handoff:<process>`.
+    pub(crate) fn handoff(&self) -> String {
+        format!("{HANDOFF_PREFIX}{}", self.owner)
+    }
+}
+
+impl Drop for FileWakeups {
+    fn drop(&mut self) {
+        let Some(push) = self.shared.push.as_ref() else {
+            return;
+        };
+        let socket = push.dir.join(socket_name(&push.id));
+        if let Some(listener) = self.listener.take() {
+            // The listener ends at this message; if it cannot be sent the thread is left
+            // blocked, holding only the socket.
+            if push
+                .sender
+                .send_to(&[Kind::Stop.byte()], socket.clone())
+                .is_ok()
+            {
+                let _ = listener.join();
+            }
+        }
+        let entries: Vec<String> = {
+            let mut queued = push.queued.lock().unwrap_or_else(|p| p.into_inner());
+            queued.by_key.clear();
+            queued.by_entry.drain().map(|(entry, _)| entry).collect()
+        };
+        for entry in entries {
+            push.delete(&entry);
+        }
+        let _ = std::fs::remove_file(socket);
+    }
+}
+
+impl Push {
+    fn delete(&self, entry: &str) {
+        let _ = std::fs::remove_file(self.dir.join(entry));
+    }
+
+    /// The names in the directory that start with `prefix`, in order.
+    fn entries(&self, prefix: &str) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for dirent in std::fs::read_dir(&self.dir)? {
+            if let Some(name) = dirent?.file_name().to_str()
+                && name.starts_with(prefix)
+            {
+                names.push(name.to_owned());
+            }
+        }
+        names.sort_unstable();
+        Ok(names)
+    }
+
+    /// Sends `kind` for `entry` to its process. `Ok(true)` when it was delivered,
+    /// `Ok(false)` when that process cannot take it now (gone: the entry is deleted; its
+    /// queue full: the entry is kept).
+    /// `None` sends an empty message, which only tells whether the process is there.
+    fn send(&self, kind: Option<Kind>, entry: &str, owner: &str) -> io::Result<bool> {
+        let mut message = Vec::with_capacity(1 + entry.len());
+        if let Some(kind) = kind {
+            message.push(kind.byte());
+            message.extend_from_slice(entry.as_bytes());
+        }
+        match self
+            .sender
+            .send_to(&message, self.dir.join(socket_name(owner)))
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                ) =>
+            {
+                // The process is gone: forget its entry and its socket.
+                self.delete(entry);
+                let _ = std::fs::remove_file(self.dir.join(socket_name(owner)));
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the sockets (and so, lazily, the entries) of processes that are gone: an
+    /// empty message reaches a live process's thread, which ignores it.
+    fn sweep(&self) {
+        let Ok(sockets) = self.entries("p.") else {
+            return;
+        };
+        for socket in sockets {
+            let path = self.dir.join(&socket);
+            if let Err(e) = self.sender.send_to(&[], path.clone())
+                && e.kind() == io::ErrorKind::ConnectionRefused
+            {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn degrade(&self, what: &str, error: &io::Error) {
+        if !self.polling.swap(true, Ordering::Relaxed) {
+            telemetry::emit(
+                &events::STORE_PUSH_LOST,
+                None,
+                format_args!(
+                    "release wake-ups across processes on SQLite file {} stopped: {what}: {error}; waiters in this process poll from now on",
+                    self.file.display()
+                ),
+            );
+            self.hub.notify_all();
+        }
+    }
+
+    /// Passes the turn for the key whose entries start with `hash` on, unreserved (the
+    /// reservation made for this process runs out on its own): to the oldest process that
+    /// takes it, and tells the next one reached that it is next.
+    fn pass_turn(&self, hash: &str) {
+        let Some(push) = self.push.as_ref() else {
+            return;
+        };
+        let entries = match push.entries(&format!("{hash}.")) {
+            Ok(entries) => entries,
+            Err(e) => return self.degrade("cannot list the waiting processes", &e),
+        };
+        let mut kind = Kind::Turn;
+        for entry in &entries {
+            let Some(owner) = owner_of(entry) else {
+                continue;
+            };
+            // This process's own entries are for keys it still waits for; it is not asked.
+            if owner == push.id {
+                continue;
+            }
+            match push.send(Some(kind), entry, owner) {
+                Ok(true) if kind == Kind::Next => return,
+                Ok(true) => kind = Kind::Next,
+                Ok(false) => {}
+                Err(e) => return self.degrade("cannot wake a waiting process", &e),
+            }
+        }
+    }
+
+    /// Deletes this process's `entry`.
+    fn leave(&self, entry: &str) {
+        if let Some(push) = self.push.as_ref() {
+            push.queued
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove_entry(entry);
+            push.delete(entry);
+        }
+    }
+
+    /// The receiving thread: turns messages into wake-ups until told to stop.
+    fn receive(&self, socket: UnixDatagram) {
+        let mut watches: HashMap<String, Instant> = HashMap::new();
+        let mut buffer = [0u8; MAX_MESSAGE];
+        loop {
+            let timeout = watches
+                .values()
+                .min()
+                .map(|at| at.saturating_duration_since(Instant::now()))
+                .map(|left| left.max(Duration::from_millis(1)));
+            if let Err(e) = socket.set_read_timeout(timeout) {
+                return self.degrade("cannot wait for messages", &e);
+            }
+            match socket.recv(&mut buffer) {
+                Ok(n) => match Kind::parse(&buffer[..n]) {
+                    Some((Kind::Stop, _)) => return,
+                    Some((Kind::Turn, entry)) => {
+                        watches.remove(entry);
+                        self.turn(entry);
+                    }
+                    Some((Kind::Next, entry)) => {
+                        watches.insert(entry.to_owned(), Instant::now() + NEXT_IN_LINE_WATCH);
+                    }
+                    // Empty (a sweep asking whether this process lives) or unknown.
+                    None => {}
+                },
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return self.degrade("cannot receive messages", &e),
+            }
+            let now = Instant::now();
+            watches.retain(|entry, at| {
+                if *at > now {
+                    return true;
+                }
+                if let Some(key) = self.key_of(entry) {
+                    self.hub.notify(&key);
+                }
+                false
+            });
+        }
+    }
+
+    fn key_of(&self, entry: &str) -> Option<StoreKey> {
+        let push = self.push.as_ref()?;
+        let queued = push.queued.lock().unwrap_or_else(|p| p.into_inner());
+        queued.by_entry.get(entry).cloned()
+    }
+
+    /// A turn for this process's `entry`, from another process: wakes its waiters, or
+    /// passes the turn on when none wants the key any more.
+    fn turn(&self, entry: &str) {
+        if let Some(key) = self.key_of(entry)
+            && self.hub.has_waiters(&key)
+        {
+            self.hub.notify(&key);
+            return;
+        }
+        self.leave(entry);
+        if let Some(hash) = entry.split('.').next() {
+            self.pass_turn(hash);
+        }
+    }
+}
+
+/// A random number for this process's id: the pid alone may be reused by a later process
+/// while an entry of the earlier one is left.
+fn rand_u64() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}
+
+fn unavailable(file: &Path, dir: &Path, error: &io::Error) {
+    telemetry::emit(
+        &events::STORE_PUSH_LOST,
+        None,
+        format_args!(
+            "release wake-ups across processes on SQLite file {} are unavailable: cannot set up {}: {error}; waiters in this process poll",
+            file.display(),
+            dir.display()
+        ),
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn key(s: &str) -> StoreKey {
+        StoreKey::from_stored(s.to_owned())
+    }
+
     #[test]
-    fn one_hub_per_path_while_in_use() {
-        let a = hub_for(Path::new("/hubs-test/a.db"));
-        let again = hub_for(Path::new("/hubs-test/a.db"));
+    fn one_instance_per_path_while_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a_path, b_path) = (dir.path().join("a.db"), dir.path().join("b.db"));
+        let a = for_file(&a_path);
+        let again = for_file(&a_path);
         assert!(Arc::ptr_eq(&a, &again));
-        let b = hub_for(Path::new("/hubs-test/b.db"));
+        let b = for_file(&b_path);
         assert!(!Arc::ptr_eq(&a, &b));
-        drop((a, again));
-        let fresh = hub_for(Path::new("/hubs-test/c.db"));
-        let hubs = registry().lock().unwrap();
         assert!(
-            !hubs.contains_key(Path::new("/hubs-test/a.db")),
-            "unused hubs are dropped"
+            directory_of(&a_path)
+                .join(socket_name(&a.shared.push.as_ref().unwrap().id))
+                .exists()
         );
-        drop((hubs, b, fresh));
+        drop((a, again));
+        let fresh = for_file(&dir.path().join("c.db"));
+        let files = registry().lock().unwrap();
+        assert!(!files.contains_key(&a_path), "unused instances are dropped");
+        drop((files, b, fresh));
+        assert_eq!(
+            std::fs::read_dir(directory_of(&a_path)).unwrap().count(),
+            0,
+            "a dropped instance deletes its socket"
+        );
+    }
+
+    #[test]
+    fn entry_names_carry_their_owner() {
+        let entry = format!("{}.{:016x}.123-abc", key_hash(&key("ns:lock:a")), 42u64);
+        assert_eq!(owner_of(&entry), Some("123-abc"));
+        assert_eq!(owner_of("p.123-abc"), None);
+        assert_eq!(owner_of("short.0000000000000001.x"), None);
+        assert_ne!(key_hash(&key("ns:lock:a")), key_hash(&key("ns:lock:b")));
+    }
+
+    #[test]
+    fn a_path_too_long_for_a_socket_address_means_polling() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("d".repeat(110));
+        std::fs::create_dir(&deep).unwrap();
+        let wakeups = for_file(&deep.join("x.db"));
+        assert_eq!(
+            wakeups.poll(Duration::from_secs(1)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(wakeups.handoff(), None, "a polling process takes no turns");
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_made_means_polling() {
+        let dir = tempfile::tempdir().unwrap();
+        // A regular file where the directory would be.
+        let file = dir.path().join("x.db");
+        std::fs::write(directory_of(&file), b"").unwrap();
+        let wakeups = for_file(&file);
+        assert_eq!(
+            wakeups.poll(Duration::from_millis(15)),
+            Some(Duration::from_millis(15))
+        );
+        // Releases still wake this process's waiters.
+        let mut waiter = wakeups.hub().subscribe(&key("k"));
+        wakeups.released(&key("k"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), waiter.released())
+                .await
+                .expect("a local release wakes a local waiter while polling");
+        });
     }
 }

@@ -57,12 +57,23 @@ async fn connect_reads_the_path_and_options() {
     assert_eq!(store.path(), path);
     assert_eq!(store.options().get_busy_timeout(), Duration::from_secs(2));
     assert_eq!(store.options().get_synchronous(), Synchronous::Normal);
-    assert_eq!(store.wakeups().poll, Some(Duration::from_millis(40)));
+    assert_eq!(
+        store.options().get_poll_interval(),
+        Duration::from_millis(40)
+    );
+    assert_eq!(
+        store.wakeups().poll,
+        None,
+        "releases are pushed across processes, so waiters do not poll"
+    );
     assert!(path.exists());
     let defaults = SqliteStore::connect(&url(&dir.path().join("b.db")))
         .await
         .unwrap();
-    assert_eq!(defaults.wakeups().poll, Some(Duration::from_millis(15)));
+    assert_eq!(
+        defaults.options().get_poll_interval(),
+        Duration::from_millis(15)
+    );
     assert_eq!(defaults.options(), &SqliteOptions::new());
 }
 
@@ -460,15 +471,25 @@ async fn two_stores_on_one_file_exclude_and_wake_each_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn releases_by_another_connection_are_found_by_polling() {
+async fn where_wake_ups_cannot_be_set_up_waiters_poll() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("poll.db");
+    // A regular file where the wake-up directory would be.
+    std::fs::write(dir.path().join("poll.db-wake"), b"").unwrap();
     let store = Arc::new(
         open_with(
             &path,
             SqliteOptions::new().poll_interval(Duration::from_millis(20)),
         )
         .await,
+    );
+    assert_eq!(store.wakeups().poll, Some(Duration::from_millis(20)));
+    assert!(
+        baton_core::telemetry::recent_events().into_iter().any(|e| {
+            e.event.key == baton_core::telemetry::events::STORE_PUSH_LOST.key
+                && e.detail.contains("poll.db-wake")
+        }),
+        "the store says why its waiters poll"
     );
     let k = key("job");
     grant(&store, &k, &Holder::random(), Duration::from_secs(60)).await;
@@ -483,7 +504,7 @@ async fn releases_by_another_connection_are_found_by_polling() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiter.is_finished());
-    // Another process frees it: no signal reaches this process.
+    // An operator frees it: no signal reaches this process.
     let freed = tokio::task::spawn_blocking(move || {
         operator(&path)
             .execute(

@@ -72,7 +72,15 @@ impl RawSqlite {
                 conn.prepare_cached(sql::GRANT)
                     .and_then(|mut s| {
                         s.query_row(
-                            params![key, claimant, now, ttl_nanos, "", clock::wall_micros()],
+                            params![
+                                key,
+                                claimant,
+                                now,
+                                ttl_nanos,
+                                "",
+                                clock::wall_micros(),
+                                None::<String>
+                            ],
                             |r| r.get(0),
                         )
                     })

@@ -1,0 +1,249 @@
+//! Release wake-ups across OS processes on one file: a release in one process wakes the
+//! waiter of another at once, in the order they started waiting, and a waiter that is
+//! gone, paused or no longer waiting does not hold the key up.
+//!
+//! Every store here polls only every 10 s and every grant lives 60 s, so a waiter that gets
+//! the key within its few seconds of waiting was woken by the release.
+//!
+//! The children are `waiter_process`, run by the parents with a role (see
+//! `baton_testkit::process`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::{LockOptions, Locks};
+use baton_sqlite::{SqliteOptions, SqliteStore};
+use baton_testkit::process::{self, Child, ChildTest, wait_for_file, wait_until_async};
+
+const KEY: &str = "job";
+const HOLD: Duration = Duration::from_secs(60);
+/// How long the parent gives a step that takes milliseconds when it works.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn slow_polling() -> SqliteOptions {
+    SqliteOptions::new().poll_interval(Duration::from_secs(10))
+}
+
+async fn locks_on(db: &Path) -> Locks {
+    let store = SqliteStore::open(db, slow_polling()).await.unwrap();
+    Locks::new(Arc::new(store))
+}
+
+fn waiting(wait: Duration) -> LockOptions {
+    LockOptions::new(HOLD).wait(wait)
+}
+
+/// The processes queued for a key: the entries of the wake-up directory that are not sockets.
+fn queued(db: &Path) -> usize {
+    let mut dir = db.as_os_str().to_owned();
+    dir.push("-wake");
+    std::fs::read_dir(PathBuf::from(dir))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with("p."))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+async fn until_queued(db: &Path, n: usize) {
+    wait_until_async(&format!("{n} processes queued"), PATIENCE, || {
+        queued(db) == n
+    })
+    .await
+    .unwrap();
+}
+
+/// Starts a child that waits `wait` for the key; it writes `<name>.acquired` (holding its
+/// fence) and `<name>.waited` (how long, in ms), or
+/// `<name>.gave-up` beside the file, and with `stay` waits for `exit` before it ends.
+fn spawn_waiter(db: &Path, name: &str, wait: Duration, stay: bool) -> Child {
+    ChildTest::new("waiter_process", name)
+        .env("DB", db)
+        .env("WAIT_MS", wait.as_millis().to_string())
+        .env("STAY", if stay { "1" } else { "" })
+        .spawn()
+        .unwrap()
+}
+
+fn marker(db: &Path, name: &str, what: &str) -> PathBuf {
+    db.with_file_name(format!("{name}.{what}"))
+}
+
+#[test]
+#[ignore = "a child process of the tests in this file"]
+fn waiter_process() {
+    let Some(name) = process::role() else { return };
+    let db = PathBuf::from(process::parent_env("DB"));
+    let wait = Duration::from_millis(process::parent_env("WAIT_MS").parse().unwrap());
+    let stay = !process::parent_env("STAY").is_empty();
+    process::child_runtime().block_on(async {
+        let locks = locks_on(&db).await;
+        std::fs::write(marker(&db, &name, "waiting"), b"").unwrap();
+        let started = std::time::Instant::now();
+        match locks.try_acquire(KEY, &waiting(wait)).await.unwrap() {
+            Some(guard) => {
+                let waited = started.elapsed().as_millis().to_string();
+                std::fs::write(marker(&db, &name, "waited"), waited).unwrap();
+                std::fs::write(
+                    marker(&db, &name, "acquired"),
+                    guard.fence().get().to_string(),
+                )
+                .unwrap();
+                guard.release().await;
+            }
+            None => std::fs::write(marker(&db, &name, "gave-up"), b"").unwrap(),
+        }
+        if stay {
+            let exit = db.with_file_name("exit");
+            tokio::task::spawn_blocking(move || wait_for_file(exit, Duration::from_secs(60)))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_another_process_wakes_its_waiter_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    let locks = locks_on(&db).await;
+    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let mut child = spawn_waiter(&db, "a", Duration::from_secs(4), false);
+    wait_for_file(marker(&db, "a", "waiting"), PATIENCE).unwrap();
+    // Time for its claim to find the key held.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await;
+    child.wait_success(PATIENCE).unwrap();
+    let waited: u64 = std::fs::read_to_string(marker(&db, "a", "waited"))
+        .expect("the waiter gave up: the release did not reach it")
+        .parse()
+        .unwrap();
+    // Its last claim, as its 4 s ran out, would have found the key free too.
+    assert!(
+        waited < 3_500,
+        "the waiter took the key only as its wait ran out ({waited} ms): the release did not wake it"
+    );
+    assert_eq!(queued(&db), 0, "the granted process left the queue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiter_is_skipped_and_its_entry_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    let locks = locks_on(&db).await;
+    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let mut first = spawn_waiter(&db, "first", Duration::from_secs(30), false);
+    until_queued(&db, 1).await;
+    first.kill().unwrap();
+    // Another store of the file in this process, as another replica would be.
+    let second = locks_on(&db).await;
+    let waiter =
+        tokio::spawn(async move { second.acquire(KEY, &waiting(Duration::from_secs(4))).await });
+    until_queued(&db, 2).await;
+    held.release().await;
+    let guard = waiter
+        .await
+        .unwrap()
+        .expect("the turn skips the killed process and reaches the next");
+    assert_eq!(queued(&db), 0, "the killed process's entry is deleted");
+    guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_waiter_holds_the_key_up_only_until_the_next_looks_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    let locks = locks_on(&db).await;
+    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let mut paused = spawn_waiter(&db, "paused", Duration::from_secs(30), false);
+    until_queued(&db, 1).await;
+    paused.pause().unwrap();
+    let next = locks.clone();
+    let waiter =
+        tokio::spawn(async move { next.acquire(KEY, &waiting(Duration::from_secs(4))).await });
+    until_queued(&db, 2).await;
+    // The turn goes to the paused process; the next one is told it is next and looks again.
+    held.release().await;
+    let guard = waiter
+        .await
+        .unwrap()
+        .expect("the next in line took the key its paused predecessor did not claim");
+    paused.resume().unwrap();
+    // Its turn came while it was paused: resumed, it claims, finds the key held, and waits.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!marker(&db, "paused", "acquired").exists());
+    guard.release().await;
+    paused.wait_success(PATIENCE).unwrap();
+    assert!(
+        marker(&db, "paused", "acquired").exists(),
+        "the resumed process is woken by the next release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_stopped_waiting_passes_its_turn_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    let locks = locks_on(&db).await;
+    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let mut quitter = spawn_waiter(&db, "quitter", Duration::from_millis(500), true);
+    until_queued(&db, 1).await;
+    let gave_up = marker(&db, "quitter", "gave-up");
+    wait_until_async("the first waiter gives up", PATIENCE, || gave_up.exists())
+        .await
+        .unwrap();
+    let mut next = spawn_waiter(&db, "next", Duration::from_secs(4), false);
+    until_queued(&db, 2).await;
+    held.release().await;
+    next.wait_success(PATIENCE).unwrap();
+    assert!(marker(&db, "next", "acquired").exists());
+    // The quitter deleted its entry when it passed the turn on, though it still runs.
+    until_queued(&db, 0).await;
+    std::fs::write(db.with_file_name("exit"), b"").unwrap();
+    quitter.wait_success(PATIENCE).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_take_turns_in_the_order_they_started_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    let locks = locks_on(&db).await;
+    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let names = ["one", "two", "three"];
+    let mut children = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        children.push(spawn_waiter(&db, name, Duration::from_secs(10), false));
+        until_queued(&db, i + 1).await;
+    }
+    // This process, last in line, asks again right after its release: it must not cut in.
+    held.release().await;
+    let mine = locks
+        .acquire(KEY, &waiting(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let fences: Vec<u64> = names
+        .iter()
+        .map(|name| {
+            std::fs::read_to_string(marker(&db, name, "acquired"))
+                .expect("every earlier waiter had its turn first")
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "turns follow the order of waiting: {names:?} got fences {fences:?}"
+    );
+    assert!(
+        mine.fence().get() > fences[2],
+        "the releaser asked again at once and still came last"
+    );
+    mine.release().await;
+    for mut child in children {
+        child.wait_success(PATIENCE).unwrap();
+    }
+}
