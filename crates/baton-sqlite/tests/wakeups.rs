@@ -68,6 +68,28 @@ fn spawn_waiter(db: &Path, name: &str, wait: Duration, stay: bool) -> Child {
         .unwrap()
 }
 
+/// A fresh file, locks on it, and the key held through them for [`HOLD`]; the directory
+/// lives as long as the returned guard of it.
+async fn held_on_a_fresh_file() -> (tempfile::TempDir, PathBuf, Locks, baton_core::LockGuard) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("baton.db");
+    let locks = locks_on(&db).await;
+    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    (dir, db, locks, held)
+}
+
+/// A waiter in this process, waiting up to 4 s, once it is queued as the `n`th process.
+async fn queue_here(
+    locks: Locks,
+    db: &Path,
+    n: usize,
+) -> tokio::task::JoinHandle<Result<baton_core::LockGuard, baton_core::AcquireError>> {
+    let waiter =
+        tokio::spawn(async move { locks.acquire(KEY, &waiting(Duration::from_secs(4))).await });
+    until_queued(db, n).await;
+    waiter
+}
+
 fn marker(db: &Path, name: &str, what: &str) -> PathBuf {
     db.with_file_name(format!("{name}.{what}"))
 }
@@ -108,10 +130,7 @@ fn waiter_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_in_another_process_wakes_its_waiter_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    let locks = locks_on(&db).await;
-    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let (_dir, db, _locks, held) = held_on_a_fresh_file().await;
     let mut child = spawn_waiter(&db, "a", Duration::from_secs(4), false);
     wait_for_file(marker(&db, "a", "waiting"), PATIENCE).unwrap();
     // Time for its claim to find the key held.
@@ -132,18 +151,12 @@ async fn a_release_in_another_process_wakes_its_waiter_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_waiter_is_skipped_and_its_entry_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    let locks = locks_on(&db).await;
-    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let (_dir, db, _locks, held) = held_on_a_fresh_file().await;
     let mut first = spawn_waiter(&db, "first", Duration::from_secs(30), false);
     until_queued(&db, 1).await;
     first.kill().unwrap();
     // Another store of the file in this process, as another replica would be.
-    let second = locks_on(&db).await;
-    let waiter =
-        tokio::spawn(async move { second.acquire(KEY, &waiting(Duration::from_secs(4))).await });
-    until_queued(&db, 2).await;
+    let waiter = queue_here(locks_on(&db).await, &db, 2).await;
     held.release().await;
     let guard = waiter
         .await
@@ -155,17 +168,11 @@ async fn a_killed_waiter_is_skipped_and_its_entry_deleted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_waiter_holds_the_key_up_only_until_the_next_looks_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    let locks = locks_on(&db).await;
-    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let (_dir, db, locks, held) = held_on_a_fresh_file().await;
     let mut paused = spawn_waiter(&db, "paused", Duration::from_secs(30), false);
     until_queued(&db, 1).await;
     paused.pause().unwrap();
-    let next = locks.clone();
-    let waiter =
-        tokio::spawn(async move { next.acquire(KEY, &waiting(Duration::from_secs(4))).await });
-    until_queued(&db, 2).await;
+    let waiter = queue_here(locks.clone(), &db, 2).await;
     // The turn goes to the paused process; the next one is told it is next and looks again.
     held.release().await;
     let guard = waiter
@@ -186,10 +193,7 @@ async fn a_paused_waiter_holds_the_key_up_only_until_the_next_looks_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_stopped_waiting_passes_its_turn_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    let locks = locks_on(&db).await;
-    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let (_dir, db, _locks, held) = held_on_a_fresh_file().await;
     let mut quitter = spawn_waiter(&db, "quitter", Duration::from_millis(500), true);
     until_queued(&db, 1).await;
     let gave_up = marker(&db, "quitter", "gave-up");
@@ -209,10 +213,7 @@ async fn a_process_that_stopped_waiting_passes_its_turn_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_take_turns_in_the_order_they_started_waiting() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("baton.db");
-    let locks = locks_on(&db).await;
-    let held = locks.acquire(KEY, &LockOptions::new(HOLD)).await.unwrap();
+    let (_dir, db, locks, held) = held_on_a_fresh_file().await;
     let names = ["one", "two", "three"];
     let mut children = Vec::new();
     for (i, name) in names.iter().enumerate() {
