@@ -67,16 +67,17 @@ use crate::scripts::SCRIPTS;
 pub const PING_EVERY: Duration = Duration::from_secs(5);
 /// How often waiters re-check while the pub/sub connection is down.
 pub const DEGRADED_POLL: Duration = Duration::from_millis(200);
-/// How long a released key stays reserved for the store whose turn it is. Only a claim from
-/// that store takes the key meanwhile; others are answered "held" with the reservation's
-/// remaining time. A store that does not claim in time (paused, partitioned) loses its turn.
-pub const HANDOFF_RESERVATION: Duration = Duration::from_millis(250);
+/// How long a released key stays reserved for the store whose turn it is (the core's
+/// [`signals::HANDOFF_RESERVATION`](baton_core::signals::HANDOFF_RESERVATION)). Only a claim
+/// from that store takes the key meanwhile; others are answered "held" with the
+/// reservation's remaining time.
+pub const HANDOFF_RESERVATION: Duration = baton_core::signals::HANDOFF_RESERVATION;
 /// How long a key's queue of waiting stores outlives the holder's remaining time: waiters
 /// look again by the holder's expiry, and queue again if they are still waiting.
 pub const QUEUE_GRACE: Duration = Duration::from_secs(5);
 /// How much later than the end it was told of a watch timer fires, so that on the server
 /// that end has passed.
-pub const WATCH_SLACK: Duration = Duration::from_millis(10);
+pub const WATCH_SLACK: Duration = baton_core::signals::WATCH_SLACK;
 
 /// The store's pub/sub connection and its task. Dropping it stops the task and closes the
 /// connection.

@@ -60,7 +60,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use baton_core::StoreKey;
-use baton_core::signals::ReleaseHub;
+pub(crate) use baton_core::signals::HANDOFF_RESERVATION;
+use baton_core::signals::{ReleaseHub, WATCH_SLACK};
 use baton_core::telemetry::{self, events};
 
 use crate::clock;
@@ -99,16 +100,10 @@ impl UnixDatagram {
     }
 }
 
-/// How long a released key stays reserved for the process whose turn it is. Only a claim
-/// from that process takes the key meanwhile; others find it held by `handoff:<process>`
-/// for the reservation's remaining time. A process that does not claim in time (paused,
-/// killed after it was reached) loses its turn.
-pub(crate) const HANDOFF_RESERVATION: Duration = Duration::from_millis(250);
-
 /// How long the process told it is next in line waits for its turn before its waiters
-/// claim again anyway: a little longer than the reservation, so that it has ended.
-pub(crate) const NEXT_IN_LINE_WATCH: Duration =
-    HANDOFF_RESERVATION.saturating_add(Duration::from_millis(10));
+/// claim again anyway: until just after the reservation made for the process before it
+/// ([`HANDOFF_RESERVATION`]) has ended.
+pub(crate) const NEXT_IN_LINE_WATCH: Duration = HANDOFF_RESERVATION.saturating_add(WATCH_SLACK);
 
 /// The `reason` of a reserved row starts with this, followed by the process's id.
 pub(crate) const HANDOFF_PREFIX: &str = "handoff:";
@@ -160,6 +155,8 @@ struct Push {
     dir: PathBuf,
     /// This process's name in entries and its socket's (`p.<id>`).
     id: String,
+    /// The reservation its claims name: `handoff:<id>`.
+    handoff: String,
     /// Unbound, non-blocking: sends turns.
     sender: UnixDatagram,
     queued: Mutex<Queued>,
@@ -259,6 +256,7 @@ impl FileWakeups {
             Ok((receiver, sender)) => (
                 Some(Push {
                     dir,
+                    handoff: format!("{HANDOFF_PREFIX}{id}"),
                     id,
                     sender,
                     queued: Mutex::default(),
@@ -351,10 +349,9 @@ impl FileWakeups {
 
     /// The reservation this process's claims name (`handoff:<id>`), `None` while it takes
     /// no turns (polling).
-    pub(crate) fn handoff(&self) -> Option<String> {
+    pub(crate) fn handoff(&self) -> Option<&str> {
         let push = self.shared.push.as_ref()?;
-        (!self.shared.polling.load(Ordering::Relaxed))
-            .then(|| format!("{HANDOFF_PREFIX}{}", push.id))
+        (!self.shared.polling.load(Ordering::Relaxed)).then_some(push.handoff.as_str())
     }
 
     /// Called inside the write transaction of a release that freed `key`: the process
@@ -434,16 +431,7 @@ impl FileWakeups {
             // Gone since it was reached: the next in line looks again after the reservation.
             shared.degrade("cannot wake a waiting process", &e);
         }
-        for entry in &line.rest {
-            let Some(owner) = owner_of(entry) else {
-                continue;
-            };
-            match push.send(Some(Kind::Next), entry, owner) {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => return shared.degrade("cannot wake a waiting process", &e),
-            }
-        }
+        shared.send_first(Kind::Next, &mut line.rest.iter());
     }
 }
 
@@ -585,22 +573,32 @@ impl Shared {
             Ok(entries) => entries,
             Err(e) => return self.degrade("cannot list the waiting processes", &e),
         };
-        let mut kind = Kind::Turn;
-        for entry in &entries {
+        let mut entries = entries.iter();
+        if self.send_first(Kind::Turn, &mut entries) {
+            self.send_first(Kind::Next, &mut entries);
+        }
+    }
+
+    /// Sends `kind` to the first of `entries` whose process takes it, leaving the rest of
+    /// the iterator for a next message. Whether one took it.
+    fn send_first<'a>(&self, kind: Kind, entries: &mut impl Iterator<Item = &'a String>) -> bool {
+        let Some(push) = self.push.as_ref() else {
+            return false;
+        };
+        for entry in entries {
             let Some(owner) = owner_of(entry) else {
                 continue;
             };
-            // This process's own entries are for keys it still waits for; it is not asked.
-            if owner == push.id {
-                continue;
-            }
             match push.send(Some(kind), entry, owner) {
-                Ok(true) if kind == Kind::Next => return,
-                Ok(true) => kind = Kind::Next,
+                Ok(true) => return true,
                 Ok(false) => {}
-                Err(e) => return self.degrade("cannot wake a waiting process", &e),
+                Err(e) => {
+                    self.degrade("cannot wake a waiting process", &e);
+                    return false;
+                }
             }
         }
+        false
     }
 
     /// Deletes this process's `entry`.

@@ -9,10 +9,21 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::key::StoreKey;
+
+/// How long a released key stays reserved for the waiter (store or process) whose turn it
+/// is, on stores that queue their waiters across processes (Redis, SQLite). Only that
+/// waiter's claims take the key meanwhile; one that does not claim in time (paused,
+/// partitioned, killed after it was told) loses its turn.
+pub const HANDOFF_RESERVATION: Duration = Duration::from_millis(250);
+
+/// How much later than a reservation's end the waiter next in line looks again, so that
+/// on the store that end has passed.
+pub const WATCH_SLACK: Duration = Duration::from_millis(10);
 
 /// Per-key release notifications within one process.
 #[derive(Debug, Default)]
