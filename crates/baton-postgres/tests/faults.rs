@@ -382,6 +382,7 @@ async fn thirty_two_concurrent_claimers_get_one_grant_at_a_time() {
                 Claim::Granted { fence } => winners.push((holder, fence)),
                 Claim::Held { holder, .. } => held_by.push(holder),
                 Claim::Extended { .. } => panic!("nobody held the key before"),
+                Claim::HandedOver { .. } => panic!("nobody waited for the key"),
             }
         }
         assert_eq!(winners.len(), 1, "round {round}: {winners:?}");

@@ -290,6 +290,13 @@ impl Leases {
                 until: sent + ttl.get(),
                 new: false,
             },
+            // Leases do not wait, so no store hands one over; were it to, its TTL runs from
+            // `since`.
+            Claim::HandedOver { fence, since } => ClaimResult::Claimed {
+                fence,
+                until: since.min(sent) + ttl.get(),
+                new: true,
+            },
             Claim::Held { holder, remaining } => ClaimResult::HeldBy {
                 holder: holder.as_str().to_owned(),
                 until: now() + remaining,

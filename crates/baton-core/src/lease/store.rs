@@ -56,6 +56,18 @@ pub enum Claim {
         /// The fence of the grant that was extended.
         fence: Fence,
     },
+    /// The store gave the key to this holder while it waited: a release handed the grant
+    /// over to the waiter whose turn it was, and the store learned of it without a claim
+    /// of its own (the PostgreSQL store, from the release's notification). Only a holder
+    /// that is [waiting](ReleaseHub::subscribe_as) for the key is ever answered this.
+    HandedOver {
+        /// The handed-over grant's fence, larger than every earlier fence of this key.
+        fence: Fence,
+        /// An instant no later than the store's grant (before the request that queued the
+        /// holder was sent): the grant's TTL is measured from it, as a claim's is from the
+        /// instant before it was sent.
+        since: tokio::time::Instant,
+    },
     /// Another holder holds the key.
     Held {
         /// The current holder.
@@ -128,6 +140,8 @@ pub struct Wakeups {
 /// - Every operation is atomic on the store and decides expiry on the store's clock.
 /// - `claim` grants when the key is free or expired (next fence), extends when `holder`
 ///   already holds it (same fence), and otherwise reports the holder and its remaining time.
+///   A store that hands released keys to waiting holders answers `HandedOver` to the holder
+///   it gave the key to, with an instant no later than that grant.
 /// - Fences strictly increase per key across every grant, also after expiry and after the
 ///   store is restarted or re-opened.
 /// - `renew` and `release` compare the holder before changing anything; an expired grant is

@@ -350,7 +350,7 @@ impl Locks {
         // subscription then lasts the whole wait (a signal that arrives while an attempt is
         // in flight is kept for the next sleep), so this process counts as waiting for the key
         // from the first attempt to the last.
-        let mut released = wakeups.hub.subscribe(&key);
+        let mut released = wakeups.hub.subscribe_as(&key, &holder);
         // Whether the store has answered this acquire: a waiter rides out the store faults
         // that come after an answer (a failover, a restart, a replaced connection) until its
         // wait ends, while a first claim that faults fails at once.
@@ -428,6 +428,12 @@ impl Locks {
             Ok(Claim::Granted { fence } | Claim::Extended { fence }) => {
                 Ok(Ok(Granted { fence, sent }))
             }
+            // Granted at a release while this waiter was queued: valid from before the claim
+            // that queued it, which is earlier than `sent`.
+            Ok(Claim::HandedOver { fence, since }) => Ok(Ok(Granted {
+                fence,
+                sent: since.min(sent),
+            })),
             Ok(Claim::Held { holder, remaining }) => Ok(Err(Seen { holder, remaining })),
             Err(error) => Err(error),
         }

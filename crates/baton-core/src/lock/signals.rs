@@ -8,11 +8,12 @@
 //! [`ReleaseHub::notify_all`] so that waiters re-check rather than sleep through a gap.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::holder::Holder;
 use crate::key::StoreKey;
 
 /// How long a released key stays reserved for the waiter (store or process) whose turn it
@@ -29,6 +30,8 @@ pub const WATCH_SLACK: Duration = Duration::from_millis(10);
 #[derive(Debug, Default)]
 pub struct ReleaseHub {
     keys: Mutex<HashMap<StoreKey, watch::Sender<u64>>>,
+    /// The holders that wait for each key ([`ReleaseHub::subscribe_as`]), counted.
+    waiting: Arc<Mutex<HashMap<(StoreKey, Holder), usize>>>,
 }
 
 impl ReleaseHub {
@@ -46,7 +49,37 @@ impl ReleaseHub {
             .or_insert_with(|| watch::channel(0).0);
         ReleaseWaiter {
             receiver: sender.subscribe(),
+            _waiting: None,
         }
+    }
+
+    /// [`subscribe`](ReleaseHub::subscribe), also recording that `holder` waits for `key`
+    /// until the returned waiter is dropped ([`ReleaseHub::is_waiting`]): how a lock's
+    /// waiter tells a store that hands released keys to waiting holders that it may be given
+    /// this one.
+    pub fn subscribe_as(&self, key: &StoreKey, holder: &Holder) -> ReleaseWaiter {
+        let mut waiter = self.subscribe(key);
+        let entry = (key.clone(), holder.clone());
+        *self
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(entry.clone())
+            .or_default() += 1;
+        waiter._waiting = Some(Waiting {
+            holders: Arc::clone(&self.waiting),
+            entry,
+        });
+        waiter
+    }
+
+    /// Whether `holder` waits for `key` now (a waiter from [`ReleaseHub::subscribe_as`] is
+    /// alive). Once it is false, the wait it was part of has ended.
+    pub fn is_waiting(&self, key: &StoreKey, holder: &Holder) -> bool {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&(key.clone(), holder.clone()))
     }
 
     /// Signals that `key` may be free. Cheap when nobody waits on it.
@@ -90,6 +123,27 @@ impl ReleaseHub {
 #[derive(Debug)]
 pub struct ReleaseWaiter {
     receiver: watch::Receiver<u64>,
+    /// The holder this subscription waits as, if any; counted out when it is dropped.
+    _waiting: Option<Waiting>,
+}
+
+/// A holder's place in [`ReleaseHub`]'s count of waiting holders.
+#[derive(Debug)]
+struct Waiting {
+    holders: Arc<Mutex<HashMap<(StoreKey, Holder), usize>>>,
+    entry: (StoreKey, Holder),
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = holders.get_mut(&self.entry) {
+            *count -= 1;
+            if *count == 0 {
+                holders.remove(&self.entry);
+            }
+        }
+    }
 }
 
 impl ReleaseWaiter {
@@ -141,6 +195,28 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), waiter.released())
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn a_holder_waits_until_its_subscription_is_dropped() {
+        let hub = ReleaseHub::new();
+        let (a, b) = (Holder::new("a").unwrap(), Holder::new("b").unwrap());
+        let first = hub.subscribe_as(&key("k"), &a);
+        let second = hub.subscribe_as(&key("k"), &a);
+        let plain = hub.subscribe(&key("k"));
+        assert!(hub.is_waiting(&key("k"), &a));
+        assert!(!hub.is_waiting(&key("k"), &b), "another holder");
+        assert!(!hub.is_waiting(&key("j"), &a), "another key");
+        drop(first);
+        assert!(hub.is_waiting(&key("k"), &a), "one subscription is left");
+        drop(second);
+        assert!(!hub.is_waiting(&key("k"), &a));
+        assert!(
+            hub.has_waiters(&key("k")),
+            "the plain subscription still waits"
+        );
+        drop(plain);
+        assert!(hub.waiting.lock().unwrap().is_empty());
     }
 
     #[test]
