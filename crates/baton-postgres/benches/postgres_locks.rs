@@ -505,6 +505,8 @@ async fn slice(
                                 .bind(holder.as_str())
                                 .bind(TTL.as_millis() as i64)
                                 .bind("")
+                                .bind(None::<i32>)
+                                .bind(false)
                                 .fetch_optional(&raw)
                                 .await
                                 .expect("claim");
@@ -672,6 +674,8 @@ impl ByHand {
                 .bind(&token)
                 .bind(TTL.as_millis() as i64)
                 .bind("")
+                .bind(None::<i32>)
+                .bind(false)
                 .fetch_optional(&self.pool)
                 .await
                 .expect("claim");

@@ -121,6 +121,7 @@ impl Hub {
             server: target.redacted.clone(),
             application: APPLICATION,
             channel: CHANNEL,
+            addressed: None,
             heartbeat_prefix: "baton_bheartbeat_",
             sink: Arc::new(Deliver {
                 fanout: Arc::clone(&fanout),

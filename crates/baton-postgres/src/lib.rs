@@ -6,16 +6,17 @@
 //! Use it when the processes to exclude run on several hosts and PostgreSQL is already part
 //! of the deployment. Expiry is decided by the database server's `clock_timestamp()`, every
 //! grant carries a fence that keeps increasing across restarts and crash recovery, and a
-//! release wakes the waiters of every process at once. No session state and no advisory
-//! lock is held between calls, so it works behind transaction-pooling proxies (with
-//! `listen=off`).
+//! release hands the key to the process that has waited longest, in the same statement. No
+//! session state and no advisory lock is held between calls, so it works behind
+//! transaction-pooling proxies (with `listen=off`).
 //!
 //! - [`PostgresStore`]: the store; [`PostgresOptions`]: its timeouts, pool and wake-ups.
 //! - [`TableLeases`]: leases in columns of a table of yours (the stream-lock storage model),
 //!   each atom one conditional `UPDATE`; [`TableLeaseColumns`] names them.
 //! - [`sql`]: every statement the store runs, for operators, tests and benchmarks.
 //! - [`wakeups`]: how release notifications become wake-ups, and what happens when the
-//!   LISTEN connection drops.
+//!   LISTEN connection drops; [`handoff`]: how a release hands the key to the waiter whose
+//!   turn it is.
 //! - [`limit`], [`cache`], [`broadcast`]: rate limits (one statement), the cache (an
 //!   `UNLOGGED` table) and broadcast over `LISTEN`/`NOTIFY`.
 //! - [`doctor`]: what `baton doctor` reads about a server.
@@ -31,6 +32,7 @@ pub mod cache;
 mod connection;
 pub mod doctor;
 mod error;
+pub mod handoff;
 pub mod idempotency;
 pub mod limit;
 mod listener;

@@ -48,6 +48,10 @@ pub(crate) trait Sink: Send + Sync + 'static {
 
     /// The first connection of a task started by [`ListenTask::spawn`] is listening.
     fn listening(&self) {}
+
+    /// A connection is listening, on the server backend `pid` (its `pg_backend_pid()`);
+    /// called before [`Sink::listening`] or [`Sink::restored`].
+    fn connected(&self, _pid: i32) {}
 }
 
 /// What a [`ListenTask`] connects to, listens on and feeds.
@@ -67,6 +71,10 @@ pub(crate) struct Spec<S> {
     pub(crate) application: &'static str,
     /// The channel to `LISTEN` on.
     pub(crate) channel: &'static str,
+    /// The start of a channel addressed to this connection alone, also `LISTEN`ed on and fed
+    /// to the sink: the prefix followed by the connection's backend pid (see
+    /// [`Sink::connected`]). `None` for none.
+    pub(crate) addressed: Option<&'static str>,
     /// The start of the private heartbeat channel's name; a random suffix follows.
     pub(crate) heartbeat_prefix: &'static str,
     /// Where notifications and connection events go.
@@ -119,6 +127,7 @@ impl<S: Sink> Source<S> {
             server: spec.server,
             application: spec.application,
             channel: spec.channel,
+            addressed: spec.addressed,
             sink: spec.sink,
         }
     }
@@ -133,6 +142,7 @@ struct Source<S> {
     server: String,
     application: &'static str,
     channel: &'static str,
+    addressed: Option<&'static str>,
     sink: Arc<S>,
 }
 
@@ -268,10 +278,20 @@ impl<S: Sink> Source<S> {
             listener
                 .listen_all([self.channel, self.heartbeat_channel.as_str()])
                 .await?;
-            Ok::<_, sqlx::Error>(listener)
+            let pid: i32 = sqlx::query_scalar(sql::BACKEND_PID)
+                .fetch_one(&mut listener)
+                .await?;
+            let addressed = self.addressed.map(|prefix| format!("{prefix}{pid}"));
+            if let Some(addressed) = &addressed {
+                listener.listen(addressed).await?;
+            }
+            Ok::<_, sqlx::Error>((listener, pid, addressed))
         };
-        let listener = match timeout(deadline, listening).await {
-            Ok(Ok(listener)) => listener,
+        let (listener, addressed) = match timeout(deadline, listening).await {
+            Ok(Ok((listener, pid, addressed))) => {
+                self.sink.connected(pid);
+                (listener, addressed)
+            }
             Ok(Err(e)) => return Err(sql_error(e, &what, &self.server)),
             Err(_) => return Err(timed_out(&what, &self.server, deadline)),
         };
@@ -279,6 +299,7 @@ impl<S: Sink> Source<S> {
         let receiver = tokio::spawn(receive(
             listener,
             self.channel,
+            addressed,
             Arc::clone(&self.sink),
             sender,
         ));
@@ -286,7 +307,8 @@ impl<S: Sink> Source<S> {
     }
 }
 
-/// Hands each notification of `channel` to the sink and forwards every other notification,
+/// Hands each notification of `channel` (and of `addressed`) to the sink and forwards every
+/// other notification,
 /// until the connection is lost. The sink is called here, not from the serving task: for
 /// release wake-ups it is the handoff's path, and a hop through another task would add a
 /// task wake-up to every handoff. `try_recv` is never cancelled here (it may lose part of a
@@ -294,12 +316,16 @@ impl<S: Sink> Source<S> {
 async fn receive<S: Sink>(
     mut listener: PgListener,
     channel: &'static str,
+    addressed: Option<String>,
     sink: Arc<S>,
     sender: mpsc::UnboundedSender<Result<(String, String), String>>,
 ) {
     loop {
         let message = match listener.try_recv().await {
-            Ok(Some(notification)) if notification.channel() == channel => {
+            Ok(Some(notification))
+                if notification.channel() == channel
+                    || addressed.as_deref() == Some(notification.channel()) =>
+            {
                 sink.notify(notification.payload());
                 continue;
             }

@@ -18,6 +18,7 @@ use tokio::time::timeout;
 
 use crate::connection::Db;
 use crate::error::{sql_error, timed_out, unexpected};
+use crate::handoff::{self, Handoffs};
 use crate::options::{Pooler, PostgresOptions};
 use crate::schema::{self, SchemaError};
 use crate::sql;
@@ -84,6 +85,8 @@ const MAX_RERUNS: usize = 64;
 pub struct PostgresStore {
     pub(crate) db: Db,
     hub: Arc<ReleaseHub>,
+    /// Whom this store queued for keys, and the grants releases handed to them.
+    handoffs: Arc<Handoffs>,
     /// The LISTEN connection: started at connect, or by the first wait with
     /// `listen=on-demand`; never without a `listen_target`.
     listener: OnceLock<Listener>,
@@ -159,6 +162,7 @@ impl PostgresStore {
         };
         let db = Db::new(&target, options.clone());
         let hub = Arc::new(ReleaseHub::new());
+        let handoffs = Arc::new(Handoffs::new(Arc::clone(&hub), db.clone()));
         // One deadline for everything connecting does: the first connection, the schema (and
         // the wait for its migration lock), and the first LISTEN.
         let deadline = options.call_deadline();
@@ -191,7 +195,7 @@ impl PostgresStore {
         match &listen_target {
             Some(_) if options.get_listen_on_demand() => {}
             Some(listen) => {
-                let starting = Listener::start(listener_spec(&db, &hub, listen));
+                let starting = Listener::start(listener_spec(&db, &hub, &handoffs, listen));
                 match timeout(left(), starting).await {
                     Ok(started) => {
                         let _ = listener.set(started?);
@@ -221,6 +225,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             db,
             hub,
+            handoffs,
             listener,
             listen_target,
             broadcast: Default::default(),
@@ -362,13 +367,20 @@ impl PostgresStore {
     }
 }
 
-/// The LISTEN connection of a store with pool `db` and hub `hub`, to `target`.
-fn listener_spec(db: &Db, hub: &Arc<ReleaseHub>, target: &Target) -> ListenerSpec {
+/// The LISTEN connection of a store with pool `db`, hub `hub` and hand-overs `handoffs`, to
+/// `target`.
+fn listener_spec(
+    db: &Db,
+    hub: &Arc<ReleaseHub>,
+    handoffs: &Arc<Handoffs>,
+    target: &Target,
+) -> ListenerSpec {
     ListenerSpec {
         connect: target.connect.clone(),
         pool: db.pool.clone(),
         unnamed: db.unnamed(),
         hub: Arc::clone(hub),
+        handoffs: Arc::clone(handoffs),
         options: db.options.clone(),
         server: target.redacted.clone(),
     }
@@ -433,6 +445,22 @@ fn info(row: &PgRow, key: StoreKey) -> Result<(HolderInfo, i64), sqlx::Error> {
 impl LeaseStore for PostgresStore {
     async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
         let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
+        if let Some(handed) = self.handoffs.take(key, holder) {
+            // Trusted from memory while at least half its TTL is left; an older one is
+            // confirmed by the claim below, which finds the key this holder's and extends it.
+            if handed.since.elapsed() < ttl.get() / 2 {
+                return Ok(Claim::HandedOver {
+                    fence: handed.fence,
+                    since: handed.since,
+                });
+            }
+        }
+        let pid = self.handoffs.pid();
+        let queue = pid.is_some() && self.hub.is_waiting(key, holder);
+        if queue {
+            self.handoffs
+                .queueing(key, holder, tokio::time::Instant::now());
+        }
         let what = || format!("claim of {key}");
         if self
             .claims
@@ -452,6 +480,8 @@ impl LeaseStore for PostgresStore {
                             .bind(holder.as_str())
                             .bind(ttl_millis(ttl))
                             .bind(reason)
+                            .bind(pid)
+                            .bind(queue)
                             .fetch_optional(self.db.exec())
                     },
                     // A claim that ran and was retried comes back as an extension (same
@@ -462,6 +492,7 @@ impl LeaseStore for PostgresStore {
             let Some(row) = row else { continue };
             let row = self.decode(&what(), ClaimRow::read(&row))?;
             if row.claimed {
+                self.handoffs.granted(key, holder);
                 let fence = fence(row.fence, &what(), &self.db.server)?;
                 return Ok(if row.granted {
                     Claim::Granted { fence }
@@ -508,7 +539,7 @@ impl LeaseStore for PostgresStore {
                 .call(
                     what,
                     || {
-                        sqlx::query(sql::RELEASE)
+                        sqlx::query(handoff::release_statement(&self.db))
                             .bind(key.as_str())
                             .bind(holder.as_str())
                             .fetch_one(self.db.exec())
@@ -526,9 +557,12 @@ impl LeaseStore for PostgresStore {
             let removed: i64 = self.decode(&what(), row.try_get("removed"))?;
             let current: Option<String> = self.decode(&what(), row.try_get("current"))?;
             if removed == 1 {
-                // Here as well as through NOTIFY: this process's waiters need no round trip,
-                // and keep moving while the LISTEN connection is down.
-                self.hub.notify(key);
+                // The release's NOTIFY reaches this process's waiters too, through the LISTEN
+                // connection: only the store whose turn it is wakes. Without one listening,
+                // they are told here and keep moving.
+                if !self.is_listening() {
+                    self.hub.notify(key);
+                }
                 return Ok(Release::Removed);
             }
             return Ok(match current {
@@ -608,8 +642,9 @@ impl LeaseStore for PostgresStore {
             && tokio::runtime::Handle::try_current().is_ok()
         {
             // `listen=on-demand`: the first wait starts the LISTEN connection.
-            self.listener
-                .get_or_init(|| Listener::spawn(listener_spec(&self.db, &self.hub, target)));
+            self.listener.get_or_init(|| {
+                Listener::spawn(listener_spec(&self.db, &self.hub, &self.handoffs, target))
+            });
         }
         Wakeups {
             hub: Arc::clone(&self.hub),

@@ -16,7 +16,8 @@
 //! longer makes connect fail with `Unavailable` ("schema migration lock held by another
 //! session") in time, and the server gives up the wait too.
 //!
-//! The idempotency table ([`crate::idempotency::SCHEMA`]) and the rate-limit and cache
+//! The queue of waiting stores ([`sql::WAIT_SCHEMA`]), the idempotency table
+//! ([`crate::idempotency::SCHEMA`]) and the rate-limit and cache
 //! objects ([`crate::limit::SCHEMA`], [`crate::limit::STEP_FUNCTION`]) are not versioned:
 //! they are created if missing, in the same transaction.
 //!
@@ -88,6 +89,7 @@ pub(crate) async fn prepare(pool: &PgPool, lock_wait: Duration) -> Result<(), Sc
         Some(version) => migrate_work(&mut tx, version).await?,
     }
     // Not `sqlx::raw_sql`: its executor bound keeps callers' futures from being `Send`.
+    (&mut *tx).execute(sql::WAIT_SCHEMA).await?;
     (&mut *tx).execute(crate::idempotency::SCHEMA).await?;
     (&mut *tx).execute(crate::limit::SCHEMA).await?;
     (&mut *tx).execute(crate::limit::STEP_FUNCTION).await?;
@@ -99,6 +101,7 @@ pub(crate) async fn prepare(pool: &PgPool, lock_wait: Duration) -> Result<(), Sc
 async fn up_to_date(conn: &mut PgConnection) -> Result<bool, SchemaError> {
     Ok(current_version(conn).await? == Some(sql::SCHEMA_VERSION)
         && work_version(conn).await? == Some(work_sql::SCHEMA_VERSION)
+        && relation_exists(conn, "baton_wait").await?
         && relation_exists(conn, "baton_idempotency").await?
         && sqlx::query_scalar::<_, bool>(crate::limit::OBJECTS_EXIST)
             .persistent(false)

@@ -1,4 +1,5 @@
-//! The LISTEN connection that turns release notifications into wake-ups.
+//! The LISTEN connection that turns release notifications into wake-ups, and hand-overs
+//! into grants ([`crate::handoff`]).
 //!
 //! Each store keeps one connection of its own (outside its pool, `application_name`
 //! [`LISTENER_APPLICATION`], kept up by the loop it shares with broadcast) that `LISTEN`s on [`CHANNEL`](crate::sql::CHANNEL) for as long
@@ -36,6 +37,7 @@ use baton_core::telemetry::{self, events};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 
+use crate::handoff::{self, Handoffs};
 use crate::listener::{ListenTask, Sink, Spec};
 use crate::options::PostgresOptions;
 use crate::sql;
@@ -65,6 +67,8 @@ pub(crate) struct ListenerSpec {
     pub(crate) unnamed: bool,
     /// The hub whose waiters the notifications wake.
     pub(crate) hub: Arc<ReleaseHub>,
+    /// The store's hand-overs, which read the hand-over notifications.
+    pub(crate) handoffs: Arc<Handoffs>,
     /// The store's options.
     pub(crate) options: PostgresOptions,
     /// The LISTEN connection's server, as messages name it.
@@ -75,6 +79,7 @@ impl ListenerSpec {
     fn split(self, healthy: bool) -> (Arc<Wakeups>, Spec<Wakeups>) {
         let wakeups = Arc::new(Wakeups {
             hub: self.hub,
+            handoffs: self.handoffs,
             healthy: AtomicBool::new(healthy),
         });
         let spec = Spec {
@@ -85,6 +90,7 @@ impl ListenerSpec {
             server: self.server,
             application: LISTENER_APPLICATION,
             channel: sql::CHANNEL,
+            addressed: Some(sql::HANDOFF_CHANNEL),
             heartbeat_prefix: "baton_heartbeat_",
             sink: Arc::clone(&wakeups),
         };
@@ -128,18 +134,26 @@ impl Listener {
 #[derive(Debug)]
 struct Wakeups {
     hub: Arc<ReleaseHub>,
+    handoffs: Arc<Handoffs>,
     healthy: AtomicBool,
 }
 
 impl Sink for Wakeups {
     fn notify(&self, payload: &str) {
-        if !payload.is_empty() {
+        if handoff::is_handover(payload) {
+            self.handoffs.arrived(payload);
+        } else if !payload.is_empty() {
             self.hub.notify(&StoreKey::from_stored(payload.to_owned()));
         }
     }
 
+    fn connected(&self, pid: i32) {
+        self.handoffs.connected(pid);
+    }
+
     fn lost(&self, server: &str, why: &str) {
         self.healthy.store(false, Ordering::Release);
+        self.handoffs.disconnected();
         telemetry::emit(
             &events::STORE_PUSH_LOST,
             None,

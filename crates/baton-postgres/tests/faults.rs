@@ -279,6 +279,8 @@ async fn a_claim_late_in_an_old_transaction_does_not_let_a_live_lease_be_stolen(
         .bind(b.as_str())
         .bind(TTL_MS)
         .bind("rewind")
+        .bind(None::<i32>)
+        .bind(false)
         .fetch_one(&mut *tx)
         .await
         .unwrap();
@@ -297,6 +299,8 @@ async fn a_claim_late_in_an_old_transaction_does_not_let_a_live_lease_be_stolen(
         .bind(b.as_str())
         .bind(TTL_MS)
         .bind("")
+        .bind(None::<i32>)
+        .bind(false)
         .fetch_one(&mut *tx)
         .await
         .unwrap();

@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
-use baton_core::{Fence, Holder, Locks, StoreKey, Ttl};
+use baton_core::{AcquireError, Fence, Holder, LockGuard, LockOptions, Locks, StoreKey, Ttl};
+use baton_postgres::PostgresStore;
 use baton_postgres::sql;
 use baton_testkit::LockWorkload;
 use baton_testkit::postgres::{PostgresOptions as ServerOptions, PostgresServer, Stop};
@@ -372,6 +373,251 @@ async fn a_release_lost_in_a_crash_keeps_the_key_at_most_until_its_ttl() {
     .await;
     assert!(next > fence, "fence {next} after {fence}");
     eprintln!("release lost in the crash: {lost}");
+}
+
+/// The key's queue of waiting stores, oldest first: each entry's LISTEN backend and the
+/// transaction that last wrote it (`xmin`, which a claim that queues again would change).
+async fn queue(pool: &sqlx::PgPool, key: &StoreKey) -> Vec<(i32, String)> {
+    sqlx::query_as("SELECT pid, xmin::text FROM baton_wait WHERE key = $1 ORDER BY since, pid")
+        .bind(key.as_str())
+        .fetch_all(pool)
+        .await
+        .expect("the queue of waiting stores")
+}
+
+type Waiting = tokio::task::JoinHandle<Result<LockGuard, AcquireError>>;
+
+/// Lock `k` held for ten minutes through a store of its own, and a waiter in each of
+/// `stores` other stores (other processes, as far as wake-ups go), queued one after another:
+/// each store is in `baton_wait` before the next one's waiter starts. Each waits up to five
+/// minutes for a grant of a minute.
+struct Queued {
+    pool: sqlx::PgPool,
+    key: StoreKey,
+    holding: Locks,
+    guard: LockGuard,
+    stores: Vec<Arc<PostgresStore>>,
+    waiters: Vec<Waiting>,
+}
+
+async fn queued(stores: usize) -> Queued {
+    let url = shared().await.url();
+    let ns = namespace();
+    let key = lock_key(&ns, "k");
+    let pool = sqlx::PgPool::connect(&url)
+        .await
+        .expect("a pool for reading");
+    let holding = Locks::with_namespace(Arc::new(connect(&url).await), ns.clone());
+    let guard = holding
+        .acquire("k", &LockOptions::new(secs(600)))
+        .await
+        .expect("an uncontended acquire");
+    let (mut queued, mut waiters) = (Vec::new(), Vec::new());
+    for n in 1..=stores {
+        let store = Arc::new(connect(&url).await);
+        assert!(store.is_listening());
+        let locks = Locks::with_namespace(Arc::clone(&store) as Arc<dyn LeaseStore>, ns.clone());
+        let options = LockOptions::new(secs(60)).wait(secs(300));
+        waiters.push(tokio::spawn(
+            async move { locks.acquire("k", &options).await },
+        ));
+        eventually("the waiter's store in the queue", || {
+            let (pool, key) = (pool.clone(), key.clone());
+            async move { (queue(&pool, &key).await.len() == n).then_some(()) }
+        })
+        .await;
+        queued.push(store);
+    }
+    Queued {
+        pool,
+        key,
+        holding,
+        guard,
+        stores: queued,
+        waiters,
+    }
+}
+
+/// The grant `waiter` was waiting for.
+async fn grant(what: &str, waiter: Waiting) -> LockGuard {
+    within(what, waiter)
+        .await
+        .expect("the waiter panicked")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Ends `waiter`'s wait, as a dropped acquire (a timeout, a cancelled request) does.
+async fn give_up(waiter: Waiting) {
+    waiter.abort();
+    let _ = waiter.await;
+}
+
+/// Waiters in three stores queue in turn for a key held in a fourth. Each release hands the
+/// key to the store that waited longest, which takes it without a claim of its own; the
+/// stores whose turn it is not are not woken (their entries are not written again), and the
+/// grant's fence is the lease row's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_key_to_the_store_that_waited_longest_and_wakes_no_other() {
+    let Queued {
+        pool,
+        key,
+        mut guard,
+        waiters,
+        ..
+    } = queued(3).await;
+    let mut before = queue(&pool, &key).await;
+    for next in waiters {
+        let fence = guard.fence();
+        guard.release().await;
+        guard = grant("the hand-over to the store that waited longest", next).await;
+        assert!(guard.fence() > fence);
+        let row: i64 = sqlx::query_scalar("SELECT fence FROM baton_lease WHERE key = $1")
+            .bind(key.as_str())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(row as u64, guard.fence().get());
+        // The others kept their places, untouched: not woken, they claimed nothing.
+        before.remove(0);
+        assert_eq!(queue(&pool, &key).await, before);
+    }
+    guard.release().await;
+}
+
+/// The WAL insert position only.
+async fn wal_written(conn: &mut PgConnection) -> i64 {
+    wal(conn).await.0
+}
+
+/// A claim that finds the key held takes no lock on the key's row (it answers while an
+/// operator's transaction holds one) and writes no table WAL: without a waiting holder it
+/// writes nothing at all; with one, it queues the store in the unlogged `baton_wait`, whose
+/// transaction logs only its commit record and does not wait for a flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_finds_the_key_held_locks_no_row_and_writes_no_table_wal() {
+    let server = lazy_wal_writer().await;
+    let mut conn = raw(&server.url()).await;
+    let ns = namespace();
+    let key = lock_key(&ns, "k");
+    let (a, b) = (holder("a"), holder("b"));
+    let holding = connect(&server.url()).await;
+    let waiting = connect(&server.url()).await;
+    granted(&holding, &key, &a, secs(600)).await;
+    let held = async || match waiting
+        .claim(&key, LeaseRequest::new(&b, ttl(secs(60))))
+        .await
+        .unwrap()
+    {
+        Claim::Held { holder, .. } => assert_eq!(holder.as_str(), a.as_str()),
+        other => panic!("expected the key held by a, got {other:?}"),
+    };
+
+    // Without a waiter: not a byte. (The listeners' heartbeats write WAL every 5 s; one
+    // reading free of them is enough.)
+    let mut writes = Vec::new();
+    for _ in 0..10 {
+        quiet(&mut conn).await;
+        let before = wal_written(&mut conn).await;
+        held().await;
+        writes.push(wal_written(&mut conn).await - before);
+        if writes.last() == Some(&0) {
+            break;
+        }
+    }
+    assert_eq!(
+        writes.last(),
+        Some(&0),
+        "WAL written by each claim: {writes:?}"
+    );
+
+    // A waiting holder's claim queues the store: its commit record only, unflushed.
+    let _waiting = waiting.wakeups().hub.subscribe_as(&key, &b);
+    let nothing = async || {};
+    assert_asynchronous("a queueing claim", &mut conn, nothing, held).await;
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM baton_wait WHERE key = $1")
+        .bind(key.as_str())
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(queued, 1);
+
+    // And neither takes the row's lock: both answer while another transaction holds it.
+    let operator = row_locked(&server.url(), &key).await;
+    within("a queueing claim while the row is locked", held()).await;
+    drop(_waiting);
+    within("a claim while the row is locked", held()).await;
+    drop(operator);
+}
+
+/// The entry of a store that is gone (its LISTEN connection closed, as when its process
+/// dies) is passed over and deleted: the release hands the key to the next live store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_passes_over_a_store_that_is_gone() {
+    let Queued {
+        pool,
+        key,
+        guard,
+        stores,
+        mut waiters,
+        ..
+    } = queued(2).await;
+    let gone = queue(&pool, &key).await[0].0;
+    // The first store dies: its waiter and store are dropped, its backend ends.
+    drop(stores);
+    give_up(waiters.remove(0)).await;
+    eventually("the gone store's backend ended", || {
+        let pool = pool.clone();
+        async move {
+            let left: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+                    .bind(gone)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            (left == 0).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        queue(&pool, &key).await.len(),
+        2,
+        "the gone store is still listed"
+    );
+
+    guard.release().await;
+    let next = grant("the hand-over to the live store", waiters.remove(0)).await;
+    assert!(
+        queue(&pool, &key).await.is_empty(),
+        "the gone store's entry is deleted"
+    );
+    next.release().await;
+}
+
+/// A hand-over to a store whose waiter stopped waiting (its acquire was dropped; the store
+/// still listens) is given back at once, and that release hands the key to the next store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_to_a_waiter_that_gave_up_goes_to_the_next_store() {
+    let Queued {
+        pool,
+        key,
+        holding,
+        guard,
+        stores,
+        mut waiters,
+    } = queued(2).await;
+    give_up(waiters.remove(0)).await;
+    assert!(stores[0].is_listening());
+
+    guard.release().await;
+    let next = grant(
+        "the hand-over passed on to the next store",
+        waiters.remove(0),
+    )
+    .await;
+    let info = holding.inspect("k").await.unwrap().expect("held");
+    assert_eq!(info.fence, next.fence());
+    assert!(queue(&pool, &key).await.is_empty());
+    next.release().await;
 }
 
 /// Eight processes, each with its store (and its LISTEN connection), contend for one key:

@@ -238,13 +238,7 @@ async fn a_call_ends_in_time_when_the_stores_pool_of_one_is_exhausted() {
     baton_core::store::LeaseStore::claim(&*store, &key, LeaseRequest::new(&holder, ttl))
         .await
         .unwrap();
-    let mut operator = raw(&direct).await;
-    execute(&mut operator, "BEGIN").await;
-    sqlx::query("SELECT 1 FROM baton_lease WHERE key = $1 FOR UPDATE")
-        .bind(key.as_str())
-        .execute(&mut operator)
-        .await
-        .unwrap();
+    let mut operator = row_locked(&direct, &key).await;
     // Takes the one connection: the renewal's UPDATE waits for the row lock until its
     // deadline.
     let busy = tokio::spawn({

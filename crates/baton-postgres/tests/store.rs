@@ -320,6 +320,8 @@ async fn atoms_that_change_nothing_write_nothing() {
         .bind("someone-else")
         .bind(5_000_i64)
         .bind("")
+        .bind(None::<i32>)
+        .bind(false)
         .fetch_one(&mut *tx)
         .await
         .unwrap();

@@ -63,6 +63,19 @@ pub async fn execute(conn: &mut sqlx::PgConnection, sql: &str) {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
+/// A raw connection in a transaction that holds the lock on `key`'s lease row, as an
+/// operator's `SELECT ... FOR UPDATE` would; dropping it ends the transaction.
+pub async fn row_locked(url: &str, key: &StoreKey) -> sqlx::PgConnection {
+    let mut operator = raw(url).await;
+    execute(&mut operator, "BEGIN").await;
+    sqlx::query("SELECT 1 FROM baton_lease WHERE key = $1 FOR UPDATE")
+        .bind(key.as_str())
+        .execute(&mut operator)
+        .await
+        .unwrap_or_else(|e| panic!("lock the row of {key}: {e}"));
+    operator
+}
+
 /// A namespace no other test uses, so tests may share a server.
 pub fn namespace() -> Namespace {
     baton_core::conformance::fresh_namespace()
