@@ -20,8 +20,10 @@
 //! - smallest share: the process with the fewest grants, as a share of a fair 1/8;
 //! - re-grants: a grant to the process that released just before it, over all grants
 //!   (while 7 others wait, each one is a waiter passed over);
-//! - cost per grant: commits and WAL flushes (`pg_stat_database`, `pg_stat_wal`) on
-//!   PostgreSQL, commands (`INFO stats`) on Redis.
+//! - cost per grant: on PostgreSQL, statements run (`pg_stat_statements`), commits that
+//!   wrote (transaction ids assigned), commits in all (`pg_stat_database`: they include the
+//!   read-only transaction in which each listening backend reads a `NOTIFY`) and WAL flushes
+//!   (`pg_stat_wal`); commands (`INFO stats`) on Redis.
 //!
 //! Subjects, alternated in rounds (the order rotating each round), on private servers
 //! started by `baton-testkit`, with `fsync` on:
@@ -144,8 +146,9 @@ struct Figures {
     regrants: usize,
     shares: Vec<u64>,
     failures: usize,
-    /// (commits, WAL flushes) on PostgreSQL, or (commands, 0) on Redis, over all runs.
-    cost: Option<(u64, u64)>,
+    /// (statements, transaction ids, commits, WAL flushes) on PostgreSQL, or (commands, 0, 0,
+    /// 0) on Redis, over all runs.
+    cost: Option<[u64; 4]>,
 }
 
 impl Figures {
@@ -201,8 +204,12 @@ fn main() {
 
     let dir = tempfile::tempdir().expect("a temporary directory");
     let postgres = wanted("postgres").then(|| {
-        PostgresServer::start_with(PostgresOptions::new().durable())
-            .expect("a private PostgreSQL server")
+        PostgresServer::start_with(
+            PostgresOptions::new()
+                .durable()
+                .setting("shared_preload_libraries", "pg_stat_statements"),
+        )
+        .expect("a private PostgreSQL server")
     });
     let redis = wanted("redis").then(|| RedisServer::start().expect("a private Redis server"));
     let mut subjects = Vec::new();
@@ -261,8 +268,11 @@ fn main() {
             let after = runtime.block_on(cost_reading(subject));
             figures[i].add(&grants, seconds, failures);
             if let (Some(before), Some(after)) = (before, after) {
-                let (c, w) = figures[i].cost.unwrap_or((0, 0));
-                figures[i].cost = Some((c + after.0 - before.0, w + after.1 - before.1));
+                let mut cost = figures[i].cost.unwrap_or_default();
+                for (sum, (after, before)) in cost.iter_mut().zip(after.iter().zip(before)) {
+                    *sum += after - before;
+                }
+                figures[i].cost = Some(cost);
             }
         }
     }
@@ -510,22 +520,29 @@ impl Contender for FileLock {
     }
 }
 
-/// The counters a grant costs on the subject's server: (commits, WAL flushes) on
-/// PostgreSQL, (commands processed, 0) on Redis; `None` for a subject without a server.
-async fn cost_reading(subject: &Subject) -> Option<(u64, u64)> {
+/// The counters a grant costs on the subject's server: statements, transaction ids, commits
+/// and WAL flushes on PostgreSQL, commands processed (then zeros) on Redis; `None` for a
+/// subject without a server.
+async fn cost_reading(subject: &Subject) -> Option<[u64; 4]> {
     if subject.family == "postgres" {
         use sqlx::{Connection, Row};
         let mut conn = sqlx::PgConnection::connect(&subject.target).await.ok()?;
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(&mut conn)
+            .await
+            .expect("pg_stat_statements (the server preloads it)");
         let row = sqlx::query(
-            "SELECT (SELECT sum(xact_commit)::bigint FROM pg_stat_database), \
+            "SELECT (SELECT sum(calls)::bigint FROM pg_stat_statements), \
+             txid_snapshot_xmax(txid_current_snapshot()), \
+             (SELECT sum(xact_commit)::bigint FROM pg_stat_database), \
              (SELECT wal_sync FROM pg_stat_wal)",
         )
         .fetch_one(&mut conn)
         .await
-        .expect("read pg_stat_database and pg_stat_wal");
-        let (commits, syncs): (i64, i64) = (row.get(0), row.get(1));
+        .expect("read pg_stat_statements, pg_stat_database and pg_stat_wal");
+        let counters: [i64; 4] = [row.get(0), row.get(1), row.get(2), row.get(3)];
         conn.close().await.ok();
-        Some((commits as u64, syncs as u64))
+        Some(counters.map(|c| c as u64))
     } else if subject.family == "redis" {
         let client = redis::Client::open(subject.target.as_str()).ok()?;
         let mut conn = client.get_multiplexed_async_connection().await.ok()?;
@@ -537,7 +554,7 @@ async fn cost_reading(subject: &Subject) -> Option<(u64, u64)> {
         info.lines()
             .find_map(|l| l.strip_prefix("total_commands_processed:"))
             .and_then(|v| v.trim().parse().ok())
-            .map(|commands| (commands, 0))
+            .map(|commands| [commands, 0, 0, 0])
     } else {
         None
     }
@@ -623,12 +640,15 @@ fn print_table(subjects: &[Subject], figures: &[Figures], pair: Option<&[Duratio
     println!("|---|---:|---:|---:|---:|---:|---:|---|");
     for (subject, f) in subjects.iter().zip(figures) {
         let cost = match (subject.family, f.cost) {
-            ("postgres", Some((commits, flushes))) => format!(
-                "{:.1} commits, {:.2} WAL flushes",
-                commits as f64 / f.grants.max(1) as f64,
-                flushes as f64 / f.grants.max(1) as f64
-            ),
-            ("redis", Some((commands, _))) => {
+            ("postgres", Some(cost)) => {
+                let [statements, writes, commits, flushes] =
+                    cost.map(|c| c as f64 / f.grants.max(1) as f64);
+                format!(
+                    "{statements:.1} statements, {writes:.1} writing commits \
+                     ({commits:.1} commits in all), {flushes:.2} WAL flushes"
+                )
+            }
+            ("redis", Some([commands, ..])) => {
                 format!("{:.1} commands", commands as f64 / f.grants.max(1) as f64)
             }
             _ => "—".to_owned(),
