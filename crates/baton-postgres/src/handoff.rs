@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_core::signals::{HANDOFF_RESERVATION, ReleaseHub};
+use baton_core::telemetry::{self, events};
 use baton_core::{Fence, Holder, StoreKey};
 use tokio::time::Instant;
 
@@ -259,7 +260,14 @@ impl Handoffs {
                 )
                 .await;
             if let Err(error) = released {
-                tracing::debug!(key = %key, %error, "a hand-over nobody took is left to its TTL");
+                telemetry::emit(
+                    &events::LOCK_RELEASE_FAULTED,
+                    Some(key.as_str()),
+                    format_args!(
+                        "a grant handed to a waiter that stopped waiting could not be released, \
+                         so the key stays held until its TTL: {error}"
+                    ),
+                );
             }
         });
     }
