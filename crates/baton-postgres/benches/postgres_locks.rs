@@ -701,14 +701,17 @@ impl ByHand {
     }
 }
 
-/// `sql::RELEASE` without `sql::ASYNC_COMMIT`: the release as the store ran it before
+/// `sql::RELEASE` never setting `sql::ASYNC_COMMIT`: the release as the store ran it before
 /// releases were committed asynchronously.
 fn synchronous_release_statement() -> &'static str {
     static STATEMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     STATEMENT.get_or_init(|| {
-        let asynchronous = format!(", {} AS commit_mode", sql::ASYNC_COMMIT);
+        let asynchronous = format!("CASE WHEN n.pid IS NULL THEN {}", sql::ASYNC_COMMIT);
         assert!(sql::RELEASE.contains(&asynchronous), "{}", sql::RELEASE);
-        sql::RELEASE.replace(&asynchronous, "")
+        sql::RELEASE.replace(
+            &asynchronous,
+            &format!("CASE WHEN false THEN {}", sql::ASYNC_COMMIT),
+        )
     })
 }
 
