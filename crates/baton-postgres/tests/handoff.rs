@@ -651,3 +651,44 @@ fn postgres_contender_process() {
             Locks::new(Arc::new(connect(&url).await))
         });
 }
+
+/// A role with only the grants `docs/postgres.md` lists (no `CREATE` on the schema), on a
+/// database whose objects an earlier connection created, connects, and its stores queue and
+/// hand a lock over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_the_documented_grants_queues_and_hands_over() {
+    let server = shared().await;
+    // The first connection, as the owner, creates the objects.
+    let owner = connect(&server.url()).await;
+    drop(owner);
+    let role = format!("baton_app_{:08x}", rand::random::<u32>());
+    let mut admin = raw(&server.url()).await;
+    for statement in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"),
+        format!("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}"),
+    ] {
+        execute(&mut admin, &statement).await;
+    }
+    let url = format!(
+        "postgres://{role}@127.0.0.1:{}/postgres",
+        server.addr().port()
+    );
+    let ns = namespace();
+    let holding = Locks::with_namespace(Arc::new(connect(&url).await), ns.clone());
+    let waiting = Locks::with_namespace(Arc::new(connect(&url).await), ns.clone());
+    let handoff = hold_while_waiting(&holding, waiting, secs(30), secs(300)).await;
+    let key = lock_key(&ns, "k");
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    eventually("the waiter's store in the queue", || {
+        let (pool, key) = (pool.clone(), key.clone());
+        async move { (queue(&pool, &key).await.len() == 1).then_some(()) }
+    })
+    .await;
+    let first = handoff.guard.fence();
+    let next = handoff
+        .release_to_waiter("the hand-over between the role's stores")
+        .await;
+    assert!(next.fence() > first);
+    next.release().await;
+}
