@@ -36,6 +36,8 @@ use baton_core::{Fence, Holder, StoreKey};
 use tokio::time::Instant;
 
 use crate::connection::Db;
+use crate::locks;
+#[cfg(doc)]
 use crate::sql;
 
 /// How long a holder this store queued, whose wait has ended, is remembered while its
@@ -246,20 +248,7 @@ impl Handoffs {
     fn give_back(&self, key: StoreKey, holder: Holder) {
         let db = self.db.clone();
         tokio::spawn(async move {
-            let statement = release_statement(&db);
-            let released = db
-                .call(
-                    || format!("release of {key} (handed to a waiter that stopped waiting)"),
-                    || {
-                        sqlx::query(statement)
-                            .bind(key.as_str())
-                            .bind(holder.as_str())
-                            .fetch_one(db.exec())
-                    },
-                    |_| true,
-                )
-                .await;
-            if let Err(error) = released {
+            if let Err(error) = locks::release(&db, &key, &holder).await {
                 telemetry::emit(
                     &events::LOCK_RELEASE_FAULTED,
                     Some(key.as_str()),
@@ -270,15 +259,6 @@ impl Handoffs {
                 );
             }
         });
-    }
-}
-
-/// [`sql::RELEASE`], or [`sql::RELEASE_RELAXED`] when grants need not be durable.
-pub(crate) fn release_statement(db: &Db) -> &'static str {
-    if db.options.get_durable_grants() {
-        sql::RELEASE
-    } else {
-        sql::RELEASE_RELAXED
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::time::timeout;
 
 use crate::connection::Db;
 use crate::error::{sql_error, timed_out, unexpected};
-use crate::handoff::{self, Handoffs};
+use crate::handoff::Handoffs;
 use crate::options::{Pooler, PostgresOptions};
 use crate::schema::{self, SchemaError};
 use crate::sql;
@@ -367,6 +367,57 @@ impl PostgresStore {
     }
 }
 
+/// Ends `holder`'s grant of `key` on `db` ([`sql::RELEASE`], or [`sql::RELEASE_RELAXED`]
+/// when grants need not be durable), running the statement again while the key changed
+/// between its snapshot and its write.
+pub(crate) async fn release(db: &Db, key: &StoreKey, holder: &Holder) -> Result<Release> {
+    let statement = if db.options.get_durable_grants() {
+        sql::RELEASE
+    } else {
+        sql::RELEASE_RELAXED
+    };
+    let what = || format!("release of {key}");
+    for _ in 0..MAX_RERUNS {
+        let row = db
+            .call(
+                what,
+                || {
+                    sqlx::query(statement)
+                        .bind(key.as_str())
+                        .bind(holder.as_str())
+                        .fetch_one(db.exec())
+                },
+                // If the broken attempt released, a retry finds nobody: only an answer that
+                // does not depend on it is taken.
+                |row| {
+                    row.try_get::<i64, _>("removed").is_ok_and(|n| n == 1)
+                        || row
+                            .try_get::<Option<String>, _>("current")
+                            .is_ok_and(|c| c.is_some_and(|c| c != holder.as_str()))
+                },
+            )
+            .await?;
+        let decoded = |e| sql_error(e, &what(), &db.server);
+        let removed: i64 = row.try_get("removed").map_err(decoded)?;
+        let current: Option<String> = row.try_get("current").map_err(decoded)?;
+        if removed == 1 {
+            return Ok(Release::Removed);
+        }
+        return Ok(match current {
+            Some(by) if by != holder.as_str() => Release::Reclaimed {
+                by: Holder::from_stored(by),
+            },
+            Some(_) => continue,
+            None => Release::NoHolder,
+        });
+    }
+    Err(Error::unavailable(format!(
+        "{}: {} failed: the key changed hands during each of {MAX_RERUNS} attempts in a row",
+        db.server,
+        what()
+    )))
+}
+
 /// The LISTEN connection of a store with pool `db`, hub `hub` and hand-overs `handoffs`, to
 /// `target`.
 fn listener_spec(
@@ -532,52 +583,14 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
-        let what = || format!("release of {key}");
-        for _ in 0..MAX_RERUNS {
-            let row = self
-                .db
-                .call(
-                    what,
-                    || {
-                        sqlx::query(handoff::release_statement(&self.db))
-                            .bind(key.as_str())
-                            .bind(holder.as_str())
-                            .fetch_one(self.db.exec())
-                    },
-                    // If the broken attempt released, a retry finds nobody: only an answer
-                    // that does not depend on it is taken.
-                    |row| {
-                        row.try_get::<i64, _>("removed").is_ok_and(|n| n == 1)
-                            || row
-                                .try_get::<Option<String>, _>("current")
-                                .is_ok_and(|c| c.is_some_and(|c| c != holder.as_str()))
-                    },
-                )
-                .await?;
-            let removed: i64 = self.decode(&what(), row.try_get("removed"))?;
-            let current: Option<String> = self.decode(&what(), row.try_get("current"))?;
-            if removed == 1 {
-                // The release's NOTIFY reaches this process's waiters too, through the LISTEN
-                // connection: only the store whose turn it is wakes. Without one listening,
-                // they are told here and keep moving.
-                if !self.is_listening() {
-                    self.hub.notify(key);
-                }
-                return Ok(Release::Removed);
-            }
-            return Ok(match current {
-                Some(by) if by != holder.as_str() => Release::Reclaimed {
-                    by: Holder::from_stored(by),
-                },
-                Some(_) => continue,
-                None => Release::NoHolder,
-            });
+        let released = release(&self.db, key, holder).await?;
+        if matches!(released, Release::Removed) && !self.is_listening() {
+            // The release's NOTIFY reaches this process's waiters too, through the LISTEN
+            // connection: only the store whose turn it is wakes. Without one listening, they
+            // are told here and keep moving.
+            self.hub.notify(key);
         }
-        Err(Error::unavailable(format!(
-            "{}: {} failed: the key changed hands during each of {MAX_RERUNS} attempts in a row",
-            self.db.server,
-            what()
-        )))
+        Ok(released)
     }
 
     async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
