@@ -31,7 +31,7 @@ pub const WATCH_SLACK: Duration = Duration::from_millis(10);
 pub struct ReleaseHub {
     keys: Mutex<HashMap<StoreKey, watch::Sender<u64>>>,
     /// The holders that wait for each key ([`ReleaseHub::subscribe_as`]), counted.
-    waiting: Arc<Mutex<HashMap<(StoreKey, Holder), usize>>>,
+    waiting: Arc<Mutex<Waiters>>,
 }
 
 impl ReleaseHub {
@@ -59,16 +59,18 @@ impl ReleaseHub {
     /// this one.
     pub fn subscribe_as(&self, key: &StoreKey, holder: &Holder) -> ReleaseWaiter {
         let mut waiter = self.subscribe(key);
-        let entry = (key.clone(), holder.clone());
         *self
             .waiting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(entry.clone())
+            .entry(key.clone())
+            .or_default()
+            .entry(holder.clone())
             .or_default() += 1;
         waiter._waiting = Some(Waiting {
             holders: Arc::clone(&self.waiting),
-            entry,
+            key: key.clone(),
+            holder: holder.clone(),
         });
         waiter
     }
@@ -79,7 +81,8 @@ impl ReleaseHub {
         self.waiting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&(key.clone(), holder.clone()))
+            .get(key)
+            .is_some_and(|holders| holders.contains_key(holder))
     }
 
     /// Signals that `key` may be free. Cheap when nobody waits on it.
@@ -127,21 +130,31 @@ pub struct ReleaseWaiter {
     _waiting: Option<Waiting>,
 }
 
+/// The waiting holders of each key, each with its number of live subscriptions.
+type Waiters = HashMap<StoreKey, HashMap<Holder, usize>>;
+
 /// A holder's place in [`ReleaseHub`]'s count of waiting holders.
 #[derive(Debug)]
 struct Waiting {
-    holders: Arc<Mutex<HashMap<(StoreKey, Holder), usize>>>,
-    entry: (StoreKey, Holder),
+    holders: Arc<Mutex<Waiters>>,
+    key: StoreKey,
+    holder: Holder,
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = holders.get_mut(&self.entry) {
+        let mut waiters = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(holders) = waiters.get_mut(&self.key) else {
+            return;
+        };
+        if let Some(count) = holders.get_mut(&self.holder) {
             *count -= 1;
             if *count == 0 {
-                holders.remove(&self.entry);
+                holders.remove(&self.holder);
             }
+        }
+        if holders.is_empty() {
+            waiters.remove(&self.key);
         }
     }
 }
