@@ -104,6 +104,59 @@ async fn listen_url_gives_push_wake_ups_and_broadcast_behind_the_pooler() {
     );
 }
 
+/// Behind the transaction pooler (statements through PgBouncer, LISTEN straight to the
+/// server), a waiting store queues by its LISTEN backend and the release hands the key to it:
+/// the queue entry is there while it waits and gone once it holds the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_the_pooler_a_release_hands_the_key_to_the_queued_store() {
+    let direct = shared().await.url();
+    let pooled = format!(
+        "{}&listen_url={}&poll_interval=10s",
+        pooled_url().await,
+        percent_encoded(&direct)
+    );
+    let ns = namespace();
+    let key = lock_key(&ns, "k");
+    let holding = Locks::with_namespace(
+        Arc::new(PostgresStore::connect(&pooled).await.unwrap()),
+        ns.clone(),
+    );
+    let waiting = Locks::with_namespace(
+        Arc::new(PostgresStore::connect(&pooled).await.unwrap()),
+        ns.clone(),
+    );
+    let handoff = hold_while_waiting(
+        &holding,
+        waiting,
+        Duration::from_secs(30),
+        Duration::from_secs(300),
+    )
+    .await;
+    let pool = sqlx::PgPool::connect(&direct).await.unwrap();
+    let queued = || {
+        let (pool, key) = (pool.clone(), key.clone());
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM baton_wait WHERE key = $1")
+                .bind(key.as_str())
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    eventually("the waiting store in the queue", || {
+        let queued = queued();
+        async move { (queued.await == 1).then_some(()) }
+    })
+    .await;
+    let first = handoff.guard.fence();
+    let next = handoff
+        .release_to_waiter("the hand-over behind the pooler")
+        .await;
+    assert!(next.fence() > first);
+    assert_eq!(queued().await, 0);
+    next.release().await;
+}
+
 /// Without `listen_url`, the store polls and says so once, at connect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_listen_url_the_store_polls_and_says_so_once() {
