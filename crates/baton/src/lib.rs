@@ -245,6 +245,8 @@ mod guide {
     mod idempotency {}
     #[doc = include_str!("../../../docs/locks-and-leases.md")]
     mod locks_and_leases {}
+    #[doc = include_str!("../../../docs/memory.md")]
+    mod memory {}
     #[doc = include_str!("../../../docs/operations.md")]
     mod operations {}
     #[doc = include_str!("../../../docs/postgres.md")]
