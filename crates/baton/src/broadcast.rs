@@ -5,7 +5,7 @@
 //! dedicated connection per store), `postgres://` to every process on the database
 //! (`LISTEN`/`NOTIFY`, messages up to about 7,400 bytes); `memory://` within the process. `sqlite://` cannot push
 //! to other processes and says so when asked (see `docs/broadcast.md` and
-//! `docs/decisions.md`). Delivery is at most once, and subscribers are told about losses.
+//! `dev/decisions.md`). Delivery is at most once, and subscribers are told about losses.
 
 use std::sync::Arc;
 

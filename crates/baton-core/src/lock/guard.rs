@@ -15,7 +15,7 @@ use crate::time::{Ttl, format_duration};
 /// How a release ended. Release never fails: a fault is reported here and in telemetry, and
 /// the TTL frees the key.
 ///
-/// Exhaustive (an answer, not an error; see `docs/decisions.md`), so a `match` names every
+/// Exhaustive (an answer, not an error; see `dev/decisions.md`), so a `match` names every
 /// case:
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), baton_core::AcquireError> {
