@@ -125,6 +125,20 @@ impl PostgresStore {
         PostgresStore::start(target, options).await
     }
 
+    /// Checks `url` as [`connect`](Self::connect) reads it, parameters and options, without
+    /// any I/O: how a command line rejects a bad `--store` before it does anything.
+    ///
+    /// # Errors
+    /// `InvalidInput`, as [`connect`](Self::connect) for the same URL.
+    pub fn check_url(url: &str) -> Result<()> {
+        let (target, options) = url::parse(url)?;
+        options.validate()?;
+        match options.get_listen_url() {
+            Some(listen) => url::parse_listen(listen, &target).map(drop),
+            None => Ok(()),
+        }
+    }
+
     /// Opens the store at `url` (which may carry PostgreSQL's parameters but not baton's
     /// options) with `options`.
     ///

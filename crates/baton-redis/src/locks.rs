@@ -114,6 +114,17 @@ impl RedisStore {
         RedisStore::start(target, options).await
     }
 
+    /// Checks `url` as [`connect`](Self::connect) reads it, address and options, without
+    /// any I/O: how a command line rejects a bad `--store` before it does anything.
+    ///
+    /// # Errors
+    /// `InvalidInput`, as [`connect`](Self::connect) for the same URL.
+    pub fn check_url(url: &str) -> Result<()> {
+        let (target, options) = url::parse(url)?;
+        options.validate()?;
+        Endpoint::new(&target).map(drop)
+    }
+
     /// Opens the store at `url` (which may not carry options in its query) with `options`.
     ///
     /// # Errors

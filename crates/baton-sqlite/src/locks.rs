@@ -105,6 +105,17 @@ impl SqliteStore {
         SqliteStore::open(path, options).await
     }
 
+    /// Checks `url` as [`connect`](Self::connect) reads it, path and options, without
+    /// touching the file system: how a command line rejects a bad `--store` before it does
+    /// anything.
+    ///
+    /// # Errors
+    /// `InvalidInput`, as [`connect`](Self::connect) for the same URL.
+    pub fn check_url(url: &str) -> Result<()> {
+        let (_path, options) = url::parse(url)?;
+        options.validate()
+    }
+
     /// Opens (creating it and its parent directories if needed) the store in the file at
     /// `path`.
     ///

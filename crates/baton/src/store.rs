@@ -33,46 +33,86 @@ use crate::{Error, Result};
 
 /// Opens the store named by `url` (see [`connect`](crate::connect)).
 pub(crate) async fn open(url: &str) -> Result<Arc<dyn Store>> {
-    let Some((scheme, _rest)) = url.split_once("://") else {
-        return Err(Error::invalid_input(format!(
-            "store URL {:?} has no scheme; expected one of {KNOWN_SCHEMES}",
-            redact_url(url)
-        )));
-    };
-    match scheme {
-        "memory" => {
-            if url != "memory://" {
-                return Err(Error::invalid_input(format!(
-                    "store URL {:?}: the memory store takes no path or options; use memory://",
-                    redact_url(url)
-                )));
-            }
-            Ok(Arc::new(MemoryStore::new()))
-        }
+    Ok(match Engine::of(url)? {
+        Engine::Memory => Arc::new(MemoryStore::new()),
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(SqliteStore::connect(url).await?)),
-        #[cfg(not(feature = "sqlite"))]
-        "sqlite" => Err(Error::unsupported(
-            "this build of baton has no SQLite store; enable the `sqlite` feature",
-        )),
+        Engine::Sqlite => Arc::new(SqliteStore::connect(url).await?),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
-            Ok(Arc::new(RedisStore::connect(url).await?))
-        }
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Err(Error::unsupported(
-            "this build of baton has no Redis store; enable the `redis` feature",
-        )),
+        Engine::Redis => Arc::new(RedisStore::connect(url).await?),
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(PostgresStore::connect(url).await?)),
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => Err(Error::unsupported(
-            "this build of baton has no PostgreSQL store; enable the `postgres` feature",
-        )),
-        other => Err(Error::invalid_input(format!(
-            "unknown store URL scheme {:?}; expected one of {KNOWN_SCHEMES}",
-            redact_url(other)
-        ))),
+        Engine::Postgres => Arc::new(PostgresStore::connect(url).await?),
+    })
+}
+
+/// Checks `url` as [`connect`](crate::connect) reads it (scheme, path or address, options)
+/// without opening anything: no file, no connection.
+///
+/// # Errors
+/// As [`connect`](crate::connect), except `Unavailable`: a URL this accepts may still name a
+/// store that cannot be opened.
+pub fn check_url(url: &str) -> Result<()> {
+    match Engine::of(url)? {
+        Engine::Memory => Ok(()),
+        #[cfg(feature = "sqlite")]
+        Engine::Sqlite => SqliteStore::check_url(url),
+        #[cfg(feature = "redis")]
+        Engine::Redis => RedisStore::check_url(url),
+        #[cfg(feature = "postgres")]
+        Engine::Postgres => PostgresStore::check_url(url),
+    }
+}
+
+/// The store a URL's scheme names, among those this build has.
+enum Engine {
+    Memory,
+    #[cfg(feature = "sqlite")]
+    Sqlite,
+    #[cfg(feature = "redis")]
+    Redis,
+    #[cfg(feature = "postgres")]
+    Postgres,
+}
+
+impl Engine {
+    /// # Errors
+    /// `InvalidInput` for a URL without a scheme, an unknown scheme, or `memory://` with a
+    /// path; `Unsupported` for a known scheme this build was compiled without.
+    fn of(url: &str) -> Result<Engine> {
+        let Some((scheme, _rest)) = url.split_once("://") else {
+            return Err(Error::invalid_input(format!(
+                "store URL {:?} has no scheme; expected one of {KNOWN_SCHEMES}",
+                redact_url(url)
+            )));
+        };
+        match scheme {
+            "memory" if url == "memory://" => Ok(Engine::Memory),
+            "memory" => Err(Error::invalid_input(format!(
+                "store URL {:?}: the memory store takes no path or options; use memory://",
+                redact_url(url)
+            ))),
+            #[cfg(feature = "sqlite")]
+            "sqlite" => Ok(Engine::Sqlite),
+            #[cfg(not(feature = "sqlite"))]
+            "sqlite" => Err(Error::unsupported(
+                "this build of baton has no SQLite store; enable the `sqlite` feature",
+            )),
+            #[cfg(feature = "redis")]
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Ok(Engine::Redis),
+            #[cfg(not(feature = "redis"))]
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Err(Error::unsupported(
+                "this build of baton has no Redis store; enable the `redis` feature",
+            )),
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => Ok(Engine::Postgres),
+            #[cfg(not(feature = "postgres"))]
+            "postgres" | "postgresql" => Err(Error::unsupported(
+                "this build of baton has no PostgreSQL store; enable the `postgres` feature",
+            )),
+            other => Err(Error::invalid_input(format!(
+                "unknown store URL scheme {:?}; expected one of {KNOWN_SCHEMES}",
+                redact_url(other)
+            ))),
+        }
     }
 }
 
