@@ -19,9 +19,10 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::cli::{GlobalArgs, parse_key, parse_ttl};
+use crate::args;
+use crate::cli::GlobalArgs;
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{human_duration, print_json, print_line, write_failure};
+use crate::output::{human_duration, millis};
 use crate::store;
 
 /// `baton cache get` found nothing live under the key (as `grep` finding nothing).
@@ -45,7 +46,7 @@ pub(crate) enum CacheCommand {
 #[derive(Debug, Args)]
 pub(crate) struct KeyArg {
     /// The cache key.
-    #[arg(value_name = "KEY", value_parser = parse_key)]
+    #[arg(value_name = "KEY", value_parser = args::key)]
     pub(crate) key: String,
 }
 
@@ -53,13 +54,13 @@ pub(crate) struct KeyArg {
 #[derive(Debug, Args)]
 pub(crate) struct SetArgs {
     /// The cache key.
-    #[arg(value_name = "KEY", value_parser = parse_key)]
+    #[arg(value_name = "KEY", value_parser = args::key)]
     pub(crate) key: String,
     /// The value, as JSON: 42, true, '"text"', '{"name":"Ada"}'.
-    #[arg(value_name = "VALUE", value_parser = parse_json)]
+    #[arg(value_name = "VALUE", value_parser = args::json)]
     pub(crate) value: Box<RawValue>,
     /// How long the value is kept.
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = args::ttl)]
     pub(crate) ttl: Duration,
 }
 
@@ -85,35 +86,34 @@ enum Changed<'a> {
 pub(crate) async fn run(global: &GlobalArgs, command: &CacheCommand) -> Result<u8, Failure> {
     let baton = store::connect(global).await?;
     let cache = baton.cache()?;
-    let (printed, status) = match command {
+    let output = global.output();
+    match command {
         CacheCommand::Get(KeyArg { key }) => {
             // As text: a number beyond 64 bits would be rounded through `Value`.
             let value = cache.get::<Box<RawValue>>(key).await?;
-            let printed = if global.json {
-                print_json(&Got {
-                    key,
-                    hit: value.is_some(),
-                    value: value.as_deref(),
-                })
-            } else {
-                match &value {
-                    Some(value) => print_line(value.get()),
-                    None => Ok(()),
-                }
+            let got = Got {
+                key,
+                hit: value.is_some(),
+                value: value.as_deref(),
             };
-            (printed, if value.is_some() { SUCCESS } else { MISS })
+            // A miss prints nothing for people: the status says it.
+            output.text(&got, || {
+                value
+                    .as_ref()
+                    .map_or_else(String::new, |value| format!("{}\n", value.get()))
+            })?;
+            Ok(if value.is_some() { SUCCESS } else { MISS })
         }
         CacheCommand::Set(SetArgs { key, value, ttl }) => {
             cache.set(key, value, *ttl).await?;
-            let printed = if global.json {
-                print_json(&Changed::Set {
-                    key,
-                    ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-                })
-            } else {
-                print_line(&format!("Set {key} ttl={}", human_duration(*ttl)))
+            let answer = Changed::Set {
+                key,
+                ttl_ms: millis(*ttl),
             };
-            (printed, SUCCESS)
+            output.line(&answer, || {
+                format!("Set {key} ttl={}", human_duration(*ttl))
+            })?;
+            Ok(SUCCESS)
         }
         CacheCommand::Delete(KeyArg { key }) => {
             let answer = if cache.delete(key).await? {
@@ -121,67 +121,11 @@ pub(crate) async fn run(global: &GlobalArgs, command: &CacheCommand) -> Result<u
             } else {
                 Changed::Absent { key }
             };
-            let printed = if global.json {
-                print_json(&answer)
-            } else {
-                print_line(&match answer {
-                    Changed::Deleted { key } => format!("Deleted {key}"),
-                    _ => format!("Absent {key}"),
-                })
-            };
-            (printed, SUCCESS)
+            output.line(&answer, || match answer {
+                Changed::Deleted { key } => format!("Deleted {key}"),
+                _ => format!("Absent {key}"),
+            })?;
+            Ok(SUCCESS)
         }
-    };
-    printed.map_err(write_failure)?;
-    Ok(status)
-}
-
-/// Checks that `text` is one JSON value and keeps its text, without the whitespace outside
-/// strings (so `{"a": 1}` is stored as `{"a":1}`, and every number digit for digit).
-fn parse_json(text: &str) -> Result<Box<RawValue>, String> {
-    let not_json =
-        |e: serde_json::Error| format!("VALUE is not JSON ({e}); quote strings, e.g. '\"hello\"'");
-    serde_json::from_str::<Box<RawValue>>(text).map_err(not_json)?;
-    RawValue::from_string(compact(text)).map_err(not_json)
-}
-
-/// `text` (valid JSON) without the whitespace outside its strings.
-fn compact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
-            in_string = c == '"';
-            out.push(c);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_must_be_json() {
-        assert_eq!(parse_json("42").unwrap().get(), "42");
-        assert_eq!(parse_json("\"hi\"").unwrap().get(), "\"hi\"");
-        assert_eq!(
-            parse_json(" {\"a b\": [1, 12345678901234567890123],\n \"c\": \"\\\" x\"} ")
-                .unwrap()
-                .get(),
-            "{\"a b\":[1,12345678901234567890123],\"c\":\"\\\" x\"}"
-        );
-        assert!(parse_json("hi").unwrap_err().contains("quote strings"));
-        assert!(parse_ttl("5ms").is_err());
-        assert!(parse_ttl("1h").is_ok());
     }
 }

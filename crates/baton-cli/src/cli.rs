@@ -1,29 +1,16 @@
-//! The command line grammar: every subcommand, option, default and environment variable.
+//! The top of the command line grammar: the `baton` command, its global options and the list
+//! of subcommands.
 //!
-//! Every argument is validated here, while parsing and before any store is opened, with the
-//! library's own rules (key, holder, namespace, TTL, wait), so a typo exits with status 64
-//! and changes nothing. Durations are read by [`baton::time::parse_duration`]: `500ms`, `30s`,
-//! `5m`, `1h`, `2d`.
-
-use std::ffi::OsString;
-use std::time::Duration;
+//! Each subcommand declares its own arguments next to its code (`run::RunArgs`,
+//! `lease_cmd::LeaseCommand`, ...), with the value parsers of [`crate::args`], so every
+//! argument is validated while parsing, before any store is opened: a typo exits with status
+//! 64 and changes nothing.
 
 use baton::Namespace;
-use baton::time::{Ttl, WaitTime};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-use crate::output::human_duration;
-
-/// Default `--ttl` of `baton run` and of lease claims and renewals.
-pub(crate) const DEFAULT_TTL: &str = "30s";
-/// Default `--wait` of `baton run`: one attempt.
-pub(crate) const DEFAULT_WAIT: &str = "0s";
-/// Default `--grace` of `baton run` and `baton worker`: time between SIGTERM and SIGKILL.
-pub(crate) const DEFAULT_GRACE: &str = "10s";
-/// The longest `--grace` of `baton run` and `baton worker`.
-pub(crate) const MAX_GRACE: Duration = Duration::from_secs(3600);
-/// Default `--limit` of the list commands.
-pub(crate) const DEFAULT_LIST_LIMIT: usize = 1000;
+use crate::args;
+use crate::output::Output;
 
 /// Cluster coordination from the shell: run a command on exactly one machine at a time,
 /// inspect locks and leases, and queue work for workers on every machine.
@@ -56,7 +43,7 @@ pub(crate) struct GlobalArgs {
     /// postgres://user@host/db, memory://. [default: the SQLite file
     /// $XDG_STATE_HOME/baton/baton.db, else ~/.local/state/baton/baton.db, created with its
     /// directories on first use]
-    #[arg(long, env = "BATON_STORE", global = true, value_name = "URL")]
+    #[arg(long, env = "BATON_STORE", global = true, value_name = "URL", value_parser = args::StoreUrl)]
     pub(crate) store: Option<String>,
 
     /// The namespace every key is qualified with, so applications sharing a store never
@@ -67,13 +54,20 @@ pub(crate) struct GlobalArgs {
         global = true,
         value_name = "NS",
         default_value = baton::store::DEFAULT_NAMESPACE,
-        value_parser = parse_namespace,
+        value_parser = args::namespace,
     )]
     pub(crate) namespace: Namespace,
 
     /// Print data as JSON (one document on stdout).
     #[arg(long, global = true)]
     pub(crate) json: bool,
+}
+
+impl GlobalArgs {
+    /// Where the command's data goes, by `--json`.
+    pub(crate) fn output(&self) -> Output {
+        Output::new(self.json)
+    }
 }
 
 /// The subcommands.
@@ -85,13 +79,13 @@ pub(crate) enum Command {
     /// BATON_KEY and BATON_FENCE in its environment, renews the lock every ttl/3 while it
     /// runs, releases it when COMMAND exits (or, with --cooldown, keeps it for that long),
     /// and exits with COMMAND's status.
-    Run(RunArgs),
+    Run(crate::run::RunArgs),
     /// Inspect locks.
     #[command(subcommand)]
-    Lock(LockCommand),
+    Lock(crate::lock_cmd::LockCommand),
     /// Claim, renew, release and inspect leases: claims by a stable holder id.
     #[command(subcommand)]
-    Lease(LeaseCommand),
+    Lease(crate::lease_cmd::LeaseCommand),
     /// Check the store's deployment: connectivity, clocks, eviction policy, persistence,
     /// file and permissions. One line per check; exits 78 when there is a finding.
     Doctor,
@@ -129,230 +123,12 @@ pub(crate) enum Command {
     Schedule(crate::schedule_cmd::ScheduleCommand),
 }
 
-/// `baton run`.
-#[derive(Debug, Args)]
-pub(crate) struct RunArgs {
-    /// How long the lock survives without a renewal. baton renews it every ttl/3 while
-    /// COMMAND runs, so this bounds how long others wait after this machine dies.
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
-    pub(crate) ttl: Duration,
-
-    /// How long to wait for a current holder before giving up with status 75; 0s is one
-    /// attempt.
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_WAIT, value_parser = parse_wait)]
-    pub(crate) wait: Duration,
-
-    /// Keep the lock for DUR after COMMAND ends, whatever its status, instead of releasing
-    /// it: a cooldown, so that another `baton run` of KEY within DUR finds it held. --ttl
-    /// still bounds the lock while COMMAND runs; at COMMAND's end the grant is set to end
-    /// DUR later (shorter or longer than --ttl) and renewals stop.
-    #[arg(long, value_name = "DUR", value_parser = parse_ttl)]
-    pub(crate) cooldown: Option<Duration>,
-
-    /// What to do to COMMAND when the lock is lost while it runs.
-    #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
-    pub(crate) on_lost: OnLost,
-
-    /// With --on-lost term: how long COMMAND has between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_GRACE, value_parser = parse_grace)]
-    pub(crate) grace: Duration,
-
-    /// The lock's key.
-    #[arg(value_name = "KEY", value_parser = parse_key)]
-    pub(crate) key: String,
-
-    #[command(flatten)]
-    pub(crate) command: CommandLine,
-}
-
-/// COMMAND and its arguments, after `--`: what `baton run`, `baton worker` and the exec guard
-/// start.
-#[derive(Debug, Args)]
-pub(crate) struct CommandLine {
-    /// The command and its arguments, after `--`.
-    #[arg(
-        value_name = "COMMAND",
-        last = true,
-        required = true,
-        num_args = 1..,
-        allow_hyphen_values = true
-    )]
-    pub(crate) argv: Vec<OsString>,
-}
-
-/// What `baton run` does to COMMAND when the lock is lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum OnLost {
-    /// SIGTERM to COMMAND's process group, SIGKILL after --grace.
-    Term,
-    /// SIGKILL to COMMAND's process group at once.
-    Kill,
-    /// Let COMMAND finish; baton still exits 79.
-    Ignore,
-}
-
-/// `baton lock ...`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum LockCommand {
-    /// Show the holder of lock KEY, its fence and remaining time.
-    Status {
-        /// The lock's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
-    },
-    /// List held locks.
-    List(ListArgs),
-}
-
-/// `baton lease ...`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum LeaseCommand {
-    /// Claim lease KEY for --holder: prints Claimed, or HeldBy (status 75).
-    ///
-    /// Claiming again as the same holder is idempotent: it extends the lease and keeps its
-    /// fence.
-    Claim {
-        #[command(flatten)]
-        lease: HeldLease,
-        /// How long the lease lasts without a renewal.
-        #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
-        ttl: Duration,
-        /// Why the lease is held, shown by status and list (at most 64 bytes).
-        #[arg(long, value_name = "TEXT", default_value = "", value_parser = parse_reason)]
-        reason: String,
-    },
-    /// Extend --holder's lease KEY to --ttl from now: prints Renewed, or NotHolder
-    /// (status 75).
-    Renew {
-        #[command(flatten)]
-        lease: HeldLease,
-        /// The new time to live, from now.
-        #[arg(long, value_name = "DUR", default_value = DEFAULT_TTL, value_parser = parse_ttl)]
-        ttl: Duration,
-    },
-    /// Release --holder's lease KEY: prints Removed, NoHolder, or Reclaimed (status 75).
-    Release {
-        #[command(flatten)]
-        lease: HeldLease,
-    },
-    /// Show the holder of lease KEY, its fence, remaining time and reason.
-    Status {
-        /// The lease's key.
-        #[arg(value_name = "KEY", value_parser = parse_key)]
-        key: String,
-    },
-    /// List live leases.
-    List(ListArgs),
-}
-
-/// The lease KEY and the `--holder` that claims, renews or releases it.
-#[derive(Debug, Args)]
-pub(crate) struct HeldLease {
-    /// The lease's key.
-    #[arg(value_name = "KEY", value_parser = parse_key)]
-    pub(crate) key: String,
-    #[command(flatten)]
-    pub(crate) holder: HolderArg,
-}
-
-/// `--holder`.
-#[derive(Debug, Args)]
-pub(crate) struct HolderArg {
-    /// The holder id: a stable identity such as a host or instance name.
-    #[arg(long = "holder", env = "BATON_HOLDER", value_name = "ID", value_parser = parse_holder)]
-    pub(crate) id: String,
-}
-
-/// Options of the list commands.
-#[derive(Debug, Args)]
-pub(crate) struct ListArgs {
-    /// Only keys that start with this prefix.
-    #[arg(long, value_name = "P", default_value = "", value_parser = parse_prefix)]
-    pub(crate) prefix: String,
-    /// At most this many entries.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIST_LIMIT)]
-    pub(crate) limit: usize,
-}
-
-/// `text` itself, once `check` (one of the library's rules) accepts it; otherwise the
-/// library's message.
-pub(crate) fn checked_text<'a, T>(
-    text: &'a str,
-    check: impl FnOnce(&'a str) -> baton::Result<T>,
-) -> Result<String, String> {
-    check(text)
-        .map(|_| text.to_owned())
-        .map_err(|e| e.message().to_owned())
-}
-
-/// `text` read as a duration, once `check` (one of the library's rules) accepts it;
-/// otherwise the library's message.
-pub(crate) fn checked_duration<T>(
-    text: &str,
-    check: impl FnOnce(Duration) -> baton::Result<T>,
-) -> Result<Duration, String> {
-    let duration = parse_duration(text)?;
-    check(duration)
-        .map(|_| duration)
-        .map_err(|e| e.message().to_owned())
-}
-
-pub(crate) fn parse_key(text: &str) -> Result<String, String> {
-    checked_text(text, baton::Key::new)
-}
-
-fn parse_reason(text: &str) -> Result<String, String> {
-    checked_text(text, baton::lease::check_reason)
-}
-
-/// A key prefix for listing: empty, or what a key could start with.
-fn parse_prefix(text: &str) -> Result<String, String> {
-    checked_text(text, |prefix| {
-        baton::Namespace::default().qualify_prefix(baton::store::KeyKind::Lock, prefix)
-    })
-}
-
-fn parse_holder(text: &str) -> Result<String, String> {
-    checked_text(text, baton::lease::Holder::new)
-}
-
-fn parse_namespace(text: &str) -> Result<Namespace, String> {
-    Namespace::new(text).map_err(|e| e.message().to_owned())
-}
-
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    baton::time::parse_duration(text).map_err(|e| e.message().to_owned())
-}
-
-pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
-    checked_duration(text, Ttl::new)
-}
-
-pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
-    checked_duration(text, WaitTime::new)
-}
-
-/// A duration of at most `max`: the rule of every duration flag whose bound is the CLI's own
-/// (`--grace`, `--drain`) rather than the library's.
-pub(crate) fn parse_at_most(text: &str, max: Duration) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
-    if d > max {
-        return Err(format!(
-            "{text:?} is above the maximum of {}",
-            human_duration(max)
-        ));
-    }
-    Ok(d)
-}
-
-/// `--grace` of `baton run` and `baton worker`: at most [`MAX_GRACE`].
-pub(crate) fn parse_grace(text: &str) -> Result<Duration, String> {
-    parse_at_most(text, MAX_GRACE)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::run::OnLost;
     use clap::CommandFactory;
     use clap::error::ErrorKind;
 
@@ -407,6 +183,22 @@ mod tests {
     }
 
     #[test]
+    fn a_rejected_store_url_never_shows_its_password() {
+        for url in [
+            "redis://:hunter2@127.0.0.1:6379/0?response_timeout=soon",
+            "postgres://app:hunter2@db/app?nope=1",
+            "mysql://app:hunter2@db/app",
+        ] {
+            let err = parse(&["--store", url, "lock", "list"]).expect_err(url);
+            let shown = err.to_string();
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("--store"), "{shown}");
+        }
+        let cli = parse(&["--store", "sqlite:///tmp/x.db", "lock", "list"]).unwrap();
+        assert_eq!(cli.global.store.as_deref(), Some("sqlite:///tmp/x.db"));
+    }
+
+    #[test]
     fn global_options_go_anywhere() {
         let cli = parse(&["lock", "list", "--json", "--namespace", "app"]).unwrap();
         assert!(cli.global.json);
@@ -446,6 +238,25 @@ mod tests {
             &["worker", "q", "--lease", "1ms", "--", "true"],
             &["worker", "", "--", "true"],
             &["schedule", "list", "extra"],
+            &["--store", "nowhere", "lock", "list"],
+            &["--store", "mysql://db/app", "lock", "list"],
+            &["--store", "memory://x", "lock", "list"],
+            &["--store", "sqlite://", "lock", "list"],
+            &[
+                "--store",
+                "sqlite:///tmp/x.db?synchronous=sometimes",
+                "lock",
+                "list",
+            ],
+            &[
+                "--store",
+                "redis://127.0.0.1:6379/0?response_timeout=soon",
+                "lock",
+                "list",
+            ],
+            &["--store", "postgres://u@h/db?listen=maybe", "lock", "list"],
+            &["status", "--listen", "127.0.0.1:0", "--refresh", "500ms"],
+            &["status", "--listen", "127.0.0.1:0", "--prefix", "a\u{1}"],
         ] {
             let err = parse(args).expect_err(&format!("{args:?} parsed"));
             assert!(err.use_stderr(), "{args:?}: {err}");

@@ -40,8 +40,8 @@ use nix::sys::prctl::set_pdeathsig;
 use nix::sys::signal::Signal;
 use nix::unistd::{Pid, getppid};
 
+use crate::args::CommandLine;
 use crate::child::spawn_failure;
-use crate::cli::CommandLine;
 use crate::exit::{INTERNAL, SIGNAL_BASE, USAGE};
 
 /// The first argument that selects the guard; it is not part of baton's documented grammar.

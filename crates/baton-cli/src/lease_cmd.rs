@@ -20,15 +20,65 @@
 use std::time::Duration;
 
 use baton::lease::{ClaimResult, LeaseInfo, LeaseOptions, RemoveResult, Renewal};
+use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, HeldLease, LeaseCommand, ListArgs};
+use crate::args::{self, ListArgs};
+use crate::cli::GlobalArgs;
 use crate::exit::{CONTENDED, Failure, SUCCESS};
-use crate::output::{
-    human_duration, millis, print_json, print_json_or_line, print_line, print_rows, print_table,
-    write_failure,
-};
+use crate::output::{Cell, Fields, Keyed, Kind, human_duration, millis};
 use crate::store;
+
+/// `baton lease ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum LeaseCommand {
+    /// Claim lease KEY for --holder: prints Claimed, or HeldBy (status 75).
+    ///
+    /// Claiming again as the same holder is idempotent: it extends the lease and keeps its
+    /// fence.
+    Claim {
+        #[command(flatten)]
+        lease: LeaseHolder,
+        /// How long the lease lasts without a renewal.
+        #[arg(long, value_name = "DUR", default_value = args::DEFAULT_TTL, value_parser = args::ttl)]
+        ttl: Duration,
+        /// Why the lease is held, shown by status and list (at most 64 bytes).
+        #[arg(long, value_name = "TEXT", default_value = "", value_parser = args::reason)]
+        reason: String,
+    },
+    /// Extend --holder's lease KEY to --ttl from now: prints Renewed, or NotHolder
+    /// (status 75).
+    Renew {
+        #[command(flatten)]
+        lease: LeaseHolder,
+        /// The new time to live, from now.
+        #[arg(long, value_name = "DUR", default_value = args::DEFAULT_TTL, value_parser = args::ttl)]
+        ttl: Duration,
+    },
+    /// Release --holder's lease KEY: prints Removed, NoHolder, or Reclaimed (status 75).
+    Release {
+        #[command(flatten)]
+        lease: LeaseHolder,
+    },
+    /// Show the holder of lease KEY, its fence, remaining time and reason.
+    Status {
+        /// The lease's key.
+        #[arg(value_name = "KEY", value_parser = args::key)]
+        key: String,
+    },
+    /// List live leases.
+    List(args::ListArgs),
+}
+
+/// The lease KEY and the `--holder` that claims, renews or releases it.
+#[derive(Debug, Args)]
+pub(crate) struct LeaseHolder {
+    /// The lease's key.
+    #[arg(value_name = "KEY", value_parser = args::key)]
+    pub(crate) key: String,
+    #[command(flatten)]
+    pub(crate) holder: args::HolderArg,
+}
 
 /// The answer of one lease command, as printed.
 #[derive(Debug, Serialize)]
@@ -118,55 +168,55 @@ impl Answer {
     }
 }
 
-/// One live lease, as printed by status and list, and shown by `baton status`.
+/// A live lease's fields, as printed by status and list, and shown by `baton status`.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct LeaseRow {
-    pub(crate) key: String,
+pub(crate) struct HeldLease {
     pub(crate) holder: String,
     pub(crate) fence: u64,
     pub(crate) remaining_ms: u64,
     pub(crate) reason: String,
 }
 
-impl From<LeaseInfo> for LeaseRow {
-    fn from(info: LeaseInfo) -> Self {
-        LeaseRow {
-            key: info.key,
+/// One live lease.
+pub(crate) type LeaseRow = Keyed<HeldLease>;
+
+impl Fields for HeldLease {
+    const HEADER: &'static [&'static str] = &["KEY", "HOLDER", "FENCE", "REMAINING", "REASON"];
+
+    fn cells(&self) -> Vec<Cell> {
+        vec![
+            Cell::new(Kind::Code, self.holder.clone()),
+            Cell::new(Kind::Number, self.fence.to_string()),
+            Cell::new(
+                Kind::Number,
+                human_duration(Duration::from_millis(self.remaining_ms)),
+            ),
+            Cell::new(Kind::Text, self.reason.clone()),
+        ]
+    }
+}
+
+/// The row of a live lease.
+pub(crate) fn lease_row(info: LeaseInfo) -> LeaseRow {
+    Keyed {
+        key: info.key,
+        of: HeldLease {
             holder: info.holder,
             fence: info.fence.get(),
             remaining_ms: millis(info.remaining),
             reason: info.reason,
-        }
+        },
     }
 }
-
-/// `baton lease status --json`: `held`, and the lease's fields when held.
-#[derive(Debug, Serialize)]
-struct LeaseStatus {
-    key: String,
-    held: bool,
-    #[serde(flatten)]
-    lease: Option<LeaseFields>,
-}
-
-/// The fields of a held lease in [`LeaseStatus`].
-#[derive(Debug, Serialize)]
-struct LeaseFields {
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-    reason: String,
-}
-
-const HEADER: [&str; 5] = ["KEY", "HOLDER", "FENCE", "REMAINING", "REASON"];
 
 /// Runs `baton lease ...`; returns baton's exit status.
 pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u8, Failure> {
     let baton = store::connect(global).await?;
     let leases = baton.leases();
+    let output = global.output();
     let answer = match command {
         LeaseCommand::Claim {
-            lease: HeldLease { key, holder },
+            lease: LeaseHolder { key, holder },
             ttl,
             reason,
         } => match leases
@@ -188,7 +238,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
             },
         },
         LeaseCommand::Renew {
-            lease: HeldLease { key, holder },
+            lease: LeaseHolder { key, holder },
             ttl,
         } => match leases.renew(key, &holder.id, *ttl).await? {
             Renewal::Renewed => Answer::Renewed {
@@ -202,7 +252,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
             },
         },
         LeaseCommand::Release {
-            lease: HeldLease { key, holder },
+            lease: LeaseHolder { key, holder },
         } => match leases.release(key, &holder.id).await? {
             RemoveResult::Removed { holder } => Answer::Removed {
                 key: key.clone(),
@@ -215,8 +265,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
             RemoveResult::NoHolder => Answer::NoHolder { key: key.clone() },
         },
         LeaseCommand::Status { key } => {
-            let row = leases.inspect(key).await?.map(LeaseRow::from);
-            print_status(global, key, row).map_err(write_failure)?;
+            output.held(key, leases.inspect(key).await?.map(lease_row))?;
             return Ok(SUCCESS);
         }
         LeaseCommand::List(ListArgs { prefix, limit }) => {
@@ -224,44 +273,14 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
                 .list(prefix, *limit)
                 .await?
                 .into_iter()
-                .map(LeaseRow::from)
+                .map(lease_row)
                 .collect();
-            print_rows(global.json, &HEADER, &rows, cells)?;
+            output.rows(&rows)?;
             return Ok(SUCCESS);
         }
     };
-    print_json_or_line(global.json, &answer, &answer.line())?;
+    output.line(&answer, || answer.line())?;
     Ok(answer.status())
-}
-
-fn print_status(global: &GlobalArgs, key: &str, row: Option<LeaseRow>) -> std::io::Result<()> {
-    if global.json {
-        let status = LeaseStatus {
-            key: key.to_owned(),
-            held: row.is_some(),
-            lease: row.map(|row| LeaseFields {
-                holder: row.holder,
-                fence: row.fence,
-                remaining_ms: row.remaining_ms,
-                reason: row.reason,
-            }),
-        };
-        return print_json(&status);
-    }
-    match row {
-        Some(row) => print_table(&HEADER, &[cells(&row)]),
-        None => print_line(&format!("{key}: free")),
-    }
-}
-
-fn cells(row: &LeaseRow) -> Vec<String> {
-    vec![
-        row.key.clone(),
-        row.holder.clone(),
-        row.fence.to_string(),
-        human_duration(Duration::from_millis(row.remaining_ms)),
-        row.reason.clone(),
-    ]
 }
 
 #[cfg(test)]

@@ -4,67 +4,64 @@
 //! A lock's holder is the random token of one acquisition (one `baton run`), not a host name.
 //! Both commands exit 0 whether or not anything is held; read the output to find out.
 
+use std::time::Duration;
+
+use clap::Subcommand;
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, ListArgs, LockCommand};
+use crate::args::{self, ListArgs};
+use crate::cli::GlobalArgs;
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{
-    human_duration, millis, print_json, print_line, print_rows, print_table, write_failure,
-};
+use crate::output::{Cell, Fields, Keyed, Kind, human_duration, millis};
 use crate::store;
 
-/// One held lock, as printed by status and list, and shown by `baton status`.
+/// `baton lock ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum LockCommand {
+    /// Show the holder of lock KEY, its fence and remaining time.
+    Status {
+        /// The lock's key.
+        #[arg(value_name = "KEY", value_parser = args::key)]
+        key: String,
+    },
+    /// List held locks.
+    List(args::ListArgs),
+}
+
+/// A held lock's fields, as printed by status and list, and shown by `baton status`.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct LockRow {
-    pub(crate) key: String,
+pub(crate) struct HeldLock {
     pub(crate) holder: String,
     pub(crate) fence: u64,
     pub(crate) remaining_ms: u64,
 }
 
-/// `baton lock status --json`: `held`, and the holder's fields when held.
-#[derive(Debug, Serialize)]
-struct LockStatus {
-    key: String,
-    held: bool,
-    #[serde(flatten)]
-    lock: Option<LockFields>,
-}
+/// One held lock.
+pub(crate) type LockRow = Keyed<HeldLock>;
 
-/// The fields of a held lock in [`LockStatus`].
-#[derive(Debug, Serialize)]
-struct LockFields {
-    holder: String,
-    fence: u64,
-    remaining_ms: u64,
-}
+impl Fields for HeldLock {
+    const HEADER: &'static [&'static str] = &["KEY", "HOLDER", "FENCE", "REMAINING"];
 
-const HEADER: [&str; 4] = ["KEY", "HOLDER", "FENCE", "REMAINING"];
+    fn cells(&self) -> Vec<Cell> {
+        vec![
+            Cell::new(Kind::Code, self.holder.clone()),
+            Cell::new(Kind::Number, self.fence.to_string()),
+            Cell::new(
+                Kind::Number,
+                human_duration(Duration::from_millis(self.remaining_ms)),
+            ),
+        ]
+    }
+}
 
 /// Runs `baton lock ...`; returns baton's exit status.
 pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8, Failure> {
     let baton = store::connect(global).await?;
+    let output = global.output();
     match command {
         LockCommand::Status { key } => {
-            let row = baton.locks().inspect(key).await?.map(LockRow::from);
-            if global.json {
-                let status = LockStatus {
-                    key: key.clone(),
-                    held: row.is_some(),
-                    lock: row.map(|row| LockFields {
-                        holder: row.holder,
-                        fence: row.fence,
-                        remaining_ms: row.remaining_ms,
-                    }),
-                };
-                print_json(&status).map_err(write_failure)?;
-            } else {
-                match row {
-                    Some(row) => print_table(&HEADER, &[cells(&row)]),
-                    None => print_line(&format!("{key}: free")),
-                }
-                .map_err(write_failure)?;
-            }
+            let row = baton.locks().inspect(key).await?.map(lock_row);
+            output.held(key, row)?;
         }
         LockCommand::List(ListArgs { prefix, limit }) => {
             let rows: Vec<LockRow> = baton
@@ -72,30 +69,22 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
                 .list(prefix, *limit)
                 .await?
                 .into_iter()
-                .map(LockRow::from)
+                .map(lock_row)
                 .collect();
-            print_rows(global.json, &HEADER, &rows, cells)?;
+            output.rows(&rows)?;
         }
     }
     Ok(SUCCESS)
 }
 
-impl From<baton::store::HolderInfo> for LockRow {
-    fn from(info: baton::store::HolderInfo) -> Self {
-        LockRow {
-            key: info.key.user_key().to_owned(),
+/// The row of a held lock.
+pub(crate) fn lock_row(info: baton::store::HolderInfo) -> LockRow {
+    Keyed {
+        key: info.key.user_key().to_owned(),
+        of: HeldLock {
             holder: info.holder.as_str().to_owned(),
             fence: info.fence.get(),
             remaining_ms: millis(info.remaining),
-        }
+        },
     }
-}
-
-fn cells(row: &LockRow) -> Vec<String> {
-    vec![
-        row.key.clone(),
-        row.holder.clone(),
-        row.fence.to_string(),
-        human_duration(std::time::Duration::from_millis(row.remaining_ms)),
-    ]
 }

@@ -6,7 +6,9 @@
 //! put work items into queues and run a command per item. The user guide is `docs/cli.md`.
 //!
 //! The modules, in the order a command flows through them:
-//! - [`cli`]: the grammar; every argument is validated while parsing, before any I/O;
+//! - [`cli`]: the top of the grammar (global options, the subcommands), and [`args`]: the
+//!   value parsers every subcommand's arguments share, so every argument is validated while
+//!   parsing, before any I/O;
 //! - [`store`]: which store to open (`--store`, `BATON_STORE`, the default SQLite file);
 //! - [`run`], [`lock_cmd`], [`lease_cmd`], [`limit_cmd`], [`cache_cmd`], [`broadcast_cmd`]: the
 //!   subcommands;
@@ -21,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod args;
 mod broadcast_cmd;
 mod cache_cmd;
 mod child;

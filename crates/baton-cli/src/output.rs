@@ -2,6 +2,11 @@
 //!
 //! Data goes to stdout; diagnostics go to stderr. JSON durations are whole milliseconds in
 //! fields named `*_ms`; table durations are rounded for reading (`27.5s`, `4m30s`).
+//!
+//! Every command prints its data through [`Output`], which chooses between the two by
+//! `--json`; a kind of row (a held lock, a live lease, a queue's counts) is defined once, as
+//! a [`Row`], and printed by the list commands, the status commands and the status page
+//! alike.
 
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime};
@@ -9,6 +14,167 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::exit::{BROKEN_PIPE, Failure, INTERNAL};
+
+/// Where a command's data goes: lines and tables for people, or one JSON document on
+/// stdout with `--json`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Output {
+    json: bool,
+}
+
+impl Output {
+    /// JSON when `json` (the `--json` option), else text.
+    pub(crate) fn new(json: bool) -> Output {
+        Output { json }
+    }
+
+    /// Whether data is printed as JSON.
+    pub(crate) fn is_json(self) -> bool {
+        self.json
+    }
+
+    /// One answer: `value` as JSON, or `text()` written as it is (several lines, or none).
+    pub(crate) fn text<T: Serialize>(
+        self,
+        value: &T,
+        text: impl FnOnce() -> String,
+    ) -> Result<(), Failure> {
+        if self.json {
+            print_json(value)
+        } else {
+            io::stdout().lock().write_all(text().as_bytes())
+        }
+        .map_err(write_failure)
+    }
+
+    /// One answer: `value` as JSON, or `line()` on a line of its own.
+    pub(crate) fn line<T: Serialize>(
+        self,
+        value: &T,
+        line: impl FnOnce() -> String,
+    ) -> Result<(), Failure> {
+        self.text(value, || format!("{}\n", line()))
+    }
+
+    /// `rows` as one JSON array, or as a table under their header.
+    pub(crate) fn rows<R: Row>(self, rows: &[R]) -> Result<(), Failure> {
+        if self.json {
+            print_json(&rows)
+        } else {
+            print_table(R::HEADER, &rows.iter().map(text_cells).collect::<Vec<_>>())
+        }
+        .map_err(write_failure)
+    }
+
+    /// One row: a JSON object, or a table of one row.
+    pub(crate) fn row<R: Row>(self, row: &R) -> Result<(), Failure> {
+        if self.json {
+            print_json(row)
+        } else {
+            print_table(R::HEADER, &[text_cells(row)])
+        }
+        .map_err(write_failure)
+    }
+
+    /// What `lock status KEY` and `lease status KEY` print: `{"key", "held", ...fields}` as
+    /// JSON; a table of one row, or `KEY: free`, for people.
+    pub(crate) fn held<F: Fields>(self, key: &str, held: Option<Keyed<F>>) -> Result<(), Failure> {
+        /// `held`, and the fields when held.
+        #[derive(Serialize)]
+        struct Status<'a, F> {
+            key: &'a str,
+            held: bool,
+            #[serde(flatten)]
+            fields: Option<F>,
+        }
+        match (self.json, held) {
+            (true, held) => print_json(&Status {
+                key,
+                held: held.is_some(),
+                fields: held.map(|row| row.of),
+            })
+            .map_err(write_failure),
+            (false, Some(row)) => self.row(&row),
+            (false, None) => print_line(&format!("{key}: free")).map_err(write_failure),
+        }
+    }
+}
+
+/// How a cell reads on the status page: text, code (a holder), a key, or a number
+/// (right-aligned). The terminal prints them all as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Text,
+    Code,
+    Key,
+    Number,
+}
+
+/// One cell of a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cell {
+    pub(crate) text: String,
+    pub(crate) kind: Kind,
+}
+
+impl Cell {
+    pub(crate) fn new(kind: Kind, text: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            kind,
+        }
+    }
+}
+
+/// A kind of row: its JSON (`Serialize`), its column titles and its cells, in one place.
+pub(crate) trait Row: Serialize {
+    /// The column titles as the terminal prints them (`KEY`, `OLDEST_DUE`); the status page
+    /// writes them as words (`Key`, `Oldest due`).
+    const HEADER: &'static [&'static str];
+    /// The cells, one per title.
+    fn cells(&self) -> Vec<Cell>;
+}
+
+/// The fields of something held under a key (a lock's holder, fence and remaining time),
+/// as the part of a [`Keyed`] row after its key.
+pub(crate) trait Fields: Serialize {
+    /// The column titles of the whole row, `KEY` first.
+    const HEADER: &'static [&'static str];
+    /// The cells after the key's.
+    fn cells(&self) -> Vec<Cell>;
+}
+
+/// A row of something held under a key: `key`, then its fields (flattened in JSON).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Keyed<F> {
+    pub(crate) key: String,
+    #[serde(flatten)]
+    pub(crate) of: F,
+}
+
+impl<F: Fields> Row for Keyed<F> {
+    const HEADER: &'static [&'static str] = F::HEADER;
+
+    fn cells(&self) -> Vec<Cell> {
+        let mut cells = vec![Cell::new(Kind::Key, self.key.clone())];
+        cells.extend(self.of.cells());
+        cells
+    }
+}
+
+fn text_cells<R: Row>(row: &R) -> Vec<String> {
+    row.cells().into_iter().map(|cell| cell.text).collect()
+}
+
+/// A column title as words, for a page: `OLDEST_DUE` → `Oldest due`.
+pub(crate) fn title_words(title: &str) -> String {
+    let lower = title.replace('_', " ").to_lowercase();
+    let mut chars = lower.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
 
 /// Prints `value` as one line of JSON on stdout.
 pub(crate) fn print_json<T: Serialize>(value: &T) -> io::Result<()> {
@@ -20,36 +186,6 @@ pub(crate) fn print_json<T: Serialize>(value: &T) -> io::Result<()> {
 /// Prints one line on stdout.
 pub(crate) fn print_line(line: &str) -> io::Result<()> {
     writeln!(io::stdout().lock(), "{line}")
-}
-
-/// With `--json`, prints `value` as JSON; otherwise prints `line`, for people.
-pub(crate) fn print_json_or_line<T: Serialize>(
-    json: bool,
-    value: &T,
-    line: &str,
-) -> Result<(), Failure> {
-    if json {
-        print_json(value)
-    } else {
-        print_line(line)
-    }
-    .map_err(write_failure)
-}
-
-/// With `--json`, prints `rows` as one JSON array; otherwise prints their `cells` as a table
-/// under `header`.
-pub(crate) fn print_rows<R: Serialize>(
-    json: bool,
-    header: &[&str],
-    rows: &[R],
-    cells: impl Fn(&R) -> Vec<String>,
-) -> Result<(), Failure> {
-    if json {
-        print_json(&rows)
-    } else {
-        print_table(header, &rows.iter().map(cells).collect::<Vec<_>>())
-    }
-    .map_err(write_failure)
 }
 
 /// The failure for output that could not be written.
@@ -157,6 +293,12 @@ mod tests {
     fn times_are_one_token() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_057_405);
         assert_eq!(utc_token(at), "2026-11-30T16:50:05Z");
+    }
+
+    #[test]
+    fn titles_read_as_words() {
+        assert_eq!(title_words("OLDEST_DUE"), "Oldest due");
+        assert_eq!(title_words("KEY"), "Key");
     }
 
     #[test]

@@ -26,18 +26,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::Baton;
-use baton::store::MemoryStore;
 use baton::work::{
     EnqueueOptions, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, Queue, QueueStats, QueueStore, WorkStore,
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, checked_duration, checked_text};
+use crate::args;
+use crate::cli::GlobalArgs;
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{
-    human_duration, millis, print_json, print_json_or_line, print_rows, print_table, write_failure,
-};
+use crate::output::{Cell, Kind, Row, human_duration, millis};
 use crate::store;
 
 /// `baton queue ...`.
@@ -57,7 +55,7 @@ pub(crate) enum QueueCommand {
 #[derive(Debug, Args)]
 pub(crate) struct EnqueueArgs {
     /// The queue's name.
-    #[arg(value_name = "QUEUE", value_parser = parse_queue)]
+    #[arg(value_name = "QUEUE", value_parser = args::queue)]
     pub(crate) queue: String,
 
     /// The payload: one JSON document ('{"to":"ada@example.com"}', '"text"', 42), stored as
@@ -67,15 +65,15 @@ pub(crate) struct EnqueueArgs {
     pub(crate) payload: Payload,
 
     /// A de-duplication id: another item with this id within the window is not added.
-    #[arg(long = "dedup", value_name = "ID", value_parser = parse_dedup_id)]
+    #[arg(long = "dedup", value_name = "ID", value_parser = args::dedup_id)]
     pub(crate) dedup: Option<String>,
 
     /// How long --dedup ID is remembered (10ms to 30d) [default: the queue's, 24h].
-    #[arg(long, value_name = "DUR", requires = "dedup", value_parser = parse_dedup_window)]
+    #[arg(long, value_name = "DUR", requires = "dedup", value_parser = args::dedup_window)]
     pub(crate) dedup_window: Option<Duration>,
 
     /// How long after now the item becomes claimable (at most 30d).
-    #[arg(long, value_name = "DUR", default_value = "0s", value_parser = parse_delay)]
+    #[arg(long, value_name = "DUR", default_value = "0s", value_parser = args::delay)]
     pub(crate) delay: Duration,
 
     /// The claims after which a failure dead-letters the item (1 to 1000) [default: 5].
@@ -97,7 +95,7 @@ pub(crate) enum Payload {
 pub(crate) struct StatsArgs {
     /// One queue (its counts are zeros when it has no items) [default: every queue of the
     /// namespace that has items].
-    #[arg(value_name = "QUEUE", value_parser = parse_queue)]
+    #[arg(value_name = "QUEUE", value_parser = args::queue)]
     pub(crate) queue: Option<String>,
 
     /// Without QUEUE: only queues whose name starts with this prefix.
@@ -156,29 +154,32 @@ impl StatsRow {
             |ms| human_duration(Duration::from_millis(ms)),
         )
     }
+}
 
-    fn cells(&self) -> Vec<String> {
+impl Row for StatsRow {
+    const HEADER: &'static [&'static str] = &[
+        "QUEUE",
+        "READY",
+        "SCHEDULED",
+        "RUNNING",
+        "EXPIRED",
+        "DEAD",
+        "OLDEST_DUE",
+    ];
+
+    fn cells(&self) -> Vec<Cell> {
+        let number = |n: u64| Cell::new(Kind::Number, n.to_string());
         vec![
-            self.queue.clone(),
-            self.ready.to_string(),
-            self.scheduled.to_string(),
-            self.running.to_string(),
-            self.expired.to_string(),
-            self.dead.to_string(),
-            self.oldest_due(),
+            Cell::new(Kind::Key, self.queue.clone()),
+            number(self.ready),
+            number(self.scheduled),
+            number(self.running),
+            number(self.expired),
+            number(self.dead),
+            Cell::new(Kind::Number, self.oldest_due()),
         ]
     }
 }
-
-const STATS_HEADER: [&str; 7] = [
-    "QUEUE",
-    "READY",
-    "SCHEDULED",
-    "RUNNING",
-    "EXPIRED",
-    "DEAD",
-    "OLDEST_DUE",
-];
 
 /// Runs `baton queue ...`; returns baton's exit status.
 pub(crate) async fn run(global: &GlobalArgs, command: &QueueCommand) -> Result<u8, Failure> {
@@ -210,26 +211,25 @@ async fn enqueue(global: &GlobalArgs, args: &EnqueueArgs) -> Result<u8, Failure>
     let answer = queue.enqueue(payload.as_bytes(), options).await?;
     let name = args.queue.as_str();
     let item = answer.id().0;
+    let output = global.output();
     match (answer.is_added(), args.dedup.as_deref()) {
-        (true, dedup) => print_json_or_line(
-            global.json,
+        (true, dedup) => output.line(
             &Enqueued::Added {
                 queue: name,
                 item,
                 dedup,
             },
-            &format!("Added {name} item={item}"),
+            || format!("Added {name} item={item}"),
         )?,
         (false, dedup) => {
             let dedup = dedup.unwrap_or_default();
-            print_json_or_line(
-                global.json,
+            output.line(
                 &Enqueued::Duplicate {
                     queue: name,
                     item,
                     dedup,
                 },
-                &format!("Duplicate {name} item={item} dedup={dedup}"),
+                || format!("Duplicate {name} item={item} dedup={dedup}"),
             )?;
         }
     }
@@ -245,16 +245,11 @@ async fn stats(global: &GlobalArgs, args: &StatsArgs) -> Result<u8, Failure> {
     match &args.queue {
         Some(name) => {
             let row = StatsRow::of(baton.queue(name)?.stats().await?);
-            if global.json {
-                print_json(&row)
-            } else {
-                print_table(&STATS_HEADER, &[row.cells()])
-            }
-            .map_err(write_failure)?;
+            global.output().row(&row)?;
         }
         None => {
             let rows = list_queues(&baton, &store, &args.prefix).await?;
-            print_rows(global.json, &STATS_HEADER, &rows, StatsRow::cells)?;
+            global.output().rows(&rows)?;
         }
     }
     Ok(SUCCESS)
@@ -315,11 +310,6 @@ fn check_work_url(url: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Checks a queue name by the library's own rules (no I/O).
-pub(crate) fn parse_queue(text: &str) -> Result<String, String> {
-    checked_text(text, |name| Queue::new(Arc::new(MemoryStore::new()), name))
-}
-
 fn parse_payload(text: &str) -> Result<Payload, String> {
     if text == "-" {
         return Ok(Payload::Stdin);
@@ -329,15 +319,7 @@ fn parse_payload(text: &str) -> Result<Payload, String> {
 
 /// Checks that `text` is one JSON document within the size limit.
 fn check_payload(text: &str) -> Result<(), String> {
-    if text.len() > MAX_PAYLOAD_BYTES {
-        return Err(format!(
-            "the payload is {} bytes long; the limit is {MAX_PAYLOAD_BYTES} bytes (1 MiB): store large data elsewhere and enqueue its reference",
-            text.len()
-        ));
-    }
-    serde_json::from_str::<serde::de::IgnoredAny>(text).map(|_| ()).map_err(|e| {
-        format!("the payload is not JSON ({e}); quote strings, e.g. '\"hello\"' or '{{\"to\":\"ada@example.com\"}}'")
-    })
+    args::check_json(text, "the payload", MAX_PAYLOAD_BYTES)
 }
 
 /// Reads the payload from stdin (at most one byte over the limit, to report it).
@@ -354,29 +336,8 @@ fn read_stdin_payload() -> Result<String, Failure> {
     Ok(text)
 }
 
-fn parse_dedup_id(text: &str) -> Result<String, String> {
-    checked_text(text, |id| EnqueueOptions::dedup(id).validate())
-}
-
-fn parse_dedup_window(text: &str) -> Result<Duration, String> {
-    checked_duration(text, |window| {
-        EnqueueOptions::dedup("x").dedup_window(window).validate()
-    })
-}
-
-fn parse_delay(text: &str) -> Result<Duration, String> {
-    checked_duration(text, |delay| EnqueueOptions::new().delay(delay).validate())
-}
-
 fn parse_max_attempts(text: &str) -> Result<u32, String> {
-    let n: u32 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number from 1 to {MAX_ATTEMPTS_LIMIT}"))?;
-    EnqueueOptions::new()
-        .max_attempts(n)
-        .validate()
-        .map(|()| n)
-        .map_err(|e| e.message().to_owned())
+    args::number_in(text, 1, MAX_ATTEMPTS_LIMIT, "the attempts")
 }
 
 #[cfg(test)]
@@ -393,20 +354,24 @@ mod tests {
             assert!(error.contains("not JSON"), "{bad:?}: {error}");
         }
         let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES));
-        assert!(parse_payload(&big).unwrap_err().contains("1 MiB"));
+        assert!(
+            parse_payload(&big)
+                .unwrap_err()
+                .contains("the limit is 1048576 bytes")
+        );
     }
 
     #[test]
     fn names_and_options_follow_the_library() {
-        assert!(parse_queue("emails").is_ok());
-        assert!(parse_queue("").is_err());
-        assert!(parse_queue(&"q".repeat(201)).is_err());
-        assert!(parse_queue("a\tb").is_err());
-        assert!(parse_dedup_id("").is_err());
-        assert!(parse_dedup_id(&"d".repeat(257)).is_err());
-        assert!(parse_delay("31d").is_err());
-        assert!(parse_delay("30d").is_ok());
-        assert!(parse_dedup_window("0s").is_err());
+        assert!(args::queue("emails").is_ok());
+        assert!(args::queue("").is_err());
+        assert!(args::queue(&"q".repeat(201)).is_err());
+        assert!(args::queue("a\tb").is_err());
+        assert!(args::dedup_id("").is_err());
+        assert!(args::dedup_id(&"d".repeat(257)).is_err());
+        assert!(args::delay("31d").is_err());
+        assert!(args::delay("30d").is_ok());
+        assert!(args::dedup_window("0s").is_err());
         assert!(parse_max_attempts("0").is_err());
         assert!(parse_max_attempts("1001").is_err());
         assert_eq!(parse_max_attempts("3"), Ok(3));

@@ -29,12 +29,71 @@ use std::time::Duration;
 use baton::Ttl;
 use baton::lock::{AcquireError, KeepOutcome, LockGuard, LockOptions, ReleaseOutcome};
 
+use clap::{Args, ValueEnum};
+
+use crate::args;
 use crate::child::{Child, shell_status};
-use crate::cli::{GlobalArgs, OnLost, RunArgs};
+use crate::cli::GlobalArgs;
 use crate::exit::{CONTENDED, Failure, INTERNAL, LOCK_LOST, SIGNAL_BASE};
 use crate::output::human_duration;
 use crate::signals::Forwarded;
 use crate::store;
+
+/// Default `--wait`: one attempt.
+const DEFAULT_WAIT: &str = "0s";
+
+/// `baton run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// How long the lock survives without a renewal (10ms to 30d). baton renews it every
+    /// ttl / 3 while COMMAND runs, so a renewal can fail once and be retried before the lock
+    /// expires. It is how long the others wait for the lock after this machine dies: short
+    /// enough to recover quickly, long enough to ride out a slow store.
+    #[arg(long, value_name = "DUR", default_value = args::DEFAULT_TTL, value_parser = args::ttl)]
+    pub(crate) ttl: Duration,
+
+    /// How long to wait for the current holder before giving up with status 75 (at most
+    /// 1d); 0s is exactly one attempt.
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_WAIT, value_parser = args::wait)]
+    pub(crate) wait: Duration,
+
+    /// Keep the lock for DUR after COMMAND ends, whatever its status, instead of releasing
+    /// it (10ms to 30d): a cooldown, so that another `baton run` of KEY within DUR finds it
+    /// held (75). --ttl still bounds the lock while COMMAND runs; at COMMAND's end the grant
+    /// is set to end DUR later (shorter or longer than --ttl) and renewals stop. A lock lost
+    /// while COMMAND ran is not kept (79).
+    #[arg(long, value_name = "DUR", value_parser = args::ttl)]
+    pub(crate) cooldown: Option<Duration>,
+
+    /// What to do to COMMAND when the lock is lost while it runs: term (SIGTERM, then
+    /// SIGKILL after --grace), kill (SIGKILL at once), ignore (let it finish; baton still
+    /// exits 79).
+    #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnLost::Term)]
+    pub(crate) on_lost: OnLost,
+
+    /// With --on-lost term: how long COMMAND has between SIGTERM and SIGKILL (at most 1h);
+    /// also how long the processes COMMAND leaves in its process group have.
+    #[arg(long, value_name = "DUR", default_value = args::DEFAULT_GRACE, value_parser = args::grace)]
+    pub(crate) grace: Duration,
+
+    /// The lock's key.
+    #[arg(value_name = "KEY", value_parser = args::key)]
+    pub(crate) key: String,
+
+    #[command(flatten)]
+    pub(crate) command: args::CommandLine,
+}
+
+/// What `baton run` does to COMMAND when the lock is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnLost {
+    /// SIGTERM to COMMAND's process group, SIGKILL after --grace.
+    Term,
+    /// SIGKILL to COMMAND's process group at once.
+    Kill,
+    /// Let COMMAND finish; baton still exits 79.
+    Ignore,
+}
 
 /// How often the lock is renewed while COMMAND runs: a third of the TTL. The library
 /// requires an interval below `ttl / 2`, so that one failed renewal can be retried before

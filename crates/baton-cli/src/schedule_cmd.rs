@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::cli::GlobalArgs;
 use crate::exit::{Failure, SUCCESS};
-use crate::output::{print_rows, utc_token};
+use crate::output::{Cell, Kind, Row, utc_token};
 use crate::queue_cmd::connect_work;
 
 /// `baton schedule ...`.
@@ -57,28 +57,36 @@ impl ScheduleRow {
             last_run_unix_ms,
         }
     }
+}
 
-    fn cells(&self) -> Vec<String> {
+impl Row for ScheduleRow {
+    const HEADER: &'static [&'static str] = &[
+        "NAME",
+        "SPEC",
+        "NEXT_DUE",
+        "RUNS",
+        "LAST_HOLDER",
+        "LAST_RUN",
+    ];
+
+    fn cells(&self) -> Vec<Cell> {
         vec![
-            self.name.clone(),
-            self.spec.clone(),
-            utc_token(at_ms(self.next_due_unix_ms)),
-            self.runs.to_string(),
-            self.last_holder.clone().unwrap_or_else(|| "-".to_owned()),
-            self.last_run_unix_ms
-                .map_or_else(|| "-".to_owned(), |ms| utc_token(at_ms(ms))),
+            Cell::new(Kind::Key, self.name.clone()),
+            Cell::new(Kind::Code, self.spec.clone()),
+            Cell::new(Kind::Number, utc_token(at_ms(self.next_due_unix_ms))),
+            Cell::new(Kind::Number, self.runs.to_string()),
+            Cell::new(
+                Kind::Code,
+                self.last_holder.clone().unwrap_or_else(|| "-".to_owned()),
+            ),
+            Cell::new(
+                Kind::Number,
+                self.last_run_unix_ms
+                    .map_or_else(|| "-".to_owned(), |ms| utc_token(at_ms(ms))),
+            ),
         ]
     }
 }
-
-const HEADER: [&str; 6] = [
-    "NAME",
-    "SPEC",
-    "NEXT_DUE",
-    "RUNS",
-    "LAST_HOLDER",
-    "LAST_RUN",
-];
 
 /// Runs `baton schedule ...`; returns baton's exit status.
 pub(crate) async fn run(global: &GlobalArgs, command: &ScheduleCommand) -> Result<u8, Failure> {
@@ -92,7 +100,7 @@ pub(crate) async fn run(global: &GlobalArgs, command: &ScheduleCommand) -> Resul
                 .into_iter()
                 .map(ScheduleRow::of)
                 .collect();
-            print_rows(global.json, &HEADER, &rows, ScheduleRow::cells)?;
+            global.output().rows(&rows)?;
         }
     }
     Ok(SUCCESS)
@@ -117,8 +125,9 @@ mod tests {
             last_holder: None,
             last_run_unix_ms: None,
         };
+        let texts: Vec<String> = row.cells().into_iter().map(|cell| cell.text).collect();
         assert_eq!(
-            row.cells(),
+            texts,
             [
                 "nightly",
                 "0 3 * * *",

@@ -66,13 +66,12 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use crate::args::{self, CommandLine, DEFAULT_GRACE};
 use crate::child::{Child, shell_status};
-use crate::cli::{
-    CommandLine, DEFAULT_GRACE, GlobalArgs, checked_duration, parse_at_most, parse_grace,
-};
+use crate::cli::GlobalArgs;
 use crate::exit::{Failure, INTERNAL, SUCCESS};
-use crate::output::{human_duration, print_json_or_line};
-use crate::queue_cmd::{connect_work, parse_queue};
+use crate::output::human_duration;
+use crate::queue_cmd::connect_work;
 use crate::signals::Forwarded;
 
 /// Default `--lease`: the library's.
@@ -84,8 +83,6 @@ const DEFAULT_BACKOFF: &str = "1s";
 const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Default `--drain`: how long running COMMANDs may finish after a stop signal.
 const DEFAULT_DRAIN: &str = "30s";
-/// The longest `--drain`.
-const MAX_DRAIN: Duration = Duration::from_secs(12 * 3600);
 /// Time for COMMANDs killed at the end of `--grace` to be reaped. Each item is released as
 /// soon as its COMMAND has exited; the library's grace (`--drain` + `--grace` + this) only
 /// bounds the wait for COMMANDs that are slow to be reaped.
@@ -109,27 +106,27 @@ pub(crate) struct WorkerArgs {
     /// How long a claim owns an item without an extension (10ms to 30d). baton extends it
     /// every third of it while COMMAND runs; a machine that dies leaves its items to be
     /// claimed again this long after its last extension.
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_LEASE, value_parser = parse_lease)]
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_LEASE, value_parser = args::lease)]
     pub(crate) lease: Duration,
 
     /// The delay before the first retry of a failed item; it doubles after each further
     /// failure, up to --backoff-max, and is jittered. 0s retries at once.
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_BACKOFF, value_parser = parse_backoff)]
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_BACKOFF, value_parser = args::backoff)]
     pub(crate) backoff: Duration,
 
     /// The longest delay between retries (at most 30d) [default: 5m, or --backoff if
     /// longer].
-    #[arg(long, value_name = "DUR", value_parser = parse_backoff)]
+    #[arg(long, value_name = "DUR", value_parser = args::backoff)]
     pub(crate) backoff_max: Option<Duration>,
 
     /// After SIGINT or SIGTERM: how long the running COMMANDs may finish before they are
     /// terminated and their items released (at most 12h).
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_DRAIN, value_parser = parse_drain)]
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_DRAIN, value_parser = args::drain)]
     pub(crate) drain: Duration,
 
     /// How long a COMMAND has between SIGTERM and SIGKILL, when it is terminated because
     /// its lease was lost or --drain ran out (at most 1h).
-    #[arg(long, value_name = "DUR", default_value = DEFAULT_GRACE, value_parser = parse_grace)]
+    #[arg(long, value_name = "DUR", default_value = DEFAULT_GRACE, value_parser = args::grace)]
     pub(crate) grace: Duration,
 
     /// Exit 0 once nothing is claimable and no COMMAND runs (items waiting for a delay or a
@@ -138,7 +135,7 @@ pub(crate) struct WorkerArgs {
     pub(crate) exit_when_empty: bool,
 
     /// The queue's name.
-    #[arg(value_name = "QUEUE", value_parser = parse_queue)]
+    #[arg(value_name = "QUEUE", value_parser = args::queue)]
     pub(crate) queue: String,
 
     #[command(flatten)]
@@ -318,7 +315,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
     let context = Arc::new(Context {
         queue: args.queue.clone(),
         command: args.command.argv.clone(),
-        stdout_to_stderr: global.json,
+        stdout_to_stderr: global.output().is_json(),
         grace: args.grace,
         shutdown: CancellationToken::new(),
         terminate: CancellationToken::new(),
@@ -375,7 +372,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
     };
 
     let summary = Summary::of(&args.queue, stopped_by, &report);
-    print_json_or_line(global.json, &summary, &summary.line())?;
+    global.output().line(&summary, || summary.line())?;
     let fatal = context
         .fatal
         .lock()
@@ -550,33 +547,11 @@ fn describe_exit(name: &str, status: ExitStatus) -> String {
 }
 
 fn parse_concurrency(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(n) if (1..=MAX_CONCURRENCY).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{text:?}: the concurrency is a number from 1 to {MAX_CONCURRENCY}"
-        )),
-    }
+    args::number_in(text, 1, MAX_CONCURRENCY, "the concurrency")
 }
 
 fn parse_batch(text: &str) -> Result<u32, String> {
-    match text.parse::<u32>() {
-        Ok(n) if (1..=MAX_BATCH).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{text:?}: the batch is a number from 1 to {MAX_BATCH}"
-        )),
-    }
-}
-
-fn parse_lease(text: &str) -> Result<Duration, String> {
-    checked_duration(text, |lease| QueueOptions::new().lease(lease).validate())
-}
-
-fn parse_backoff(text: &str) -> Result<Duration, String> {
-    checked_duration(text, |delay| Backoff::fixed(delay).validate())
-}
-
-fn parse_drain(text: &str) -> Result<Duration, String> {
-    parse_at_most(text, MAX_DRAIN)
+    args::number_in(text, 1, MAX_BATCH, "the batch")
 }
 
 #[cfg(test)]
@@ -592,12 +567,12 @@ mod tests {
         assert!(parse_concurrency("-1").is_err());
         assert!(parse_batch("0").is_err());
         assert!(parse_batch("1001").is_err());
-        assert!(parse_lease("5ms").unwrap_err().contains("lease"));
-        assert!(parse_lease("1m").is_ok());
-        assert!(parse_backoff("0s").is_ok());
-        assert!(parse_backoff("31d").is_err());
-        assert!(parse_drain("13h").is_err());
-        assert!(parse_grace("soon").is_err());
+        assert!(args::lease("5ms").unwrap_err().contains("lease"));
+        assert!(args::lease("1m").is_ok());
+        assert!(args::backoff("0s").is_ok());
+        assert!(args::backoff("31d").is_err());
+        assert!(args::drain("13h").is_err());
+        assert!(args::grace("soon").is_err());
     }
 
     #[test]

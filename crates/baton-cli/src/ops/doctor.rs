@@ -19,7 +19,6 @@ use serde::Serialize;
 use crate::cli::GlobalArgs;
 pub(crate) use crate::exit::FINDINGS;
 use crate::exit::{Failure, SUCCESS, UNAVAILABLE};
-use crate::output::{print_json, write_failure};
 
 /// `baton doctor --json`.
 #[derive(Debug, Serialize)]
@@ -45,30 +44,22 @@ pub(crate) async fn run(global: &GlobalArgs) -> Result<u8, Failure> {
         None => baton::store::default_url()?,
     };
     let report = baton::doctor::diagnose(&url).await?;
-    if global.json {
-        let json = JsonReport {
-            store: &report.store,
-            reachable: report.reachable,
-            healthy: report.is_healthy(),
-            checks: report
-                .checks
-                .iter()
-                .map(|c| JsonCheck {
-                    name: c.name,
-                    verdict: c.verdict.as_str(),
-                    detail: &c.detail,
-                    fix: c.fix.as_deref(),
-                })
-                .collect(),
-        };
-        print_json(&json).map_err(write_failure)?;
-    } else {
-        use std::io::Write as _;
-        std::io::stdout()
-            .lock()
-            .write_all(render(&report).as_bytes())
-            .map_err(write_failure)?;
-    }
+    let json = JsonReport {
+        store: &report.store,
+        reachable: report.reachable,
+        healthy: report.is_healthy(),
+        checks: report
+            .checks
+            .iter()
+            .map(|c| JsonCheck {
+                name: c.name,
+                verdict: c.verdict.as_str(),
+                detail: &c.detail,
+                fix: c.fix.as_deref(),
+            })
+            .collect(),
+    };
+    global.output().text(&json, || render(&report))?;
     Ok(status(&report))
 }
 

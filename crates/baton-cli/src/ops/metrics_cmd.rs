@@ -25,7 +25,7 @@ use clap::Args;
 use super::LazyStore;
 use super::http::{Request, Response};
 use super::recorder::{PrometheusRecorder, write_header, write_sample};
-use super::{parse_listen, serve_at};
+use super::serve_at;
 use crate::cli::GlobalArgs;
 use crate::exit::{Failure, INTERNAL};
 
@@ -40,7 +40,7 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub(crate) struct ServeMetricsArgs {
     /// Where to listen: IP:PORT (127.0.0.1:9464; port 0 picks a free one). Bind to
     /// loopback unless Prometheus scrapes from another host.
-    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    #[arg(long, value_name = "ADDR", value_parser = crate::args::listen)]
     pub(crate) listen: SocketAddr,
 
     /// Count at most this many locks and this many leases per scrape.

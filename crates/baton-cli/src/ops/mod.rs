@@ -15,7 +15,7 @@ pub(crate) mod recorder;
 pub(crate) mod status;
 
 use std::future::Future;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton::{Baton, ErrorKind};
@@ -116,22 +116,6 @@ where
     Ok(SUCCESS)
 }
 
-/// Parses `--listen`: `IP:PORT` (`127.0.0.1:9464`, `[::1]:9464`, port 0 for any free one)
-/// or `HOST:PORT` resolved now (`localhost:9464`).
-pub(crate) fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    text.to_socket_addrs()
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| {
-            format!(
-                "{text:?} is not an address to listen on; write IP:PORT, such as 127.0.0.1:9464"
-            )
-        })
-}
-
 /// Milliseconds since the Unix epoch (0 for times before it).
 pub(crate) fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
@@ -173,16 +157,6 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listen_addresses() {
-        assert_eq!(
-            parse_listen("127.0.0.1:9464").unwrap(),
-            "127.0.0.1:9464".parse::<SocketAddr>().unwrap()
-        );
-        assert_eq!(parse_listen("[::1]:0").unwrap().port(), 0);
-        assert!(parse_listen("9464").is_err());
-    }
 
     #[test]
     fn dates() {
