@@ -37,6 +37,8 @@ mod lock_cmd;
 mod ops;
 mod output;
 mod queue_cmd;
+#[cfg(test)]
+mod reference;
 mod run;
 mod schedule_cmd;
 mod signals;
