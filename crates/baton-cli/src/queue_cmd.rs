@@ -26,9 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::Baton;
-use baton::work::{
-    EnqueueOptions, MAX_ATTEMPTS_LIMIT, MAX_PAYLOAD_BYTES, Queue, QueueStats, QueueStore, WorkStore,
-};
+use baton::work::{EnqueueOptions, MAX_PAYLOAD_BYTES, Queue, QueueStats, QueueStore, WorkStore};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
@@ -336,8 +334,14 @@ fn read_stdin_payload() -> Result<String, Failure> {
     Ok(text)
 }
 
+/// `--max-attempts`: a number, then the library's rule.
 fn parse_max_attempts(text: &str) -> Result<u32, String> {
-    args::number_in(text, 1, MAX_ATTEMPTS_LIMIT, "the attempts")
+    let n: u32 = args::number_in(text, 0, u32::MAX, "max_attempts")?;
+    EnqueueOptions::new()
+        .max_attempts(n)
+        .validate()
+        .map(|()| n)
+        .map_err(|e| e.message().to_owned())
 }
 
 #[cfg(test)]
