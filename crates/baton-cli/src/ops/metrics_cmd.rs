@@ -19,11 +19,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
 use baton::telemetry;
 use clap::Args;
 
 use super::LazyStore;
-use super::http::{Request, Response};
+use super::http;
 use super::recorder::{PrometheusRecorder, write_header, write_sample};
 use super::{parse_listen, serve_at};
 use crate::cli::GlobalArgs;
@@ -58,28 +63,36 @@ pub(crate) async fn run(global: &GlobalArgs, args: &ServeMetricsArgs) -> Result<
         )
     })?;
     telemetry::describe_metrics();
-    let store = Arc::new(LazyStore::open(global).await?);
+    let scrape = Arc::new(Scrape {
+        recorder,
+        store: LazyStore::open(global).await?,
+        limit: args.limit,
+    });
+    let router = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route(
+            "/",
+            get(|| async {
+                Html("<!doctype html><title>baton metrics</title><p><a href=\"/metrics\">/metrics</a></p>\n")
+            }),
+        )
+        .fallback(|| async { http::not_found(&["/metrics"]) })
+        .with_state(scrape);
     let announce = |local| eprintln!("baton serve-metrics: serving http://{local}/metrics");
-    let limit = args.limit;
-    serve_at(args.listen, announce, move |request: Request| {
-        let store = Arc::clone(&store);
-        let recorder = recorder.clone();
-        async move {
-            match request.path.as_str() {
-                "/metrics" => {
-                    let mut text = recorder.render();
-                    text.push_str(&store_section(&store, limit).await);
-                    Response::ok(PROMETHEUS_TEXT, text.into_bytes())
-                }
-                "/" => Response::html(
-                    "<!doctype html><title>baton metrics</title><p><a href=\"/metrics\">/metrics</a></p>\n"
-                        .to_owned(),
-                ),
-                _ => Response::not_found(&["/metrics"]),
-            }
-        }
-    })
-    .await
+    serve_at(args.listen, announce, router).await
+}
+
+/// What a scrape reads.
+struct Scrape {
+    recorder: PrometheusRecorder,
+    store: LazyStore,
+    limit: usize,
+}
+
+async fn metrics_text(State(scrape): State<Arc<Scrape>>) -> Response {
+    let mut text = scrape.recorder.render();
+    text.push_str(&store_section(&scrape.store, scrape.limit).await);
+    ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response()
 }
 
 /// The series read from the store at this scrape.
