@@ -3,7 +3,7 @@
 //!
 //! - [`doctor`]: checks the store's deployment and prints one line per check;
 //! - [`alerts`]: Prometheus alerting rules generated from the event registry;
-//! - [`metrics_cmd`]: a Prometheus endpoint, through [`recorder`];
+//! - [`metrics_cmd`]: a Prometheus endpoint, rendered by `metrics-exporter-prometheus`;
 //! - [`status`]: a read-only web page (and JSON) of held locks, leases and recent events;
 //! - [`http`]: the read-only HTTP server (axum on hyper) the last two share.
 
@@ -11,7 +11,6 @@ pub(crate) mod alerts;
 pub(crate) mod doctor;
 pub(crate) mod http;
 pub(crate) mod metrics_cmd;
-pub(crate) mod recorder;
 pub(crate) mod status;
 
 use std::net::{SocketAddr, ToSocketAddrs};
