@@ -117,10 +117,25 @@ fn the_page_and_its_json_show_locks_leases_and_refuse_writes() {
     assert!(page.contains("<h2>Queues</h2>"), "{page}");
     assert!(page.contains("<code>emails</code>"), "{page}");
 
-    let (status, head, _) = request(&addr, "HEAD", "/");
+    let (status, head, body) = request(&addr, "HEAD", "/");
     assert_eq!(status, 200, "{head}");
-    assert_eq!(request(&addr, "POST", "/").0, 405);
-    assert_eq!(request(&addr, "DELETE", "/status.json").0, 405);
+    assert_eq!(body, "", "a HEAD answer has no body");
+    for path in ["/", "/status.json", "/locks"] {
+        let (_, head, _) = get(&addr, path);
+        assert!(
+            head.contains("\r\nCache-Control: no-store"),
+            "{path}: {head}"
+        );
+        assert!(
+            head.contains("\r\nX-Content-Type-Options: nosniff"),
+            "{path}: {head}"
+        );
+    }
+    for (method, path) in [("POST", "/"), ("DELETE", "/status.json"), ("PUT", "/locks")] {
+        let (status, head, _) = request(&addr, method, path);
+        assert_eq!(status, 405, "{method} {path}: {head}");
+        assert!(head.contains("\r\nAllow: GET, HEAD"), "{head}");
+    }
     assert_eq!(get(&addr, "/locks").0, 404);
 
     // The page follows the store: the lock is released when its command ends.

@@ -1,189 +1,215 @@
-//! A small, read-only HTTP/1.1 server for `baton status` and `baton serve-metrics`.
+//! The read-only HTTP server of `baton status` and `baton serve-metrics`: an axum
+//! [`Router`] served over hyper's HTTP/1.1 connections.
 //!
-//! It answers `GET` and `HEAD`, one request per connection (`Connection: close`), and
-//! nothing else (405). It is deliberately small: no keep-alive, no request bodies, no TLS.
-//! Put it behind a reverse proxy if it must be reachable beyond the host, and bind it to
-//! loopback otherwise.
+//! The callers route; this module adds what every answer of a read-only operator page must
+//! have, and bounds what a client can hold. No request bodies, no TLS: put it behind a
+//! reverse proxy if it must be reachable beyond the host, and bind it to loopback otherwise.
 //!
 //! ## Behavior
-//! - A request head must arrive within [`READ_TIMEOUT`] and fit in [`MAX_HEAD`] bytes
-//!   (else 408 or 431); a response must be written within [`WRITE_TIMEOUT`].
-//! - At most [`MAX_CONNECTIONS`] connections are open at once, idle ones included; further
-//!   ones wait in the listen backlog. The limit is far above what one operator's browser
-//!   and a Prometheus server open, so that clients that connect and send nothing (port
+//! - `GET` and `HEAD` only (a `HEAD` is answered like the `GET` without its body); any other
+//!   method is answered 405 with `Allow: GET, HEAD`, whatever the path, before routing.
+//! - One request per connection (`Connection: close`).
+//! - A request head must arrive within [`Limits::head_timeout`] of the connection's start
+//!   and fit in [`Limits::max_head`] bytes (else 431); a connection that does not send one
+//!   in time is closed. A connection lives at most [`Limits::connection_deadline`], which
+//!   bounds writing the answer to a client that does not read it.
+//! - At most [`Limits::max_connections`] connections are open at once, idle ones included;
+//!   further ones wait in the listen backlog. The limit is far above what one operator's
+//!   browser and a Prometheus server open, so clients that connect and send nothing (port
 //!   scanners, half-open connections of a crashed client, a load balancer's spare
-//!   connections) do not delay an answer: each costs a small task until its
-//!   [`READ_TIMEOUT`] closes it, and a request that arrives meanwhile is answered at once.
+//!   connections) do not delay an answer: each costs a small task until its head timeout
+//!   closes it, and a request that arrives meanwhile is answered at once.
 //! - Every response carries `Cache-Control: no-store` and `X-Content-Type-Options:
-//!   nosniff`; pages also carry a content security policy that allows no script.
+//!   nosniff`; HTML pages also carry a content security policy that allows no script, and
+//!   `Referrer-Policy: no-referrer`.
+//! - When `stop` resolves, the listener closes, requests in flight get
+//!   [`Limits::shutdown_grace`] to finish, and connections still open then are dropped.
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio::time::timeout;
 
-/// How long a client has to send its request head.
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long writing a response may take.
-pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// The largest request head accepted.
-pub(crate) const MAX_HEAD: usize = 8 * 1024;
-/// Connections open at once, idle ones included (see the module docs).
-pub(crate) const MAX_CONNECTIONS: usize = 512;
+/// What one client may hold, and for how long (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// How long a client has, from connecting, to send its request head.
+    pub(crate) head_timeout: Duration,
+    /// The longest a connection stays open, answer included.
+    pub(crate) connection_deadline: Duration,
+    /// The largest request head accepted, in bytes.
+    pub(crate) max_head: usize,
+    /// Connections open at once, idle ones included.
+    pub(crate) max_connections: usize,
+    /// How long requests in flight may take to finish once the server is told to stop.
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl Limits {
+    /// The limits of `baton status` and `baton serve-metrics`.
+    pub(crate) const OPERATOR: Limits = Limits {
+        head_timeout: Duration::from_secs(10),
+        connection_deadline: Duration::from_secs(40),
+        max_head: 8 * 1024,
+        max_connections: 512,
+        shutdown_grace: Duration::from_secs(5),
+    };
+}
 
 /// The content security policy of HTML pages: styles inline, nothing else.
 const PAGE_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-/// A parsed request line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Request {
-    /// `GET` or `HEAD` (others never reach a handler).
-    pub(crate) method: String,
-    /// The path, without the query.
-    pub(crate) path: String,
-}
-
-/// A response to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Response {
-    status: u16,
-    content_type: &'static str,
-    body: Vec<u8>,
-}
-
-impl Response {
-    /// 200 with an HTML page.
-    pub(crate) fn html(body: String) -> Self {
-        Response::ok("text/html; charset=utf-8", body.into_bytes())
-    }
-
-    /// 200 with a JSON document.
-    pub(crate) fn json(body: Vec<u8>) -> Self {
-        Response::ok("application/json", body)
-    }
-
-    /// 200 with `content_type`.
-    pub(crate) fn ok(content_type: &'static str, body: Vec<u8>) -> Self {
-        Response {
-            status: 200,
-            content_type,
-            body,
-        }
-    }
-
-    /// 404 naming the paths that exist.
-    pub(crate) fn not_found(paths: &[&str]) -> Self {
-        Response::error(404, &format!("not found; try {}", paths.join(", ")))
-    }
-
-    /// A plain-text error response.
-    pub(crate) fn error(status: u16, message: &str) -> Self {
-        Response {
-            status,
-            content_type: "text/plain; charset=utf-8",
-            body: format!("{message}\n").into_bytes(),
-        }
-    }
-
-    fn head(&self) -> String {
-        let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n",
-            self.status,
-            reason(self.status),
-            self.content_type,
-            self.body.len()
-        );
-        if self.content_type.starts_with("text/html") {
-            head.push_str(&format!(
-                "Content-Security-Policy: {PAGE_POLICY}\r\nReferrer-Policy: no-referrer\r\n"
-            ));
-        }
-        if self.status == 405 {
-            head.push_str("Allow: GET, HEAD\r\n");
-        }
-        head.push_str("\r\n");
-        head
-    }
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        431 => "Request Header Fields Too Large",
-        503 => "Service Unavailable",
-        _ => "Internal Server Error",
-    }
-}
 
 /// Binds `addr`.
 ///
 /// # Errors
 /// When the address cannot be bound (in use, not local, no permission).
-pub(crate) async fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Serves connections from `listener` with `handler` until accepting fails.
+/// `router`, refusing every method but `GET` and `HEAD` and adding the headers every answer
+/// carries (its routes and its fallback alike).
+fn read_only(router: Router) -> Router {
+    router.layer(middleware::from_fn(guard))
+}
+
+/// A fallback answer: 404 naming the paths that exist.
+pub(crate) fn not_found(paths: &[&str]) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!("not found; try {}\n", paths.join(", ")),
+    )
+        .into_response()
+}
+
+async fn guard(request: Request, next: Next) -> Response {
+    let mut response = if request.method() == Method::GET || request.method() == Method::HEAD {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "GET, HEAD")],
+            "this server is read-only: GET and HEAD only\n",
+        )
+            .into_response()
+    };
+    let is_page = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/html"));
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if is_page {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        );
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+    }
+    response
+}
+
+/// Serves `router` ([`read_only`] is applied here) on `listener` until `stop` resolves
+/// (then `Ok`, once the requests in flight are answered) or accepting fails (`Err`).
 ///
 /// # Errors
 /// The error that stopped the accept loop.
-pub(crate) async fn serve<H, F>(listener: TcpListener, handler: H) -> io::Error
-where
-    H: Fn(Request) -> F + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
-{
-    let handler = Arc::new(handler);
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stop: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let service = TowerToHyperService::new(read_only(router));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.head_timeout)
+        .max_header_size(limits.max_head)
+        .keep_alive(false)
+        // Header names as most servers write them (`Content-Type`), for people reading
+        // answers with curl -i.
+        .title_case_headers(true);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
     loop {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return io::Error::other("connection limiter closed");
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                // Never closed: the semaphore lives in this function.
+                Err(_) => break,
+            },
+            () = &mut stop => break,
         };
-        let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            // A client that reset before we accepted it, or a momentary lack of file
-            // descriptors: keep serving.
-            Err(e) if is_transient(&e) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return e,
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // A client that reset before we accepted it, or a momentary lack of file
+                // descriptors: keep serving.
+                Err(e) if is_transient(&e) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+            () = &mut stop => break,
         };
-        let handler = Arc::clone(&handler);
+        let connection =
+            graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
         tokio::spawn(async move {
             let _slot = slot;
-            if let Err(e) = connection(stream, handler.as_ref()).await {
-                tracing::debug!(error = %e, "http connection ended with an error");
+            match tokio::time::timeout(limits.connection_deadline, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "http connection ended with an error"),
+                Err(_) => tracing::debug!("closed an http connection open past its deadline"),
             }
         });
     }
+    drop(listener);
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("dropped http connections still open at shutdown");
+    }
+    Ok(())
 }
 
-/// Serves until SIGINT or SIGTERM (then `Ok`) or until accepting fails (`Err`).
+/// Resolves at the first SIGINT or SIGTERM.
 ///
 /// # Errors
-/// When the signal handlers cannot be installed, or accepting fails.
-pub(crate) async fn serve_until_stopped<H, F>(listener: TcpListener, handler: H) -> io::Result<()>
-where
-    H: Fn(Request) -> F + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
-{
+/// When the signal handlers cannot be installed.
+pub(crate) fn stop_signal() -> io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    tokio::select! {
-        error = serve(listener, handler) => Err(error),
-        _ = interrupt.recv() => Ok(()),
-        _ = terminate.recv() => Ok(()),
-    }
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
 }
 
 fn is_transient(e: &io::Error) -> bool {
@@ -197,144 +223,158 @@ fn is_transient(e: &io::Error) -> bool {
         || e.raw_os_error() == Some(23) // ENFILE
 }
 
-async fn connection<H, F>(mut stream: TcpStream, handler: &H) -> io::Result<()>
-where
-    H: Fn(Request) -> F,
-    F: Future<Output = Response>,
-{
-    let (response, head_only) = match timeout(READ_TIMEOUT, read_head(&mut stream)).await {
-        Err(_) => (
-            Response::error(408, "request head not received in time"),
-            false,
-        ),
-        Ok(Err(e)) => return Err(e),
-        Ok(Ok(Head::TooLarge)) => (Response::error(431, "request head too large"), false),
-        Ok(Ok(Head::Closed)) => return Ok(()),
-        Ok(Ok(Head::Complete(text))) => match parse(&text) {
-            None => (Response::error(400, "malformed request"), false),
-            Some(request) if request.method == "GET" || request.method == "HEAD" => {
-                let head_only = request.method == "HEAD";
-                (handler(request).await, head_only)
-            }
-            Some(_) => (
-                Response::error(405, "this server is read-only: GET and HEAD only"),
-                false,
-            ),
-        },
-    };
-    let write = async {
-        stream.write_all(response.head().as_bytes()).await?;
-        if !head_only {
-            stream.write_all(&response.body).await?;
-        }
-        stream.shutdown().await
-    };
-    timeout(WRITE_TIMEOUT, write)
-        .await
-        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")))
-}
-
-enum Head {
-    Complete(String),
-    TooLarge,
-    Closed,
-}
-
-async fn read_head(stream: &mut TcpStream) -> io::Result<Head> {
-    let mut buffer = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(Head::Closed);
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-        if let Some(end) = find(&buffer, b"\r\n\r\n") {
-            return Ok(Head::Complete(
-                String::from_utf8_lossy(&buffer[..end]).into_owned(),
-            ));
-        }
-        if buffer.len() > MAX_HEAD {
-            return Ok(Head::TooLarge);
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The method and path of a request head (`GET /status.json?x=1 HTTP/1.1`).
-fn parse(head: &str) -> Option<Request> {
-    let line = head.lines().next()?;
-    let mut parts = line.split(' ');
-    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() || !version.starts_with("HTTP/1.") || !target.starts_with('/') {
-        return None;
-    }
-    let path = target.split(['?', '#']).next().unwrap_or("/");
-    Some(Request {
-        method: method.to_owned(),
-        path: path.to_owned(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::response::Html;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::sync::oneshot;
 
-    #[test]
-    fn request_lines() {
-        assert_eq!(
-            parse("GET /status.json?x=1 HTTP/1.1\r\nHost: a"),
-            Some(Request {
-                method: "GET".into(),
-                path: "/status.json".into()
-            })
-        );
-        assert_eq!(parse("GET / HTTP/1.0").unwrap().path, "/");
-        assert_eq!(parse("GET http://x/ HTTP/1.1"), None);
-        assert_eq!(parse("GET /"), None);
-        assert_eq!(parse("GET / SPDY/3"), None);
-        assert_eq!(parse(""), None);
+    /// A server of `/page` (HTML) and `/text` with `limits`; sending on the sender stops it.
+    async fn start(
+        limits: Limits,
+    ) -> (
+        SocketAddr,
+        oneshot::Sender<()>,
+        tokio::task::JoinHandle<io::Result<()>>,
+    ) {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new()
+            .route("/page", get(|| async { Html("<p>hi</p>") }))
+            .route("/text", get(|| async { "hello" }))
+            .fallback(|| async { not_found(&["/page", "/text"]) });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, router, limits, async move {
+            let _ = stopped.await;
+        }));
+        (addr, stop, server)
     }
 
-    #[test]
-    fn response_heads() {
-        let page = Response::html("<p>hi</p>".into()).head();
-        assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
-        assert!(page.contains("Content-Length: 9\r\n"));
-        assert!(page.contains("Content-Security-Policy: default-src 'none'"));
-        let refused = Response::error(405, "no").head();
-        assert!(refused.contains("Allow: GET, HEAD\r\n"));
-        assert!(!refused.contains("Content-Security-Policy"));
+    async fn ask(addr: SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
     }
 
     #[tokio::test]
-    async fn serves_get_and_refuses_writes() {
-        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve(listener, |request: Request| async move {
-            Response::ok("text/plain", request.path.into_bytes())
-        }));
-        let ask = |request: &'static str| async move {
-            let mut stream = TcpStream::connect(addr).await.unwrap();
-            stream.write_all(request.as_bytes()).await.unwrap();
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer).await.unwrap();
-            answer
-        };
-        let got = ask("GET /hello?x HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        assert!(got.starts_with("HTTP/1.1 200 OK"), "{got}");
-        assert!(got.ends_with("\r\n\r\n/hello"), "{got}");
-        let head = ask("HEAD /hello HTTP/1.1\r\n\r\n").await;
-        assert!(head.ends_with("\r\n\r\n"), "{head}");
+    async fn serves_get_and_head_and_refuses_writes() {
+        let (addr, stop, server) = start(Limits::OPERATOR).await;
+        let page = ask(addr, "GET /page?x=1 HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
         assert!(
-            ask("POST / HTTP/1.1\r\n\r\n")
-                .await
-                .starts_with("HTTP/1.1 405")
+            page.contains("\r\nContent-Type: text/html; charset=utf-8\r\n"),
+            "{page}"
         );
-        assert!(ask("nonsense\r\n\r\n").await.starts_with("HTTP/1.1 400"));
-        server.abort();
+        assert!(
+            page.contains("\r\nContent-Security-Policy: default-src 'none';"),
+            "{page}"
+        );
+        assert!(
+            page.contains("\r\nReferrer-Policy: no-referrer\r\n"),
+            "{page}"
+        );
+        assert!(page.contains("\r\nCache-Control: no-store\r\n"), "{page}");
+        assert!(
+            page.contains("\r\nX-Content-Type-Options: nosniff\r\n"),
+            "{page}"
+        );
+        assert!(page.contains("\r\nConnection: close\r\n"), "{page}");
+        assert!(page.ends_with("\r\n\r\n<p>hi</p>"), "{page}");
+
+        let text = ask(addr, "GET /text HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(text.ends_with("\r\n\r\nhello"), "{text}");
+        assert!(!text.contains("Content-Security-Policy"), "{text}");
+        assert!(text.contains("\r\nCache-Control: no-store\r\n"), "{text}");
+
+        let head = ask(addr, "HEAD /text HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "{head}");
+
+        for request in [
+            "POST /text HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+            "DELETE /nowhere HTTP/1.1\r\nHost: x\r\n\r\n",
+        ] {
+            let refused = ask(addr, request).await;
+            assert!(refused.starts_with("HTTP/1.1 405 "), "{refused}");
+            assert!(refused.contains("\r\nAllow: GET, HEAD\r\n"), "{refused}");
+            assert!(
+                refused.contains("\r\nCache-Control: no-store\r\n"),
+                "{refused}"
+            );
+        }
+        let missing = ask(addr, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
+        assert!(
+            missing.ends_with("not found; try /page, /text\n"),
+            "{missing}"
+        );
+        assert!(
+            missing.contains("\r\nX-Content-Type-Options: nosniff\r\n"),
+            "{missing}"
+        );
+
+        assert!(
+            ask(addr, "nonsense\r\n\r\n")
+                .await
+                .starts_with("HTTP/1.1 400 ")
+        );
+        let huge = format!(
+            "GET /text HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
+            "a".repeat(16 * 1024)
+        );
+        assert!(ask(addr, &huge).await.starts_with("HTTP/1.1 431 "));
+
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn quiet_connections_are_closed_at_the_head_timeout_and_delay_no_one() {
+        let limits = Limits {
+            head_timeout: Duration::from_millis(300),
+            ..Limits::OPERATOR
+        };
+        let (addr, stop, server) = start(limits).await;
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let mut half = TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /text HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let answer = ask(addr, "GET /text HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(answer.ends_with("hello"), "{answer}");
+        for stream in [&mut silent, &mut half] {
+            let mut rest = Vec::new();
+            let closed =
+                tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+            assert!(
+                closed.is_ok(),
+                "a quiet connection outlived its head timeout"
+            );
+        }
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn stopping_does_not_wait_for_quiet_connections() {
+        let (addr, stop, server) = start(Limits::OPERATOR).await;
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        // The connection is accepted before the stop.
+        assert!(
+            ask(addr, "GET /text HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .ends_with("hello")
+        );
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(3), server)
+            .await
+            .expect("the server stopped at once")
+            .unwrap()
+            .unwrap();
     }
 }

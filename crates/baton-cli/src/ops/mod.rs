@@ -3,21 +3,20 @@
 //!
 //! - [`doctor`]: checks the store's deployment and prints one line per check;
 //! - [`alerts`]: Prometheus alerting rules generated from the event registry;
-//! - [`metrics_cmd`]: a Prometheus endpoint, through [`recorder`];
+//! - [`metrics_cmd`]: a Prometheus endpoint, rendered by `metrics-exporter-prometheus`;
 //! - [`status`]: a read-only web page (and JSON) of held locks, leases and recent events;
-//! - [`http`]: the small HTTP/1.1 server the last two share.
+//! - [`http`]: the read-only HTTP server (axum on hyper) the last two share.
 
 pub(crate) mod alerts;
 pub(crate) mod doctor;
 pub(crate) mod http;
 pub(crate) mod metrics_cmd;
-pub(crate) mod recorder;
 pub(crate) mod status;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::Router;
 use baton::{Baton, ErrorKind};
 use tokio::sync::Mutex;
 
@@ -89,20 +88,18 @@ impl LazyStore {
     }
 }
 
-/// Serves `handler` at `listen` until SIGINT or SIGTERM, once `announce` has said on stderr
+/// Serves `router` at `listen` until SIGINT or SIGTERM, once `announce` has said on stderr
 /// where (it gets the bound address: with port 0, the one the system chose).
 ///
 /// # Errors
 /// Status 69 when `listen` cannot be bound or serving fails.
-pub(crate) async fn serve_at<H, F>(
+pub(crate) async fn serve_at(
     listen: SocketAddr,
     announce: impl FnOnce(SocketAddr),
-    handler: H,
-) -> Result<u8, Failure>
-where
-    H: Fn(http::Request) -> F + Send + Sync + 'static,
-    F: Future<Output = http::Response> + Send + 'static,
-{
+    router: Router,
+) -> Result<u8, Failure> {
+    let stop = http::stop_signal()
+        .map_err(|e| Failure::new(INTERNAL, format!("cannot install signal handlers: {e}")))?;
     let listener = http::bind(listen)
         .await
         .map_err(|e| Failure::new(UNAVAILABLE, format!("cannot listen on {listen}: {e}")))?;
@@ -110,7 +107,7 @@ where
         .local_addr()
         .map_err(|e| Failure::new(INTERNAL, e.to_string()))?;
     announce(local);
-    http::serve_until_stopped(listener, handler)
+    http::serve(listener, router, http::Limits::OPERATOR, stop)
         .await
         .map_err(|e| Failure::new(UNAVAILABLE, format!("serving on {local} failed: {e}")))?;
     Ok(SUCCESS)

@@ -27,6 +27,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
 use baton::telemetry::{self, Alarm, RecentEvent};
 use clap::Args;
 use serde::Serialize;
@@ -34,7 +39,7 @@ use tokio::sync::Mutex;
 
 use super::LazyStore;
 use super::alerts::prometheus_duration;
-use super::http::{Request, Response};
+use super::http;
 use super::{serve_at, unix_ms, utc};
 use crate::args::{self, DEFAULT_LIST_LIMIT};
 use crate::cli::GlobalArgs;
@@ -134,20 +139,24 @@ pub(crate) async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Fa
     });
     let announce =
         |local| eprintln!("baton status: serving http://{local}/ (JSON at /status.json)");
-    serve_at(args.listen, announce, move |request: Request| {
-        let page = Arc::clone(&page);
-        async move {
-            match request.path.as_str() {
-                "/" | "/index.html" => Response::html(render(&*page.snapshot().await)),
-                "/status.json" => match serde_json::to_vec(&*page.snapshot().await) {
-                    Ok(body) => Response::json(body),
-                    Err(e) => Response::error(500, &e.to_string()),
-                },
-                _ => Response::not_found(&["/", "/status.json"]),
-            }
-        }
-    })
-    .await
+    let router = Router::new()
+        .route("/", get(page_html))
+        .route("/index.html", get(page_html))
+        .route("/status.json", get(page_json))
+        .fallback(|| async { http::not_found(&["/", "/status.json"]) })
+        .with_state(page);
+    serve_at(args.listen, announce, router).await
+}
+
+async fn page_html(State(page): State<Arc<Page>>) -> Html<String> {
+    Html(render(&*page.snapshot().await))
+}
+
+async fn page_json(State(page): State<Arc<Page>>) -> Response {
+    match serde_json::to_vec(&*page.snapshot().await) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
 }
 
 impl Page {
