@@ -12,7 +12,7 @@
 //! fail / info, process, key, fence, monotonic times); afterwards the checkers look for
 //! overlapping holders, fences out of order, stale fences accepted, lost updates,
 //! idempotent effects not exactly once and the rate limit exceeded, and a summary table
-//! says what ran, what was injected and what was found. See `docs/soak.md`.
+//! says what ran, what was injected and what was found. See `dev/soak.md`.
 //!
 //! - [`plan`]: the fault schedule, from the seed alone.
 //! - [`workload`]: the worker process and its contenders.

@@ -1,4 +1,4 @@
-//! `soak`: the soak and fault suite of baton. See `docs/soak.md`.
+//! `soak`: the soak and fault suite of baton. See `dev/soak.md`.
 
 #![forbid(unsafe_code)]
 

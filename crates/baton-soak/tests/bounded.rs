@@ -1,7 +1,7 @@
 //! The bounded soak: every store (and the Redis Sentinel topology) for 30 seconds with a fixed seed, asserting that nothing
 //! was violated, that every kind of fault the store is subjected to was injected, and that
 //! every kind of operation happened. The four runs take turns (about 35 s each, under three
-//! minutes in all); the full soak runs by hand for as long as asked (`docs/soak.md`).
+//! minutes in all); the full soak runs by hand for as long as asked (`dev/soak.md`).
 //!
 //! A missing `redis-server` or PostgreSQL fails these tests with the install hint, never
 //! skips them; so does a missing `baton` binary beside `soak` (the supervisors run it:
