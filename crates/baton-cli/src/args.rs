@@ -114,6 +114,14 @@ pub(crate) fn prefix(text: &str) -> Result<String, String> {
     })
 }
 
+/// A prefix of names (of queues): empty, or text a key could be.
+pub(crate) fn name_prefix(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    key(text)
+}
+
 /// `--namespace`.
 pub(crate) fn namespace(text: &str) -> Result<Namespace, String> {
     Namespace::new(text).map_err(|e| e.message().to_owned())

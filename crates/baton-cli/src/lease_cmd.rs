@@ -1,21 +1,9 @@
 //! `baton lease claim|renew|release|status|list`: leases held by a stable holder id, from
 //! shell scripts.
 //!
-//! Each command prints the library's answer by its variant name (`Claimed`, `HeldBy`,
-//! `Renewed`, `NotHolder`, `Removed`, `Reclaimed`, `NoHolder`), as the first word of a line
-//! or as the `result` field of the JSON document. The exit status answers "may I act as the
-//! owner?":
-//!
-//! | answer | status | why |
-//! |---|---|---|
-//! | `Claimed`, `Renewed`, `Removed` | 0 | the lease is (or was, until this release) ours |
-//! | `NoHolder` | 0 | nobody holds it: release is idempotent, so a second release is fine |
-//! | `HeldBy` | 75 | another holder has it |
-//! | `NotHolder` | 75 | we no longer hold it (it lapsed, or another holder has it); stop acting as owner |
-//! | `Reclaimed` | 75 | ours lapsed and another holder re-claimed it: skip owner-only effects |
-//!
-//! `NoHolder` on release also means ours had lapsed before the release; a script that fires
-//! an owner-only effect after releasing should check for `Removed`, not only the status.
+//! Each command prints the library's answer by its variant name, and its exit status
+//! answers "may I act as the owner?" ([`Answer::status`]); the table of answers and statuses
+//! is in docs/cli.md ("`baton lease ...`"), once.
 
 use std::time::Duration;
 

@@ -1,25 +1,9 @@
 //! `baton queue enqueue|stats`: put work items into a queue and count them, from a shell
 //! script. Workers (`baton worker`, or [`baton::work::Worker`] in a service) claim them.
 //!
-//! | command | prints | status |
-//! |---|---|---|
-//! | `enqueue QUEUE JSON [--dedup ID] [--delay DUR] [--max-attempts N]` | `Added QUEUE item=ID`, or `Duplicate QUEUE item=ID dedup=ID` | 0 for both |
-//! | `stats [QUEUE]` | a table: one row per queue (ready, scheduled, running, expired, dead, oldest due) | 0 |
-//!
-//! ## Behavior
-//! - The payload is one JSON document, stored byte for byte as given (so numbers keep their
-//!   precision and a consumer reads exactly what was written); `-` reads it from stdin. A
-//!   payload that is not JSON, or over 1 MiB, exits 64 before the store is opened, like
-//!   every invalid argument.
-//! - **A duplicate exits 0.** An item with the same `--dedup` id was enqueued within its
-//!   window, so the work is queued (or was done) either way, which is what a script that
-//!   enqueues "at least once" wants; nothing was added. A script that must tell the two
-//!   apart reads the first word (`Added` / `Duplicate`) or the `result` field of `--json`.
-//! - Queues need a store with rows that one statement claims: `sqlite://`, `postgres://`,
-//!   `memory://`. A `redis://` or `rediss://` store exits 64 ("keeps no claimable work")
-//!   before any connection is made.
-//! - A store fault exits 69; an enqueue that faulted may or may not have added the item, so
-//!   enqueue again with the same `--dedup` id to be sure it is there once.
+//! What each prints and how it exits (a duplicate exits 0, a Redis store 64 before any
+//! connection) is in docs/cli.md ("Claimable work"), once. The payload is kept byte for byte
+//! as given, after [`crate::args::check_json`] found it one JSON document within the limit.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -97,7 +81,7 @@ pub(crate) struct StatsArgs {
     pub(crate) queue: Option<String>,
 
     /// Without QUEUE: only queues whose name starts with this prefix.
-    #[arg(long, value_name = "P", default_value = "", conflicts_with = "queue")]
+    #[arg(long, value_name = "P", default_value = "", conflicts_with = "queue", value_parser = args::name_prefix)]
     pub(crate) prefix: String,
 }
 
@@ -235,10 +219,6 @@ async fn enqueue(global: &GlobalArgs, args: &EnqueueArgs) -> Result<u8, Failure>
 }
 
 async fn stats(global: &GlobalArgs, args: &StatsArgs) -> Result<u8, Failure> {
-    if !args.prefix.is_empty() {
-        baton::Key::new(&args.prefix)
-            .map_err(|e| Failure::usage(format!("--prefix {:?}: {}", args.prefix, e.message())))?;
-    }
     let (baton, store) = connect_work(global).await?;
     match &args.queue {
         Some(name) => {

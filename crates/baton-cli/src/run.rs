@@ -1,28 +1,11 @@
 //! `baton run KEY -- COMMAND`: run COMMAND while holding the lock KEY.
 //!
-//! ## Behavior
-//! - Acquire: one attempt, or waiting up to `--wait` for the current holder. Still held:
-//!   one line on stderr naming the holder, status 75. Store down: status 69.
-//! - Run: COMMAND gets `BATON_KEY` and `BATON_FENCE` in its environment and runs in its own
-//!   process group (see [`crate::child`]). The lock is renewed every [`keep_alive_interval`]
-//!   (`ttl / 3`) while it runs, and until COMMAND's process group is empty: processes COMMAND
-//!   left behind get SIGTERM when it exits, and SIGKILL after `--grace`.
-//! - baton killed (even by SIGKILL): on Linux the kernel sends COMMAND SIGKILL at once; the
-//!   lock stays held until its TTL lapses, so the next holder starts after COMMAND is gone.
-//! - Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton are forwarded once to
-//!   COMMAND's group; baton keeps the lock until COMMAND exits, then releases it.
-//! - Lost lock (the store reports another holder, or the TTL passes without a successful
-//!   renewal): `--on-lost term` sends SIGTERM to COMMAND's group and SIGKILL after `--grace`;
-//!   `kill` sends SIGKILL at once; `ignore` lets COMMAND finish. baton exits 79 in every
-//!   case, because the run was not exclusive throughout.
-//! - Exit: COMMAND's status (128+N when a signal N killed it), after releasing the lock. A
-//!   release that finds the lock already expired also means the run was not exclusive: 79.
-//! - `--cooldown DUR`: when COMMAND ends (whatever its status), the lock is not released:
-//!   its grant is set to end DUR from then and renewals stop, so another run of KEY within
-//!   DUR finds it held (`baton run --cooldown 10m report:$(date +%FT%H) -- ...` runs each
-//!   tick once, and not again for ten minutes). `--ttl` bounds the lock only while COMMAND
-//!   runs. A lock lost while COMMAND ran is not kept (79, as above); COMMAND that cannot be
-//!   started releases it.
+//! What a user sees — acquiring and waiting, the environment COMMAND gets, signals, a lost
+//! lock, `--cooldown`, process supervision, every exit status — is specified once, in
+//! docs/cli.md ("`baton run`"); the options' help is the clap text of [`RunArgs`]. In the
+//! code: the lock is a [`LockGuard`] kept alive every [`keep_alive_interval`] (`ttl / 3`);
+//! COMMAND and its process group are [`crate::child`]'s; the signals baton forwards are
+//! [`crate::signals`]'s; a lost lock or an expired release makes the status 79.
 
 use std::time::Duration;
 

@@ -1,52 +1,17 @@
 //! `baton worker QUEUE -- COMMAND [ARGS...]`: run COMMAND once per item claimed from QUEUE,
 //! through [`baton::work::Worker`].
 //!
-//! Run it on as many machines as you like: each item goes to one worker at a time, on a
-//! lease that baton extends every third of `--lease` while COMMAND runs.
+//! What a user sees — the environment COMMAND gets, how its status settles the item, lost
+//! leases, stopping and draining, the exit statuses, the summary line — is specified once,
+//! in docs/cli.md ("`baton worker`"); the options' help is the clap text below. This module
+//! adds what only the code needs to say:
 //!
-//! ## Behavior
-//! - **Per item:** COMMAND runs in its own process group (see [`crate::child`]) with the
-//!   payload on stdin (then end of file) and `BATON_QUEUE`, `BATON_ITEM_ID`, `BATON_ATTEMPT`,
-//!   `BATON_MAX_ATTEMPTS` and, when the item has one, `BATON_DEDUP_ID` in its environment.
-//!   Exit 0 completes the item. Any other status (or a signal) fails it: retried after a
-//!   backoff (`--backoff`, doubling up to `--backoff-max`, jittered), dead-lettered after its
-//!   last attempt (set per item by `baton queue enqueue --max-attempts`). baton prints one
-//!   line on stderr for each failure; COMMAND's stderr, and its stdout, pass through (with
-//!   `--json`, COMMAND's stdout goes to stderr, so stdout holds only baton's JSON).
-//! - **At least once:** an item can run more than once — when a machine dies mid-item, when
-//!   a lease is lost, when a result cannot be written to the store. Make COMMAND idempotent
-//!   (`BATON_DEDUP_ID` or `BATON_ITEM_ID` are good idempotency keys).
-//! - **Lost lease** (an extension answered that another claim owns the item, or the lease
-//!   ran out without a successful extension): COMMAND's group gets SIGTERM, then SIGKILL
-//!   after `--grace`; its result is discarded (the item belongs to another claim now).
-//! - **The whole group:** an item is settled (and its lease extended until then) only once
-//!   COMMAND has exited and its process group is empty: processes COMMAND left behind get
-//!   SIGTERM when it exits, and SIGKILL after `--grace`.
-//! - **baton killed** (even by SIGKILL): on Linux the kernel sends every running COMMAND
-//!   SIGKILL at once (see [`crate::guard_cmd`]); their items are claimed again when their
-//!   leases lapse.
-//! - **Stopping:** SIGINT, SIGTERM, SIGHUP or SIGQUIT stops the claiming; the running
-//!   COMMANDs get `--drain` to finish (they are not signalled: they run in their own process
-//!   groups) and settle their items as usual. Then the ones still running get SIGTERM, and
-//!   SIGKILL after `--grace`, and their items are **released** as soon as their COMMANDs
-//!   have exited: claimable again at once, the attempt not counted. A second signal ends the
-//!   drain at once. baton then exits **0**, once the last COMMAND has exited: at most
-//!   `--drain` + `--grace` + 1s after the first signal.
-//! - `--exit-when-empty`: exit 0 once a claim finds nothing claimable and no COMMAND runs
-//!   (items waiting for a `--delay` or a backoff are left for later). For batch jobs.
-//! - **COMMAND cannot run** (not found, not executable): the item is **failed** with that
-//!   error (an attempt counted, as for any failure), baton stops claiming — every further
-//!   item would fail the same way and be dead-lettered for a configuration error — lets
-//!   the other running COMMANDs drain, and exits **127** (not found) or **126** (cannot
-//!   execute), as shells do.
-//! - At exit, one line on stdout (or one JSON document): `Stopped QUEUE by=REASON
-//!   claimed=N completed=N failed=N dead_lettered=N released=N lost=N store_faults=N`, where
-//!   `failed` counts every failed attempt and `dead_lettered` those that were the last.
-//!   Failed items do not change the exit status: they are the queue's business.
-//! - The store: a `redis://` URL exits 64 before connecting (Redis keeps no claimable
-//!   work); a store that cannot be opened exits 69. Store faults while running are
-//!   retried (claims back off; settles are tried three times, then left to the lease) and
-//!   counted in `store_faults`.
+//! - each COMMAND runs in its own process group ([`crate::child`]), started through the
+//!   exec guard on Linux ([`crate::guard_cmd`]), and its item is settled only once the group
+//!   is empty;
+//! - store faults while running are retried (claims back off; a settle is tried three
+//!   times, then left to the lease) and counted in `store_faults`;
+//! - a `redis://` URL is refused before connecting ([`crate::queue_cmd::connect_work`]).
 
 use std::ffi::OsString;
 use std::fmt;
