@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::args::{self, ListArgs};
 use crate::cli::GlobalArgs;
 use crate::exit::{CONTENDED, Failure, SUCCESS};
+use crate::lock_cmd::HeldLock;
 use crate::output::{Cell, Fields, Keyed, Kind, human_duration, millis};
 use crate::store;
 
@@ -156,12 +157,12 @@ impl Answer {
     }
 }
 
-/// A live lease's fields, as printed by status and list, and shown by `baton status`.
+/// A live lease's fields, as printed by status and list, and shown by `baton status`: a held
+/// lock's, and the reason.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct HeldLease {
-    pub(crate) holder: String,
-    pub(crate) fence: u64,
-    pub(crate) remaining_ms: u64,
+    #[serde(flatten)]
+    pub(crate) held: HeldLock,
     pub(crate) reason: String,
 }
 
@@ -172,15 +173,9 @@ impl Fields for HeldLease {
     const HEADER: &'static [&'static str] = &["KEY", "HOLDER", "FENCE", "REMAINING", "REASON"];
 
     fn cells(&self) -> Vec<Cell> {
-        vec![
-            Cell::new(Kind::Code, self.holder.clone()),
-            Cell::new(Kind::Number, self.fence.to_string()),
-            Cell::new(
-                Kind::Number,
-                human_duration(Duration::from_millis(self.remaining_ms)),
-            ),
-            Cell::new(Kind::Text, self.reason.clone()),
-        ]
+        let mut cells = self.held.cells();
+        cells.push(Cell::new(Kind::Text, self.reason.clone()));
+        cells
     }
 }
 
@@ -189,9 +184,11 @@ pub(crate) fn lease_row(info: LeaseInfo) -> LeaseRow {
     Keyed {
         key: info.key,
         of: HeldLease {
-            holder: info.holder,
-            fence: info.fence.get(),
-            remaining_ms: millis(info.remaining),
+            held: HeldLock {
+                holder: info.holder,
+                fence: info.fence.get(),
+                remaining_ms: millis(info.remaining),
+            },
             reason: info.reason,
         },
     }

@@ -20,17 +20,7 @@ use nix::sys::signal::Signal;
 
 /// Debian's promtool, or the binary `BATON_PROMTOOL` names.
 fn promtool() -> PathBuf {
-    let binary = std::env::var_os("BATON_PROMTOOL")
-        .filter(|b| !b.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/promtool"));
-    assert!(
-        binary.exists(),
-        "{} is missing: install Debian's prometheus package (apt-get install -y prometheus; \
-         scripts/test installs it when run as root), or name the binary in BATON_PROMTOOL",
-        binary.display()
-    );
-    binary
+    debian_tool("BATON_PROMTOOL", "/usr/bin/promtool", "prometheus")
 }
 
 /// Runs `promtool ARGS` with `input` on stdin and fails the test, with its output, unless it

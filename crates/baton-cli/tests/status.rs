@@ -194,17 +194,7 @@ fn bad_arguments_are_usage_errors() {
 
 /// Debian's Chromium, or the binary `BATON_CHROMIUM` names.
 fn chromium() -> PathBuf {
-    let binary = std::env::var_os("BATON_CHROMIUM")
-        .filter(|b| !b.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    assert!(
-        binary.exists(),
-        "{} is missing: install Debian's chromium package (apt-get install -y chromium; \
-         scripts/test installs it when run as root), or name the binary in BATON_CHROMIUM",
-        binary.display()
-    );
-    binary
+    debian_tool("BATON_CHROMIUM", "/usr/bin/chromium", "chromium")
 }
 
 /// The width and height in a PNG's IHDR chunk.

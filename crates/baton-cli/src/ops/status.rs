@@ -507,9 +507,11 @@ mod tests {
             leases: vec![LeaseRow {
                 key: "leader".into(),
                 of: HeldLease {
-                    holder: "node-a".into(),
-                    fence: 3,
-                    remaining_ms: 270_000,
+                    held: HeldLock {
+                        holder: "node-a".into(),
+                        fence: 3,
+                        remaining_ms: 270_000,
+                    },
                     reason: "\"quoted\" & <b>".into(),
                 },
             }],

@@ -379,3 +379,20 @@ pub fn run_excludes_reports_contention_and_a_down_server(
         "COMMAND ran without a store"
     );
 }
+
+/// A program from a Debian package that a test drives: `default` (`/usr/bin/chromium`), or
+/// the binary the environment variable `var` names. A missing one fails the test with a
+/// one-line hint (scripts/test installs the package when run as root): never a silent skip.
+pub fn debian_tool(var: &str, default: &str, package: &str) -> PathBuf {
+    let binary = std::env::var_os(var)
+        .filter(|b| !b.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default));
+    assert!(
+        binary.exists(),
+        "{} is missing: install Debian's {package} package (apt-get install -y {package}; \
+         scripts/test installs it when run as root), or name the binary in {var}",
+        binary.display()
+    );
+    binary
+}
