@@ -19,6 +19,7 @@ use crate::cache::CacheStore;
 use crate::error::{Error, Result};
 use crate::idempotency::IdempotencyStore;
 use crate::limit::RateStore;
+use crate::semaphore::SemaphoreStore;
 use crate::store::LeaseStore;
 use crate::work::WorkStore;
 
@@ -36,6 +37,8 @@ pub enum Capability {
     Idempotency,
     /// Claimable work: queues, schedules, migration records ([`WorkStore`]).
     Work,
+    /// Semaphores ([`SemaphoreStore`]).
+    Semaphores,
 }
 
 impl Capability {
@@ -49,6 +52,7 @@ impl Capability {
             Capability::Work => {
                 "keeps no claimable work (queues, schedules, migrations need rows that one statement claims)"
             }
+            Capability::Semaphores => "keeps no semaphores yet",
         }
     }
 
@@ -64,6 +68,7 @@ impl Capability {
             Capability::Work => {
                 "connect with sqlite:// or postgres:// (or memory:// within one process)"
             }
+            Capability::Semaphores => "use memory:// (within one process)",
         }
     }
 
@@ -171,6 +176,14 @@ pub trait Store: LeaseStore + Any {
     fn work_store(self: Arc<Self>) -> Result<Arc<dyn WorkStore>> {
         Err(Capability::Work.unsupported(self.name(), None))
     }
+
+    /// Semaphores on this store.
+    ///
+    /// # Errors
+    /// `Unsupported` when the store keeps none (the default).
+    fn semaphore_store(self: Arc<Self>) -> Result<Arc<dyn SemaphoreStore>> {
+        Err(Capability::Semaphores.unsupported(self.name(), None))
+    }
 }
 
 /// Writes, inside an `impl Store` block, the capability methods that hand back the store
@@ -203,6 +216,7 @@ macro_rules! __offer {
     (broadcast_store) => { $crate::__offer!(@ broadcast_store, $crate::broadcast::BroadcastStore); };
     (idempotency_store) => { $crate::__offer!(@ idempotency_store, $crate::idempotency::IdempotencyStore); };
     (work_store) => { $crate::__offer!(@ work_store, $crate::work::WorkStore); };
+    (semaphore_store) => { $crate::__offer!(@ semaphore_store, $crate::semaphore::SemaphoreStore); };
     (@ $method:ident, $capability:path) => {
         fn $method(self: ::std::sync::Arc<Self>) -> $crate::Result<::std::sync::Arc<dyn $capability>> {
             Ok(self)

@@ -172,6 +172,8 @@ pub enum KeyKind {
     Schedule,
     /// [`Migrations`](crate::work::Migrations) sets.
     Migration,
+    /// [`Semaphore`](crate::Semaphore)s.
+    Semaphore,
 }
 
 impl KeyKind {
@@ -187,6 +189,7 @@ impl KeyKind {
             KeyKind::Queue => "queue",
             KeyKind::Schedule => "schedule",
             KeyKind::Migration => "migration",
+            KeyKind::Semaphore => "semaphore",
         }
     }
 }

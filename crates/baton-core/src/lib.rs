@@ -35,6 +35,7 @@ mod memory;
 pub mod options;
 mod redact;
 pub mod retry;
+pub mod semaphore;
 pub mod store;
 pub mod telemetry;
 pub mod time;
@@ -61,6 +62,7 @@ pub use lock::{
 };
 pub use memory::MemoryStore;
 pub use redact::redact_url;
+pub use semaphore::{Semaphore, SemaphoreStore};
 pub use store::{HolderInfo, Renewal};
 pub use time::{Ttl, WaitTime, parse_duration};
 /// The lost signals of guards and keep-alives, as tokens and as owned futures: re-exported so

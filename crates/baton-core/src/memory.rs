@@ -47,6 +47,18 @@ impl Sweep {
     }
 }
 
+/// The next fence of a counter seeded from the wall clock in microseconds: `last` plus one,
+/// or the clock if that is ahead, so fences keep increasing across the stores a process opens
+/// one after another.
+pub(crate) fn next_fence(last: &mut u64) -> u64 {
+    let wall_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    *last = (*last + 1).max(wall_us);
+    *last
+}
+
 /// A process-local store offering every capability of baton: the one to use in tests.
 ///
 /// Locks and leases ([`LeaseStore`](crate::store::LeaseStore)), rate limits, the cache,
@@ -55,6 +67,7 @@ impl Sweep {
 #[derive(Debug)]
 pub struct MemoryStore {
     pub(crate) leases: Mutex<crate::lease::memory::MemoryLeases>,
+    pub(crate) permits: Mutex<crate::semaphore::memory::MemoryPermits>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) hub: Arc<ReleaseHub>,
     warned: AtomicBool,
@@ -76,6 +89,7 @@ impl MemoryStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             leases: Mutex::default(),
+            permits: Mutex::default(),
             limits: crate::limit::MemoryLimits::new(clock.as_ref()),
             cache: crate::cache::MemoryCache::default(),
             bus: crate::broadcast::MemoryBus::default(),
@@ -116,7 +130,8 @@ impl Store for MemoryStore {
         cache_store,
         broadcast_store,
         idempotency_store,
-        work_store
+        work_store,
+        semaphore_store
     );
 }
 

@@ -58,6 +58,17 @@ const fn minutes(n: u64) -> Duration {
 pub mod events {
     use super::{Alarm, Event, minutes};
     use tracing::Level;
+    /// A semaphore's permit was lost (the store no longer had it, or no renewal succeeded
+    /// before it expired): more holders than the semaphore allows may now work at once.
+    pub const SEMAPHORE_PERMIT_LOST: Event = Event {
+        key: "baton.semaphore.permit_lost",
+        level: Level::ERROR,
+        help: "a semaphore permit was lost (the store no longer held it, or no renewal succeeded before it expired); the work it bounded may now run beyond the semaphore's number of permits",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
+    };
 
     /// A lock could not be acquired because the store faulted.
     pub const LOCK_UNAVAILABLE: Event = Event {
@@ -648,6 +659,7 @@ pub const REGISTRY: &[Event] = &[
     events::LOCK_RELEASE_AFTER_EXPIRY,
     events::LOCK_RELEASE_FAULTED,
     events::LOCK_LOST,
+    events::SEMAPHORE_PERMIT_LOST,
     events::LOCK_RENEW_FAILED,
     events::LOCK_MAX_HOLD_REACHED,
     events::LOCK_KEPT_UNTIL_EXPIRY,

@@ -15,7 +15,7 @@ use baton_core::idempotency::IdempotencyStore;
 use baton_core::idempotency::conformance::IdempotencyHarness;
 use baton_core::store::LeaseStore;
 use baton_core::work::WorkStore;
-use baton_core::{BroadcastStore, CacheStore, RateStore};
+use baton_core::{BroadcastStore, CacheStore, RateStore, SemaphoreStore};
 
 /// How a store's tests open a new store over the same data (new connections, a new handle
 /// on the same file).
@@ -155,4 +155,10 @@ macro_rules! open_only {
     )*};
 }
 
-open_only!(CacheStore, RateStore, BroadcastStore, WorkStore);
+open_only!(
+    CacheStore,
+    RateStore,
+    BroadcastStore,
+    WorkStore,
+    SemaphoreStore
+);

@@ -67,6 +67,7 @@ pub mod idempotency;
 pub mod lease;
 pub mod limit;
 pub mod lock;
+pub mod semaphore;
 pub mod store;
 pub mod work;
 
@@ -255,6 +256,8 @@ mod guide {
     mod rate_limits {}
     #[doc = include_str!("../../../docs/redis.md")]
     mod redis {}
+    #[doc = include_str!("../../../docs/semaphores.md")]
+    mod semaphores {}
     #[doc = include_str!("../../../docs/sqlite.md")]
     mod sqlite {}
     #[doc = include_str!("../../../docs/work.md")]

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
@@ -48,12 +48,7 @@ impl MemoryLeases {
     }
 
     fn next_fence(&mut self) -> u64 {
-        let wall_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        self.last_fence = (self.last_fence + 1).max(wall_us);
-        self.last_fence
+        crate::memory::next_fence(&mut self.last_fence)
     }
 }
 
@@ -78,7 +73,7 @@ impl MemoryStore {
     }
 }
 
-fn remaining(expires_at: Instant, now: Instant) -> Duration {
+pub(crate) fn remaining(expires_at: Instant, now: Instant) -> Duration {
     expires_at.saturating_duration_since(now)
 }
 

@@ -31,7 +31,7 @@ use crate::key::{Key, KeyKind, Namespace, StoreKey};
 use crate::lock::grant::{Deadlines, GrantState, Watch, now, spawn_watchdog};
 use crate::retry::{Backoff, jitter};
 use crate::store::{Claim, LeaseRequest, LeaseStore};
-use crate::telemetry::{self, events};
+use crate::telemetry::{self, Event, events};
 use options::ValidOptions;
 use turns::Turns;
 
@@ -151,6 +151,10 @@ pub struct Locks {
 struct Inner {
     store: Arc<dyn LeaseStore>,
     namespace: Namespace,
+    /// What the keys are: locks, or a semaphore's permits.
+    kind: KeyKind,
+    /// What a lost grant is reported as.
+    lost_event: &'static Event,
     turns: Turns,
     /// Fires the lost signal of grants without keep-alive.
     deadlines: Deadlines,
@@ -176,12 +180,25 @@ impl Locks {
 
     /// Locks in `namespace`.
     pub fn with_namespace(store: Arc<dyn LeaseStore>, namespace: Namespace) -> Self {
+        Locks::of_kind(store, namespace, KeyKind::Lock, &events::LOCK_LOST)
+    }
+
+    /// The lock policy over `store` for keys of `kind`, reporting a lost grant as
+    /// `lost_event`: how a semaphore's permits reuse it.
+    pub(crate) fn of_kind(
+        store: Arc<dyn LeaseStore>,
+        namespace: Namespace,
+        kind: KeyKind,
+        lost_event: &'static Event,
+    ) -> Self {
         Locks {
             inner: Arc::new(Inner {
                 store,
                 namespace,
+                kind,
+                lost_event,
                 turns: Turns::default(),
-                deadlines: Deadlines::new(&events::LOCK_LOST),
+                deadlines: Deadlines::new(lost_event),
             }),
         }
     }
@@ -197,7 +214,10 @@ impl Locks {
     }
 
     fn qualify(&self, key: &str) -> Result<StoreKey> {
-        Ok(self.inner.namespace.qualify(KeyKind::Lock, &Key::new(key)?))
+        Ok(self
+            .inner
+            .namespace
+            .qualify(self.inner.kind, &Key::new(key)?))
     }
 
     /// Tries to take `key` with `options` (TTL, wait, keep-alive), waiting up to the
@@ -315,7 +335,10 @@ impl Locks {
     /// # Errors
     /// `InvalidInput` for a bad prefix; `Unavailable` when the store faulted.
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<crate::HolderInfo>> {
-        let prefix = self.inner.namespace.qualify_prefix(KeyKind::Lock, prefix)?;
+        let prefix = self
+            .inner
+            .namespace
+            .qualify_prefix(self.inner.kind, prefix)?;
         self.inner.store.list(&prefix, limit).await
     }
 
@@ -461,7 +484,7 @@ impl Locks {
                         ttl: options.ttl,
                         keep_alive: options.keep_alive,
                         max_hold: options.max_hold,
-                        lost_event: &events::LOCK_LOST,
+                        lost_event: self.inner.lost_event,
                         renew_failed_event: &events::LOCK_RENEW_FAILED,
                         max_hold_event: Some(&events::LOCK_MAX_HOLD_REACHED),
                     },
