@@ -68,7 +68,9 @@ impl Capability {
             Capability::Work => {
                 "connect with sqlite:// or postgres:// (or memory:// within one process)"
             }
-            Capability::Semaphores => "use memory:// (within one process)",
+            Capability::Semaphores => {
+                "use sqlite:// (the processes of one host) or memory:// (within one process)"
+            }
         }
     }
 

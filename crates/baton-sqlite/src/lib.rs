@@ -11,7 +11,8 @@
 //! - [`SqliteStore`]: the store; [`SqliteOptions`]: how it is opened.
 //! - [`sql`]: every statement it runs, for benchmarks and operators.
 //! - [`clock`]: which clock decides expiry, and why.
-//! - [`limit`], [`cache`]: the rate-limit and cache tables and statements.
+//! - [`limit`], [`cache`], [`semaphore`]: the rate-limit, cache and permit tables and
+//!   statements.
 //! - [`idempotency`]: the idempotency log's table and statements, and its two clocks.
 //! - [`doctor`]: what `baton doctor` reads about a store file.
 //!
@@ -32,6 +33,7 @@ pub mod limit;
 mod locks;
 mod options;
 mod schema;
+pub mod semaphore;
 pub mod sql;
 mod url;
 mod wakeups;
@@ -51,7 +53,13 @@ impl Store for SqliteStore {
         "SQLite"
     }
 
-    baton_core::offers!(rate_store, cache_store, idempotency_store, work_store);
+    baton_core::offers!(
+        rate_store,
+        cache_store,
+        idempotency_store,
+        work_store,
+        semaphore_store
+    );
 
     fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::BroadcastStore>> {
         Err(Capability::Broadcast.unsupported(

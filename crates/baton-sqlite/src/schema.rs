@@ -180,6 +180,7 @@ pub(crate) fn prepare(conn: &Connection) -> Result<(), OpError> {
     }
     crate::idempotency::ensure_schema(conn)?;
     crate::limit::ensure_schema(conn)?;
+    crate::semaphore::ensure_schema(conn)?;
     crate::work::prepare(conn)?;
     free_earlier_boots(conn, clock::boot_id())
 }
@@ -247,6 +248,7 @@ fn free_earlier_boots(conn: &Connection, boot: Option<String>) -> Result<(), OpE
                 Ok(())
             })?;
         }
+        free_permits_from_earlier_boot(conn)?;
         return Ok(());
     };
     if recorded(conn)?.as_deref() == Some(boot.as_str()) {
@@ -255,12 +257,29 @@ fn free_earlier_boots(conn: &Connection, boot: Option<String>) -> Result<(), OpE
     immediate(conn, |conn| {
         match recorded(conn)? {
             Some(same) if same == boot => return Ok(()),
-            Some(_) => conn.execute(sql::FREE_ALL, [clock::now()])?,
-            None => conn.execute(sql::FREE_FROM_EARLIER_BOOT, [clock::now()])?,
+            Some(_) => {
+                conn.execute(crate::semaphore::FREE_ALL, [])?;
+                conn.execute(sql::FREE_ALL, [clock::now()])?
+            }
+            None => {
+                free_permits_from_earlier_boot(conn)?;
+                conn.execute(sql::FREE_FROM_EARLIER_BOOT, [clock::now()])?
+            }
         };
         conn.execute(sql::SET_BOOT_ID, [&boot])?;
         Ok(())
     })
+}
+
+/// Deletes the permits that end later than any TTL from now: on a monotonic clock, they were
+/// granted before a reboot.
+fn free_permits_from_earlier_boot(conn: &Connection) -> Result<(), OpError> {
+    let longest = i64::try_from(baton_core::time::MAX_TTL.as_nanos()).unwrap_or(i64::MAX);
+    conn.execute(
+        crate::semaphore::FREE_FROM_EARLIER_BOOT,
+        rusqlite::params![clock::now(), longest],
+    )?;
+    Ok(())
 }
 
 /// Runs `body` in one `BEGIN IMMEDIATE` transaction: commits when it succeeds, rolls back

@@ -4,8 +4,8 @@
 //! At most N holders of one key at a time, each holding a fenced permit that expires when
 //! its holder stops renewing it; a permit is taken with [`LockOptions`](crate::lock::LockOptions)
 //! and held as a [`LockGuard`](crate::lock::LockGuard). `memory://` bounds holders within the
-//! process; the SQLite, Redis and PostgreSQL stores do not keep semaphores yet and answer
-//! `Unsupported`.
+//! process, `sqlite://` across the processes of one host (table `baton_permit` in the same
+//! file); the Redis and PostgreSQL stores do not keep semaphores yet and answer `Unsupported`.
 
 use std::sync::Arc;
 
@@ -51,21 +51,22 @@ mod tests {
     use crate::lock::LockOptions;
 
     #[tokio::test]
-    async fn the_memory_store_keeps_semaphores_and_the_sqlite_store_says_it_does_not() {
-        let baton = crate::connect("memory://").await.unwrap();
-        let sem = baton.semaphore("k", 1).unwrap();
-        let opts = LockOptions::new(Duration::from_secs(30));
-        let permit = sem.try_acquire(&opts).await.unwrap().expect("free");
-        assert!(sem.try_acquire(&opts).await.unwrap().is_none());
-        permit.release().await;
-
+    async fn memory_and_sqlite_keep_semaphores_and_a_store_without_them_says_so() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("b.db").display());
-        let baton = crate::connect(&url).await.unwrap();
-        let err = baton.semaphore("k", 1).unwrap_err();
+        let file = format!("sqlite://{}", dir.path().join("b.db").display());
+        for url in ["memory://", file.as_str()] {
+            let baton = crate::connect(url).await.unwrap();
+            let sem = baton.semaphore("k", 1).unwrap();
+            let opts = LockOptions::new(Duration::from_secs(30));
+            let permit = sem.try_acquire(&opts).await.unwrap().expect("free");
+            assert!(sem.try_acquire(&opts).await.unwrap().is_none(), "{url}");
+            permit.release().await;
+        }
+        let custom = crate::testing::locks_only();
+        let err = custom.semaphore("k", 1).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
         assert!(err.message().contains("keeps no semaphores"), "{err}");
-        let err = baton.semaphore("k", 0).unwrap_err();
+        let err = custom.semaphore("k", 0).unwrap_err();
         assert_eq!(
             err.kind(),
             ErrorKind::InvalidInput,

@@ -1,0 +1,281 @@
+//! Semaphores in the SQLite file: one row per live permit, each operation one
+//! `BEGIN IMMEDIATE` transaction.
+//!
+//! `baton_permit (key, holder, fence, expires_at)`, with `expires_at` on the host's
+//! monotonic clock like every grant of this store. A permit's fence comes from the key's row
+//! in `baton_grant`, the row a lock of the same qualified key would use (a semaphore's keys
+//! are of kind `semaphore`, so no lock ever shares it): that row holds no holder and is only
+//! the key's counter, so the fences of the key's permits increase as a lock's do, also after
+//! the row is pruned (the `fence_floor` trigger) and after the file is replaced (the wall
+//! clock floor).
+//!
+//! Waiting: a release wakes the waiters of this process at once; waiters in other processes
+//! on the file look again every `poll_interval`, and when the permit that ends soonest ends.
+//! (The release wake-ups the locks of this store send to other processes are not carried
+//! over to permits yet.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, Release, Renewal, Wakeups};
+use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::clock;
+use crate::connection::Role;
+use crate::error::OpError;
+use crate::locks::SqliteStore;
+use crate::schema::immediate;
+
+/// The permits table, created on open if missing. Idempotent.
+///
+/// Parameters: none.
+pub const SCHEMA: &str = "\
+CREATE TABLE IF NOT EXISTS baton_permit (
+    key        TEXT    NOT NULL,
+    holder     TEXT    NOT NULL,
+    fence      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (key, holder)
+) WITHOUT ROWID;
+";
+
+/// Deletes the ended permits of a key.
+///
+/// Parameters: `?1` key, `?2` now.
+pub const DROP_ENDED: &str = "DELETE FROM baton_permit WHERE key = ?1 AND expires_at <= ?2";
+
+/// Extends the caller's live permit and returns its fence (no row: it holds none).
+///
+/// Parameters: `?1` key, `?2` holder, `?3` now, `?4` ttl.
+pub const EXTEND: &str = "\
+UPDATE baton_permit SET expires_at = ?3 + ?4
+WHERE key = ?1 AND holder = ?2 AND expires_at > ?3
+RETURNING fence";
+
+/// How many live permits a key has (after [`DROP_ENDED`]: all its rows).
+///
+/// Parameters: `?1` key.
+pub const COUNT: &str = "SELECT count(*) FROM baton_permit WHERE key = ?1";
+
+/// Takes the key's next fence from its counter row in `baton_grant` (a row with no holder),
+/// creating the row above `fence_floor` and the wall clock when it is missing.
+///
+/// Parameters: `?1` key, `?2` now, `?3` wall clock µs.
+pub const NEXT_FENCE: &str = "\
+INSERT INTO baton_grant (key, holder, fence, expires_at, updated_at, reason)
+VALUES (?1, NULL, max((SELECT value FROM baton_meta WHERE name = 'fence_floor') + 1, ?3), ?2, ?2, '')
+ON CONFLICT (key) DO UPDATE SET fence = max(fence + 1, ?3), updated_at = ?2
+RETURNING fence";
+
+/// Records a new permit.
+///
+/// Parameters: `?1` key, `?2` holder, `?3` fence, `?4` expires at.
+pub const INSERT: &str =
+    "INSERT INTO baton_permit (key, holder, fence, expires_at) VALUES (?1, ?2, ?3, ?4)";
+
+/// The live permit that ends soonest: `holder`, `expires_at`.
+///
+/// Parameters: `?1` key, `?2` now.
+pub const SOONEST: &str = "\
+SELECT holder, expires_at FROM baton_permit WHERE key = ?1 AND expires_at > ?2
+ORDER BY expires_at LIMIT 1";
+
+/// Renews the caller's live permit (one changed row: renewed).
+///
+/// Parameters: `?1` key, `?2` holder, `?3` now, `?4` ttl.
+pub const RENEW: &str = "\
+UPDATE baton_permit SET expires_at = ?3 + ?4
+WHERE key = ?1 AND holder = ?2 AND expires_at > ?3";
+
+/// Gives back the caller's permit, live or ended; returns whether it was live.
+///
+/// Parameters: `?1` key, `?2` holder, `?3` now.
+pub const RELEASE: &str = "\
+DELETE FROM baton_permit WHERE key = ?1 AND holder = ?2
+RETURNING expires_at > ?3";
+
+/// The live permits of a key, oldest fence first: `holder`, `fence`, `expires_at`.
+///
+/// Parameters: `?1` key, `?2` now.
+pub const LIVE: &str = "\
+SELECT holder, fence, expires_at FROM baton_permit WHERE key = ?1 AND expires_at > ?2
+ORDER BY fence";
+
+/// After a reboot: every permit is from the old boot, whose holders are gone.
+///
+/// Parameters: none.
+pub const FREE_ALL: &str = "DELETE FROM baton_permit";
+
+/// Where the boot cannot be identified: deletes the permits written later than now, which
+/// on a monotonic clock means before a reboot (their end is beyond any TTL from now).
+///
+/// Parameters: `?1` now, `?2` the longest TTL.
+pub const FREE_FROM_EARLIER_BOOT: &str = "DELETE FROM baton_permit WHERE expires_at > ?1 + ?2";
+
+/// Creates the permits table.
+pub(crate) fn ensure_schema(conn: &Connection) -> Result<(), OpError> {
+    conn.execute_batch(SCHEMA)?;
+    Ok(())
+}
+
+/// Nanoseconds, as the store's times are.
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+fn remaining(expires_at: i64, now: i64) -> Duration {
+    Duration::from_nanos(expires_at.saturating_sub(now).max(0) as u64)
+}
+
+fn fence(raw: i64) -> Fence {
+    Fence::new(raw.max(0) as u64)
+}
+
+fn claim(
+    conn: &Connection,
+    key: &str,
+    holder: &str,
+    ttl: Ttl,
+    permits: u32,
+) -> Result<Claim, OpError> {
+    immediate(conn, |conn| {
+        let now = clock::now();
+        let ttl = nanos(ttl.get());
+        conn.prepare_cached(DROP_ENDED)?
+            .execute(params![key, now])?;
+        let own: Option<i64> = conn
+            .prepare_cached(EXTEND)?
+            .query_row(params![key, holder, now, ttl], |r| r.get(0))
+            .optional()?;
+        if let Some(own) = own {
+            return Ok(Claim::Extended { fence: fence(own) });
+        }
+        let held: i64 = conn.prepare_cached(COUNT)?.query_row([key], |r| r.get(0))?;
+        if held < i64::from(permits) {
+            let next: i64 = conn
+                .prepare_cached(NEXT_FENCE)?
+                .query_row(params![key, now, clock::wall_micros()], |r| r.get(0))?;
+            conn.prepare_cached(INSERT)?
+                .execute(params![key, holder, next, now + ttl])?;
+            return Ok(Claim::Granted { fence: fence(next) });
+        }
+        let (holder, expires_at): (String, i64) = conn
+            .prepare_cached(SOONEST)?
+            .query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(Claim::Held {
+            holder: Holder::from_stored(holder),
+            remaining: remaining(expires_at, now),
+        })
+    })
+}
+
+#[async_trait]
+impl SemaphoreStore for SqliteStore {
+    async fn claim_permit(
+        &self,
+        key: &StoreKey,
+        request: LeaseRequest<'_>,
+        permits: u32,
+    ) -> Result<Claim> {
+        let (key, holder, ttl) = (key.clone(), request.holder.clone(), request.ttl);
+        self.database()
+            .run(Role::Write, "semaphore claim", move |conn, _| {
+                claim(conn, key.as_str(), holder.as_str(), ttl, permits)
+            })
+            .await
+    }
+
+    async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        let (key, holder) = (key.clone(), holder.clone());
+        self.database()
+            .run(Role::Write, "semaphore renewal", move |conn, _| {
+                let changed = conn.prepare_cached(RENEW)?.execute(params![
+                    key.as_str(),
+                    holder.as_str(),
+                    clock::now(),
+                    nanos(ttl.get())
+                ])?;
+                Ok(if changed == 1 {
+                    Renewal::Renewed
+                } else {
+                    Renewal::NotHeld
+                })
+            })
+            .await
+    }
+
+    async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let (owned, holder) = (key.clone(), holder.clone());
+        let live = self
+            .database()
+            .run(Role::Write, "semaphore release", move |conn, _| {
+                let live: Option<bool> = conn
+                    .prepare_cached(RELEASE)?
+                    .query_row(
+                        params![owned.as_str(), holder.as_str(), clock::now()],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                Ok(live == Some(true))
+            })
+            .await?;
+        if live {
+            self.database().wakeups.hub().notify(key);
+            Ok(Release::Removed)
+        } else {
+            Ok(Release::NoHolder)
+        }
+    }
+
+    async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
+        let owned = key.clone();
+        self.database()
+            .run(Role::Read, "semaphore holders", move |conn, _| {
+                let now = clock::now();
+                let mut statement = conn.prepare_cached(LIVE)?;
+                let rows = statement.query_map(params![owned.as_str(), now], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })?;
+                let mut permits = Vec::new();
+                for row in rows {
+                    let (holder, raw_fence, expires_at) = row?;
+                    permits.push(HolderInfo {
+                        key: owned.clone(),
+                        holder: Holder::from_stored(holder),
+                        fence: fence(raw_fence),
+                        remaining: remaining(expires_at, now),
+                        reason: String::new(),
+                    });
+                }
+                Ok(permits)
+            })
+            .await
+    }
+
+    fn permit_wakeups(&self) -> Wakeups {
+        let db = self.database();
+        Wakeups {
+            hub: Arc::clone(db.wakeups.hub()),
+            // Releases in other processes are not pushed to permit waiters: they look again.
+            poll: Some(db.options.get_poll_interval()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_idempotent() {
+        let conn = Connection::open_in_memory().unwrap();
+        ensure_schema(&conn).unwrap();
+        ensure_schema(&conn).unwrap();
+    }
+}

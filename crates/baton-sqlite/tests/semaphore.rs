@@ -1,0 +1,84 @@
+//! Semaphores on the SQLite store: the conformance rules on a temporary file, and permits
+//! shared by several stores on one file (as several processes would share them).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use baton_core::conformance::fresh_namespace;
+use baton_core::{LockOptions, Semaphore, SemaphoreStore};
+use baton_sqlite::{SqliteOptions, SqliteStore};
+
+baton_core::semaphore_conformance_tests!(common::harness());
+
+/// Four stores on one file (four processes' worth of connections), three tasks each, two
+/// permits: never more than two hold at once across all of them, and waiters in one store
+/// take the permits released in another (they look again every `poll_interval`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_on_one_file_share_the_permits() {
+    let harness = common::harness().await;
+    let namespace = fresh_namespace();
+    let permits = 2;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let store: Arc<dyn SemaphoreStore> = Arc::new(
+            SqliteStore::open(&harness.opener.path, SqliteOptions::new())
+                .await
+                .unwrap(),
+        );
+        for _ in 0..3 {
+            let sem =
+                Semaphore::new(Arc::clone(&store), namespace.clone(), "shared", permits).unwrap();
+            let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..3 {
+                    let options =
+                        LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(60));
+                    let permit = sem.acquire(&options).await.expect("a permit in time");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await;
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= permits as usize,
+        "{most} holders of {permits} permits"
+    );
+}
+
+/// Pruning the key's counter row does not send its fences back: the next permit's fence is
+/// above every earlier one.
+#[tokio::test]
+async fn fences_survive_a_pruned_counter() {
+    let harness = common::harness().await;
+    let store = Arc::new(
+        SqliteStore::open(&harness.opener.path, SqliteOptions::new())
+            .await
+            .unwrap(),
+    );
+    let sem = Semaphore::new(store, fresh_namespace(), "f", 1).unwrap();
+    let options = LockOptions::new(Duration::from_secs(30));
+    let first = sem.try_acquire(&options).await.unwrap().expect("free");
+    let fence = first.fence();
+    first.release().await;
+    let conn = rusqlite::Connection::open(&harness.opener.path).unwrap();
+    let deleted = conn
+        .execute("DELETE FROM baton_grant WHERE key LIKE '%:semaphore:f'", [])
+        .unwrap();
+    assert_eq!(deleted, 1, "the key's counter row");
+    let next = sem.try_acquire(&options).await.unwrap().expect("free");
+    assert!(next.fence() > fence, "{} after {fence}", next.fence());
+    next.release().await;
+}
