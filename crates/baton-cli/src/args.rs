@@ -323,6 +323,15 @@ where
     }
 }
 
+/// `--permits`: a number, then the library's rule (1 to
+/// [`MAX_PERMITS`](baton::semaphore::MAX_PERMITS)).
+pub(crate) fn permits(text: &str) -> Result<u32, String> {
+    let n = number_in(text, 0, u32::MAX, "the permits")?;
+    baton::semaphore::check_permits(n)
+        .map(|()| n)
+        .map_err(|e| e.message().to_owned())
+}
+
 /// `--listen`: `IP:PORT` (`127.0.0.1:9464`, `[::1]:9464`, port 0 for any free one) or
 /// `HOST:PORT` resolved now (`localhost:9464`).
 pub(crate) fn listen(text: &str) -> Result<SocketAddr, String> {
@@ -374,6 +383,14 @@ mod tests {
         assert_eq!(refresh("5s"), Ok(Duration::from_secs(5)));
         for bad in ["500ms", "1500ms", "2h", "soon"] {
             assert!(refresh(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn permits_follow_the_library() {
+        assert_eq!(permits("4"), Ok(4));
+        for bad in ["0", "10001", "-1", "four"] {
+            assert!(permits(bad).is_err(), "{bad}");
         }
     }
 

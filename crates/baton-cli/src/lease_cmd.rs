@@ -250,7 +250,8 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LeaseCommand) -> Result<u
             RemoveResult::NoHolder => Answer::NoHolder { key: key.clone() },
         },
         LeaseCommand::Status { key } => {
-            output.held(key, leases.inspect(key).await?.map(lease_row))?;
+            let none: &[LeaseRow] = &[];
+            output.held(key, leases.inspect(key).await?.map(lease_row), none)?;
             return Ok(SUCCESS);
         }
         LeaseCommand::List(ListArgs { prefix, limit }) => {

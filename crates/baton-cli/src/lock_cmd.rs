@@ -1,5 +1,5 @@
 //! `baton lock status KEY` and `baton lock list`: who holds which lock, with which fence, for
-//! how much longer.
+//! how much longer; `status` also shows who holds the permits of the semaphore KEY.
 //!
 //! A lock's holder is the random token of one acquisition (one `baton run`), not a host name.
 //! Both commands exit 0 whether or not anything is held; read the output to find out.
@@ -18,7 +18,8 @@ use crate::store;
 /// `baton lock ...`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum LockCommand {
-    /// Show the holder of lock KEY, its fence and remaining time.
+    /// Show the holder of lock KEY, its fence and remaining time, and the holders of the
+    /// permits of semaphore KEY (`baton run --permits N KEY`) when there are any.
     Status {
         /// The lock's key.
         #[arg(value_name = "KEY", value_parser = args::key)]
@@ -61,7 +62,19 @@ pub(crate) async fn run(global: &GlobalArgs, command: &LockCommand) -> Result<u8
     match command {
         LockCommand::Status { key } => {
             let row = baton.locks().inspect(key).await?.map(lock_row);
-            output.held(key, row)?;
+            // The permits of the semaphore KEY, on stores that keep semaphores (the number
+            // of permits does not change who holds one).
+            let permits: Vec<LockRow> = match baton.semaphore(key, 1) {
+                Ok(semaphore) => semaphore
+                    .holders()
+                    .await?
+                    .into_iter()
+                    .map(lock_row)
+                    .collect(),
+                Err(e) if e.kind() == baton::ErrorKind::Unsupported => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            output.held(key, row, &permits)?;
         }
         LockCommand::List(ListArgs { prefix, limit }) => {
             let rows: Vec<LockRow> = baton

@@ -77,26 +77,44 @@ impl Output {
     }
 
     /// What `lock status KEY` and `lease status KEY` print: `{"key", "held", ...fields}` as
-    /// JSON; a table of one row, or `KEY: free`, for people.
-    pub(crate) fn held<F: Fields>(self, key: &str, held: Option<Keyed<F>>) -> Result<(), Failure> {
+    /// JSON; a table of one row, or `KEY: free`, for people. `permits`, the live permits of
+    /// the semaphore of the same key, follow as a table, or as the `permits` array (left out
+    /// when there are none).
+    pub(crate) fn held<F: Fields, P: Row>(
+        self,
+        key: &str,
+        held: Option<Keyed<F>>,
+        permits: &[P],
+    ) -> Result<(), Failure> {
         /// `held`, and the fields when held.
         #[derive(Serialize)]
-        struct Status<'a, F> {
+        struct Status<'a, F, P> {
             key: &'a str,
             held: bool,
             #[serde(flatten)]
             fields: Option<F>,
+            #[serde(skip_serializing_if = "<[P]>::is_empty")]
+            permits: &'a [P],
         }
         match (self.json, held) {
-            (true, held) => print_json(&Status {
-                key,
-                held: held.is_some(),
-                fields: held.map(|row| row.of),
-            })
-            .map_err(write_failure),
-            (false, Some(row)) => self.row(&row),
-            (false, None) => print_line(&format!("{key}: free")).map_err(write_failure),
+            (true, held) => {
+                return print_json(&Status {
+                    key,
+                    held: held.is_some(),
+                    fields: held.map(|row| row.of),
+                    permits,
+                })
+                .map_err(write_failure);
+            }
+            (false, Some(row)) => self.row(&row)?,
+            (false, None) => print_line(&format!("{key}: free")).map_err(write_failure)?,
         }
+        if !permits.is_empty() {
+            print_line(&format!("semaphore {key}: {} permits held", permits.len()))
+                .map_err(write_failure)?;
+            self.rows(permits)?;
+        }
+        Ok(())
     }
 }
 

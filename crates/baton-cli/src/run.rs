@@ -59,7 +59,13 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DUR", default_value = args::DEFAULT_GRACE, value_parser = args::grace)]
     pub(crate) grace: Duration,
 
-    /// The lock's key.
+    /// Run COMMAND while holding one of N permits of the semaphore KEY instead of its lock:
+    /// at most N machines run it at once (1 to 10000). Exit 75 when none is free after
+    /// --wait; BATON_FENCE is the permit's fence, larger than every earlier permit's of KEY.
+    #[arg(long, value_name = "N", value_parser = args::permits)]
+    pub(crate) permits: Option<u32>,
+
+    /// The lock's key (the semaphore's, with --permits).
     #[arg(value_name = "KEY", value_parser = args::key)]
     pub(crate) key: String,
 
@@ -116,20 +122,24 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
     let mut signals = Forwarded::install()
         .map_err(|e| Failure::new(INTERNAL, format!("cannot install signal handlers: {e}")))?;
 
+    let what = match args.permits {
+        None => format!("lock {:?}", args.key),
+        Some(n) => format!("semaphore {:?} ({n} permits)", args.key),
+    };
     let acquire = async {
         let baton = store::connect(global).await?;
-        baton
-            .locks()
-            .acquire(&args.key, &options)
-            .await
-            .map_err(|e| acquire_failure(&args.key, args.wait, e))
+        let acquired = match args.permits {
+            None => baton.locks().acquire(&args.key, &options).await,
+            Some(n) => baton.semaphore(&args.key, n)?.acquire(&options).await,
+        };
+        acquired.map_err(|e| acquire_failure(&what, args.wait, e))
     };
     let guard = tokio::select! {
         guard = acquire => guard?,
         signal = signals.recv() => {
             return Err(Failure::new(
                 SIGNAL_BASE + signal as u8,
-                format!("{signal} received while waiting for lock {:?}; COMMAND did not run", args.key),
+                format!("{signal} received while waiting for {what}; COMMAND did not run"),
             ));
         }
     };
@@ -265,8 +275,9 @@ fn finish(args: &RunArgs, fence: baton::Fence, ran: Ran, ended: Ended) -> Result
     }
 }
 
-/// The failure for a lock `baton run` could not take.
-fn acquire_failure(key: &str, wait: Duration, error: AcquireError) -> Failure {
+/// The failure for a lock (or a semaphore's permit) `baton run` could not take; `what` names
+/// it: `lock "nightly"`, `semaphore "builds" (4 permits)`.
+fn acquire_failure(what: &str, wait: Duration, error: AcquireError) -> Failure {
     match error {
         AcquireError::Contended { holder, remaining } => {
             let holder = match holder {
@@ -287,15 +298,15 @@ fn acquire_failure(key: &str, wait: Duration, error: AcquireError) -> Failure {
             };
             Failure::new(
                 CONTENDED,
-                format!("lock {key:?} is still {holder}{expires}; {waited}; COMMAND did not run"),
+                format!("{what} is still {holder}{expires}; {waited}; COMMAND did not run"),
             )
         }
         AcquireError::Unavailable(error) | AcquireError::InvalidInput(error) => {
             let mut failure = Failure::from(error);
-            failure.message = format!("cannot acquire lock {key:?}: {}", failure.message);
+            failure.message = format!("cannot acquire {what}: {}", failure.message);
             failure
         }
-        other => Failure::new(INTERNAL, format!("cannot acquire lock {key:?}: {other}")),
+        other => Failure::new(INTERNAL, format!("cannot acquire {what}: {other}")),
     }
 }
 

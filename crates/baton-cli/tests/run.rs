@@ -336,3 +336,80 @@ fn cooldown_is_validated_before_anything_is_opened() {
     }
     assert!(!env.path("baton.db").exists(), "no store file was created");
 }
+
+/// `baton run --permits 2`: two runs hold a permit each at once, a third exits 75 naming a
+/// holder, `baton lock status` lists the permits, and a waiter runs once one is released.
+#[test]
+fn permits_let_n_runs_hold_at_once() {
+    let env = Env::new();
+    env.touch("hold");
+    let script = r#"echo "started $BATON_FENCE" >> events; while [ -e hold ]; do sleep 0.05; done"#;
+    let holders: Vec<Running> = (0..2)
+        .map(|_| {
+            Running::spawn(
+                env.baton(
+                    ["run", "--permits", "2", "--wait", "1m", "builds", "--"]
+                        .into_iter()
+                        .chain(sh(script)),
+                ),
+            )
+        })
+        .collect();
+    eventually("both holders to start", || {
+        lines_starting(&env.read("events"), "started").len() == 2
+    });
+    let fences: Vec<u64> = lines_starting(&env.read("events"), "started")
+        .iter()
+        .map(|line| fence_of(line))
+        .collect();
+    assert_ne!(fences[0], fences[1], "each permit has its own fence");
+
+    let out = env.run(["run", "--permits", "2", "builds", "--", "touch", "ran"]);
+    out.assert_status(CONTENDED);
+    assert!(
+        out.stderr.contains("semaphore \"builds\" (2 permits)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("ran").exists(), "COMMAND ran beyond the permits");
+
+    let status = env.run(["lock", "status", "builds", "--json"]);
+    status.assert_status(0);
+    let status = status.json();
+    assert_eq!(status["held"], false, "no lock of that key: {status}");
+    let permits = status["permits"].as_array().expect("permits");
+    let mut listed: Vec<u64> = permits
+        .iter()
+        .map(|p| p["fence"].as_u64().unwrap())
+        .collect();
+    let mut expected = fences.clone();
+    listed.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(listed, expected, "{status}");
+    let table = env.run(["lock", "status", "builds"]);
+    assert!(
+        table.stdout.contains("semaphore builds: 2 permits held"),
+        "{}",
+        table.stdout
+    );
+
+    let waiter = Running::spawn(env.baton([
+        "run",
+        "--permits",
+        "2",
+        "--wait",
+        "2m",
+        "builds",
+        "--",
+        "touch",
+        "ran",
+    ]));
+    std::fs::remove_file(env.path("hold")).unwrap();
+    for holder in holders {
+        holder.finish().assert_status(0);
+    }
+    waiter.finish().assert_status(0);
+    assert!(env.path("ran").exists());
+    let free = env.run(["lock", "status", "builds", "--json"]).json();
+    assert!(free.get("permits").is_none(), "{free}");
+}
