@@ -69,7 +69,7 @@ impl Capability {
                 "connect with sqlite:// or postgres:// (or memory:// within one process)"
             }
             Capability::Semaphores => {
-                "use sqlite:// (the processes of one host) or memory:// (within one process)"
+                "use postgres://, sqlite:// (the processes of one host) or memory:// (within one process)"
             }
         }
     }

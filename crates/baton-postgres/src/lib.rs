@@ -39,6 +39,7 @@ mod listener;
 mod locks;
 mod options;
 mod schema;
+pub mod semaphore;
 pub mod sql;
 pub mod table;
 mod url;
@@ -64,7 +65,13 @@ impl Store for PostgresStore {
         "PostgreSQL"
     }
 
-    baton_core::offers!(rate_store, cache_store, idempotency_store, work_store);
+    baton_core::offers!(
+        rate_store,
+        cache_store,
+        idempotency_store,
+        work_store,
+        semaphore_store
+    );
 
     fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
         if !self.options().get_listen() {

@@ -93,6 +93,8 @@ pub(crate) async fn prepare(pool: &PgPool, lock_wait: Duration) -> Result<(), Sc
     (&mut *tx).execute(crate::idempotency::SCHEMA).await?;
     (&mut *tx).execute(crate::limit::SCHEMA).await?;
     (&mut *tx).execute(crate::limit::STEP_FUNCTION).await?;
+    (&mut *tx).execute(crate::semaphore::SCHEMA).await?;
+    (&mut *tx).execute(crate::semaphore::CLAIM_FUNCTION).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -104,6 +106,10 @@ async fn up_to_date(conn: &mut PgConnection) -> Result<bool, SchemaError> {
         && relation_exists(conn, "baton_wait").await?
         && relation_exists(conn, "baton_idempotency").await?
         && sqlx::query_scalar::<_, bool>(crate::limit::OBJECTS_EXIST)
+            .persistent(false)
+            .fetch_one(&mut *conn)
+            .await?
+        && sqlx::query_scalar::<_, bool>(crate::semaphore::OBJECTS_EXIST)
             .persistent(false)
             .fetch_one(&mut *conn)
             .await?)

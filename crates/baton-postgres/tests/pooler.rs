@@ -1,7 +1,7 @@
 //! Every capability of the PostgreSQL store through PgBouncer in transaction pooling mode
 //! (`pool_mode = transaction`), where a server connection belongs to a client for one
 //! transaction only: the lock and lease conformance rules, the limiter, the cache, the
-//! idempotency log and claimable work (queue, scheduler, migrations), each rule in a fresh
+//! idempotency log, semaphores and claimable work (queue, scheduler, migrations), each rule in a fresh
 //! namespace, on one private pooler in front of the test binary's shared server.
 //!
 //! Stores are opened with `pooler=transaction` and no `listen_url`, so waiters poll; the
@@ -32,6 +32,12 @@ mod idempotency {
     use super::common;
 
     baton_core::idempotency_conformance_tests!(common::pooled_harness());
+}
+
+mod semaphore {
+    use super::common;
+
+    baton_core::semaphore_conformance_tests!(common::pooled_harness());
 }
 
 mod work {

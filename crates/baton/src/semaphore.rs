@@ -5,7 +5,8 @@
 //! its holder stops renewing it; a permit is taken with [`LockOptions`](crate::lock::LockOptions)
 //! and held as a [`LockGuard`](crate::lock::LockGuard). `memory://` bounds holders within the
 //! process, `sqlite://` across the processes of one host (table `baton_permit` in the same
-//! file); the Redis and PostgreSQL stores do not keep semaphores yet and answer `Unsupported`.
+//! file), `postgres://` across hosts (table `baton_permit`, one statement per claim); the
+//! Redis store does not keep semaphores yet and answers `Unsupported`.
 
 use std::sync::Arc;
 

@@ -1,0 +1,290 @@
+//! Semaphores on PostgreSQL: one row per live permit, each claim one statement, on the
+//! database server's clock.
+//!
+//! ## Objects
+//! Created when a store connects if missing (idempotent, under the schema's migration lock,
+//! like the rate-limit objects; see `crate::schema`):
+//!
+//! - `baton_permit (key, holder, fence, expires_at)`: one row per permit, live or ended;
+//!   ended rows are deleted by the key's next claim.
+//! - `baton_permit_claim_v1(...)`: the claim. It takes a transaction-scoped advisory lock on
+//!   the key's hash, so the claims of one key are serialized (two claims of a key never
+//!   both see room for one permit); keys whose hashes collide only wait for each other. A
+//!   later algorithm gets a new name rather than replacing this one under running replicas.
+//!
+//! Fences come from the `baton_fence` sequence, as lock grants' do, so they increase across
+//! every permit of a key (and every grant of the database).
+//!
+//! ## Waking waiters
+//! A release that gave back a live permit notifies `baton_released` with the key, as a lock's
+//! plain release does: every listening store wakes its waiters of that key, and the first of
+//! each store's waiters claims. Permits are not handed over to a queued waiter the way lock
+//! grants are.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl};
+use sqlx::Row;
+
+use crate::error::{sql_error, unexpected};
+use crate::locks::PostgresStore;
+
+/// The permit objects, created in one transaction under
+/// [`MIGRATION_LOCK`](crate::sql::MIGRATION_LOCK) when any is missing.
+pub const SCHEMA: &str = "\
+CREATE TABLE IF NOT EXISTS baton_permit (
+    key        text COLLATE \"C\" NOT NULL,
+    holder     text        NOT NULL,
+    fence      bigint      NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (key, holder)
+);
+";
+
+/// One claim (see the module docs). Returns one row: `outcome` (`granted`, `extended` or
+/// `held`), `fence` (of the permit granted or extended), `holder` and `remaining_us` (of the
+/// live permit that ends soonest, when held).
+pub const CLAIM_FUNCTION: &str = r#"
+CREATE OR REPLACE FUNCTION baton_permit_claim_v1(
+    p_key text, p_holder text, p_ttl_ms bigint, p_permits bigint)
+RETURNS TABLE (outcome text, fence bigint, holder text, remaining_us bigint)
+LANGUAGE plpgsql VOLATILE AS $claim$
+DECLARE
+    now_at timestamptz := clock_timestamp();
+    held   bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('baton_permit:' || p_key, 0));
+    DELETE FROM baton_permit AS p WHERE p.key = p_key AND p.expires_at <= now_at;
+    UPDATE baton_permit AS p SET expires_at = now_at + p_ttl_ms * interval '1 millisecond'
+    WHERE p.key = p_key AND p.holder = p_holder
+    RETURNING 'extended', p.fence, NULL::text, NULL::bigint
+    INTO outcome, fence, holder, remaining_us;
+    IF FOUND THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT count(*) INTO held FROM baton_permit AS p WHERE p.key = p_key;
+    IF held < p_permits THEN
+        INSERT INTO baton_permit (key, holder, fence, expires_at)
+        VALUES (p_key, p_holder, nextval('baton_fence'),
+                now_at + p_ttl_ms * interval '1 millisecond')
+        RETURNING 'granted', baton_permit.fence, NULL::text, NULL::bigint
+        INTO outcome, fence, holder, remaining_us;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT 'held', NULL::bigint, p.holder,
+           greatest((extract(epoch FROM p.expires_at - now_at) * 1000000)::bigint, 0)
+    INTO outcome, fence, holder, remaining_us
+    FROM baton_permit AS p WHERE p.key = p_key ORDER BY p.expires_at LIMIT 1;
+    RETURN NEXT;
+END
+$claim$;
+"#;
+
+/// Whether every object of [`SCHEMA`] and [`CLAIM_FUNCTION`] exists.
+pub const OBJECTS_EXIST: &str = "\
+SELECT to_regclass('baton_permit') IS NOT NULL
+   AND to_regprocedure('baton_permit_claim_v1(text, text, bigint, bigint)') IS NOT NULL";
+
+/// A claim.
+///
+/// Parameters: `$1` key, `$2` holder, `$3` ttl (ms), `$4` permits.
+pub const CLAIM: &str =
+    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v1($1, $2, $3, $4)";
+
+/// Renews the caller's live permit (one changed row: renewed).
+///
+/// Parameters: `$1` key, `$2` holder, `$3` ttl (ms).
+pub const RENEW: &str = "\
+UPDATE baton_permit SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
+WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()";
+
+/// Gives back the caller's permit, live or ended, and wakes the key's waiters when it was
+/// live. Returns one row, `live`, when the caller had a row.
+///
+/// Parameters: `$1` key, `$2` holder.
+pub const RELEASE: &str = "\
+WITH gone AS (
+    DELETE FROM baton_permit WHERE key = $1 AND holder = $2
+    RETURNING expires_at > clock_timestamp() AS live
+)
+SELECT live, CASE WHEN live THEN pg_notify('baton_released', $1) END AS notified FROM gone";
+
+/// The live permits of a key, oldest fence first: `holder`, `fence`, `remaining_us`.
+///
+/// Parameters: `$1` key.
+pub const LIVE: &str = "\
+SELECT holder, fence,
+       greatest((extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint, 0)
+           AS remaining_us
+FROM baton_permit WHERE key = $1 AND expires_at > clock_timestamp()
+ORDER BY fence";
+
+fn millis(ttl: Ttl) -> i64 {
+    i64::try_from(ttl.get().as_millis()).unwrap_or(i64::MAX)
+}
+
+fn fence(raw: i64) -> Fence {
+    Fence::new(raw.max(0) as u64)
+}
+
+fn remaining(us: i64) -> Duration {
+    Duration::from_micros(us.max(0) as u64)
+}
+
+#[async_trait]
+impl SemaphoreStore for PostgresStore {
+    async fn claim_permit(
+        &self,
+        key: &StoreKey,
+        request: LeaseRequest<'_>,
+        permits: u32,
+    ) -> Result<Claim> {
+        let what = || format!("permit claim of {key}");
+        let row = self
+            .db
+            .call(
+                what,
+                || {
+                    sqlx::query(CLAIM)
+                        .bind(key.as_str())
+                        .bind(request.holder.as_str())
+                        .bind(millis(request.ttl))
+                        .bind(i64::from(permits))
+                        .fetch_one(self.db.exec())
+                },
+                // A claim that ran and was retried comes back as an extension: a permit
+                // either way.
+                |_| true,
+            )
+            .await?;
+        let read = |row: &sqlx::postgres::PgRow| -> Result<Claim, sqlx::Error> {
+            let outcome: String = row.try_get("outcome")?;
+            Ok(match outcome.as_str() {
+                "granted" => Claim::Granted {
+                    fence: fence(row.try_get("fence")?),
+                },
+                "extended" => Claim::Extended {
+                    fence: fence(row.try_get("fence")?),
+                },
+                _ => Claim::Held {
+                    holder: Holder::from_stored(row.try_get::<String, _>("holder")?),
+                    remaining: remaining(row.try_get("remaining_us")?),
+                },
+            })
+        };
+        match read(&row) {
+            Ok(claim) => Ok(claim),
+            Err(e) => Err(unexpected(&what(), &self.db.server, e.to_string())),
+        }
+    }
+
+    async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        let done = self
+            .db
+            .call(
+                || format!("permit renewal of {key}"),
+                || {
+                    sqlx::query(RENEW)
+                        .bind(key.as_str())
+                        .bind(holder.as_str())
+                        .bind(millis(ttl))
+                        .execute(self.db.exec())
+                },
+                // A renewal that ran and was retried renewed.
+                |_| true,
+            )
+            .await?;
+        Ok(if done.rows_affected() == 1 {
+            Renewal::Renewed
+        } else {
+            Renewal::NotHeld
+        })
+    }
+
+    async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let what = || format!("permit release of {key}");
+        let row = self
+            .db
+            .call(
+                what,
+                || {
+                    sqlx::query(RELEASE)
+                        .bind(key.as_str())
+                        .bind(holder.as_str())
+                        .fetch_optional(self.db.exec())
+                },
+                // A release that ran and was retried finds nothing the second time: the
+                // first answer is the one that counts.
+                |row| row.is_some(),
+            )
+            .await?;
+        let live = match row {
+            Some(row) => row
+                .try_get::<bool, _>("live")
+                .map_err(|e| sql_error(e, &what(), &self.db.server))?,
+            None => false,
+        };
+        if live && !self.is_listening() {
+            // Nobody hears this store's own notification: wake its own waiters here.
+            self.wakeups().hub.notify(key);
+        }
+        Ok(if live {
+            Release::Removed
+        } else {
+            Release::NoHolder
+        })
+    }
+
+    async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
+        let what = || format!("permits of {key}");
+        let rows = self
+            .db
+            .call(
+                what,
+                || {
+                    sqlx::query(LIVE)
+                        .bind(key.as_str())
+                        .fetch_all(self.db.exec())
+                },
+                |_| true,
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(HolderInfo {
+                    key: key.clone(),
+                    holder: Holder::from_stored(row.try_get::<String, _>("holder")?),
+                    fence: fence(row.try_get("fence")?),
+                    remaining: remaining(row.try_get("remaining_us")?),
+                    reason: String::new(),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(|e| sql_error(e, &what(), &self.db.server))
+    }
+
+    fn permit_wakeups(&self) -> Wakeups {
+        self.wakeups()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_take_values_only_as_parameters() {
+        for text in [CLAIM, RENEW, RELEASE, LIVE, OBJECTS_EXIST] {
+            assert!(!text.contains("{}"));
+        }
+        assert!(CLAIM_FUNCTION.contains("clock_timestamp()"));
+        assert!(
+            !CLAIM_FUNCTION.contains("now()"),
+            "now() is frozen per transaction"
+        );
+    }
+}
