@@ -1,4 +1,5 @@
-//! (a) No two holders of one key with overlapping believed windows.
+//! (a) No two holders of one key with overlapping believed windows; for a semaphore, no more
+//! than its permits.
 
 use std::collections::BTreeMap;
 
@@ -46,6 +47,57 @@ pub fn no_overlap(history: &History) -> Vec<Violation> {
     found
 }
 
+/// Finds moments when more than `permits` holders of one key (a semaphore's permits)
+/// believed they held it at once.
+///
+/// Each grant's believed window is as for [`no_overlap`]; a window that ends exactly when
+/// another begins does not overlap it. Each moment of too many holders is reported once,
+/// with the grants that were believed then.
+pub fn at_most(history: &History, permits: usize) -> Vec<Violation> {
+    let mut by_key: BTreeMap<String, Vec<Grant>> = BTreeMap::new();
+    for grant in history.grants() {
+        if grant.is_believed() {
+            by_key.entry(grant.key.clone()).or_default().push(grant);
+        }
+    }
+    let mut found = Vec::new();
+    for (key, grants) in by_key {
+        // Starts and ends in time order, ends first at equal times (touching is fine).
+        let mut edges: Vec<(crate::time::MonoTime, bool, usize)> = Vec::new();
+        for (i, grant) in grants.iter().enumerate() {
+            edges.push((grant.acquired, true, i));
+            edges.push((grant.believed_until(), false, i));
+        }
+        edges.sort_by_key(|&(at, starts, i)| (at, starts, i));
+        let mut believed: Vec<usize> = Vec::new();
+        let mut reported = false;
+        for (at, starts, i) in edges {
+            if !starts {
+                believed.retain(|&j| j != i);
+                reported = false;
+                continue;
+            }
+            believed.push(i);
+            if believed.len() > permits && !reported {
+                reported = true;
+                let involved: Vec<&Grant> = believed.iter().map(|&j| &grants[j]).collect();
+                let list: Vec<String> = involved.iter().map(|g| g.to_string()).collect();
+                found.push(Violation::new(
+                    Rule::TooManyHolders,
+                    &key,
+                    format!(
+                        "{} holders of {permits} permits at {at}: {}",
+                        involved.len(),
+                        list.join("; ")
+                    ),
+                    grant_ops(history, &involved),
+                ));
+            }
+        }
+    }
+    found
+}
+
 /// The acquire and release ops of `grants`.
 pub(super) fn grant_ops(history: &History, grants: &[&Grant]) -> Vec<Op> {
     history
@@ -72,6 +124,21 @@ mod tests {
     use super::*;
     use crate::check::tests::{acquired, held, holders, only_violation, released};
     use crate::history::{Outcome, Recorder};
+
+    #[test]
+    fn up_to_n_holders_pass_and_one_more_is_reported() {
+        let two = holders(&[
+            (0, "k", 1, 0, 10),
+            (1, "k", 2, 5, 20),
+            (2, "k", 3, 10, 30),
+            (3, "j", 1, 5, 28),
+        ]);
+        assert!(at_most(&two, 2).is_empty());
+        let three = holders(&[(0, "k", 1, 0, 10), (1, "k", 2, 5, 20), (2, "k", 3, 9, 30)]);
+        let too_many = only_violation(at_most(&three, 2), Rule::TooManyHolders, "3 holders of 2");
+        assert_eq!(too_many.key, "k");
+        assert!(at_most(&three, 3).is_empty());
+    }
 
     #[test]
     fn back_to_back_holders_pass() {

@@ -21,7 +21,7 @@ mod writes;
 use std::fmt;
 
 pub use effects::{effects, exactly_once};
-pub use exclusion::no_overlap;
+pub use exclusion::{at_most, no_overlap};
 pub use fences::fences_increase;
 pub use writes::stale_fences;
 
@@ -36,6 +36,8 @@ pub enum Rule {
     Malformed,
     /// Two holders believed they held one key at the same time.
     Overlap,
+    /// More holders than a semaphore's permits believed they held one key at the same time.
+    TooManyHolders,
     /// A grant's fence is not larger than the fence of the grant before it.
     FenceOrder,
     /// Two grants of one key share a fence.
