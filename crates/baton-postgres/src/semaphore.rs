@@ -65,21 +65,28 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    SELECT count(*) INTO held FROM baton_permit AS p WHERE p.key = p_key;
-    IF held < p_permits THEN
-        INSERT INTO baton_permit (key, holder, fence, expires_at)
-        VALUES (p_key, p_holder, nextval('baton_fence'),
-                now_at + p_ttl_ms * interval '1 millisecond')
-        RETURNING 'granted', baton_permit.fence, NULL::text, NULL::bigint
-        INTO outcome, fence, holder, remaining_us;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    SELECT 'held', NULL::bigint, p.holder,
-           greatest((extract(epoch FROM p.expires_at - now_at) * 1000000)::bigint, 0)
-    INTO outcome, fence, holder, remaining_us
-    FROM baton_permit AS p WHERE p.key = p_key ORDER BY p.expires_at LIMIT 1;
-    RETURN NEXT;
+    -- Releases take no lock: each statement below sees the permits as they are then, and a
+    -- full key read empty by the last one (its permits released meanwhile) is counted again.
+    LOOP
+        SELECT count(*) INTO held FROM baton_permit AS p WHERE p.key = p_key;
+        IF held < p_permits THEN
+            INSERT INTO baton_permit (key, holder, fence, expires_at)
+            VALUES (p_key, p_holder, nextval('baton_fence'),
+                    now_at + p_ttl_ms * interval '1 millisecond')
+            RETURNING 'granted', baton_permit.fence, NULL::text, NULL::bigint
+            INTO outcome, fence, holder, remaining_us;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        SELECT 'held', NULL::bigint, p.holder,
+               greatest((extract(epoch FROM p.expires_at - now_at) * 1000000)::bigint, 0)
+        INTO outcome, fence, holder, remaining_us
+        FROM baton_permit AS p WHERE p.key = p_key ORDER BY p.expires_at LIMIT 1;
+        IF FOUND THEN
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END LOOP;
 END
 $claim$;
 "#;

@@ -11,6 +11,8 @@ use std::time::Duration;
 use baton_core::conformance::{Opens, fresh_namespace};
 use baton_core::{LockOptions, Semaphore, SemaphoreStore};
 
+use baton_testkit::PermitWorkload;
+use baton_testkit::postgres::PostgresServer;
 use common::*;
 
 baton_core::semaphore_conformance_tests!(harness());
@@ -53,4 +55,31 @@ async fn stores_share_the_permits() {
         most <= permits as usize,
         "{most} holders of {permits} permits"
     );
+}
+
+/// Four OS processes, each with its store (and its LISTEN connection), share two permits:
+/// the merged history never has more than two holders believing they hold at once, and no
+/// two permits share a fence.
+#[test]
+fn four_processes_never_hold_more_than_the_permits() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = PostgresServer::shared().url();
+    PermitWorkload::new(2).run_in_processes(
+        "permit_contender_process",
+        4,
+        dir.path(),
+        &[("STORE_URL", &url)],
+    );
+}
+
+#[test]
+#[ignore = "a child process of four_processes_never_hold_more_than_the_permits"]
+fn permit_contender_process() {
+    PermitWorkload::new(2).run_as_child(|| async {
+        let url = baton_testkit::process::parent_env("STORE_URL");
+        // The default namespace: every process must reach the same key (the other tests on
+        // the shared server use namespaces of their own).
+        let store: Arc<dyn SemaphoreStore> = Arc::new(connect(&url).await);
+        Semaphore::new(store, baton_core::Namespace::default(), "history", 2).unwrap()
+    });
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use baton_core::conformance::fresh_namespace;
 use baton_core::{LockOptions, Semaphore, SemaphoreStore};
 use baton_sqlite::{SqliteOptions, SqliteStore};
+use baton_testkit::PermitWorkload;
 
 baton_core::semaphore_conformance_tests!(common::harness());
 
@@ -83,86 +84,26 @@ async fn fences_survive_a_pruned_counter() {
     next.release().await;
 }
 
-/// Processes in the recorded-history test, the permits they share, and rounds per process.
-const PROCESSES: u32 = 4;
-const PERMITS: u32 = 2;
-const ROUNDS: u32 = 12;
-
-/// The child side of `four_processes_never_hold_more_than_the_permits`: takes and gives back
-/// permits for `ROUNDS` rounds, recording every acquire and release, and writes its history
-/// where the parent says. Does nothing in an ordinary run.
-#[test]
-#[ignore = "run by four_processes_never_hold_more_than_the_permits as a child process"]
-fn permit_contender_process() {
-    use baton_testkit::{Recorder, process};
-    if process::role().is_none() {
-        return;
-    }
-    let url = process::parent_env("PERMIT_URL");
-    let out = process::parent_env("PERMIT_HISTORY");
-    let index: u32 = process::parent_env("PERMIT_INDEX").parse().unwrap();
-    let runtime = process::child_runtime();
-    runtime.block_on(async {
-        let store: Arc<dyn SemaphoreStore> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-        let sem =
-            Semaphore::new(store, baton_core::Namespace::default(), "history", PERMITS).unwrap();
-        let recorder = Recorder::new(index);
-        let log = recorder.contender(0);
-        for _ in 0..ROUNDS {
-            let requested = baton_testkit::time::MonoTime::now();
-            let options = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(60));
-            let permit = sem.acquire(&options).await.expect("a permit in time");
-            log.acquired(&permit, requested);
-            std::thread::sleep(Duration::from_millis(3));
-            log.release(permit).await;
-        }
-        recorder.write_jsonl(&out).unwrap();
-    });
-}
-
-/// Four OS processes share two permits on one file: the merged history never has more than
+/// Four OS processes share two permits of one file: the merged history never has more than
 /// two holders believing they hold at once, and no two permits share a fence.
 #[test]
 fn four_processes_never_hold_more_than_the_permits() {
-    use baton_testkit::check::{self, Rule};
-    use baton_testkit::history::History;
-    use baton_testkit::process::ChildTest;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("baton.db").display());
-    let mut children: Vec<_> = (0..PROCESSES)
-        .map(|i| {
-            ChildTest::new("permit_contender_process", "contender")
-                .env("PERMIT_URL", &url)
-                .env("PERMIT_INDEX", i.to_string())
-                .env(
-                    "PERMIT_HISTORY",
-                    dir.path().join(format!("history-{i}.jsonl")),
-                )
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for child in &mut children {
-        child
-            .wait_success(Duration::from_secs(120))
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    let history = History::merge(
-        (0..PROCESSES)
-            .map(|i| History::read_jsonl(dir.path().join(format!("history-{i}.jsonl"))).unwrap()),
+    PermitWorkload::new(2).run_in_processes(
+        "permit_contender_process",
+        4,
+        dir.path(),
+        &[("STORE_URL", &url)],
     );
-    let grants = history.grants();
-    assert_eq!(grants.len(), (PROCESSES * ROUNDS) as usize);
-    check::assert_clean(&check::well_formed(&history));
-    check::assert_clean(&check::at_most(&history, PERMITS as usize));
-    let duplicate: Vec<_> = check::fences_increase(&history)
-        .into_iter()
-        .filter(|v| v.rule == Rule::DuplicateFence)
-        .collect();
-    check::assert_clean(&duplicate);
-    // The permits were shared: some moment had two holders.
-    assert!(
-        !check::at_most(&history, 1).is_empty(),
-        "never two holders at once: the test did not exercise the permits"
-    );
+}
+
+#[test]
+#[ignore = "a child process of four_processes_never_hold_more_than_the_permits"]
+fn permit_contender_process() {
+    PermitWorkload::new(2).run_as_child(|| async {
+        let url = baton_testkit::process::parent_env("STORE_URL");
+        let store: Arc<dyn SemaphoreStore> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+        Semaphore::new(store, baton_core::Namespace::default(), "history", 2).unwrap()
+    });
 }

@@ -216,33 +216,7 @@ impl LockWorkload {
         dir: &std::path::Path,
         env: &[(&str, &str)],
     ) -> (History, FencedRegister) {
-        let mut children: Vec<_> = (0..processes)
-            .map(|i| {
-                let mut child = ChildTest::new(child_test, "contender")
-                    .env(DIR_ENV, dir)
-                    .env(INDEX_ENV, i.to_string());
-                for (name, value) in env {
-                    child = child.env(name, value);
-                }
-                child.spawn().expect("spawn a contender process")
-            })
-            .collect();
-        // Every child opens its store first; then they start together.
-        for (i, child) in children.iter().enumerate() {
-            if let Err(e) = process::wait_for_file(ready_file(dir, i as u32), CHILD_TIMEOUT) {
-                panic!("{e}; child output:\n{}", child.output());
-            }
-        }
-        std::fs::write(dir.join("go"), "").expect("write the go file");
-        for child in &mut children {
-            child
-                .wait_success(CHILD_TIMEOUT)
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        let history = History::merge(
-            (0..processes)
-                .map(|i| History::read_jsonl(history_file(dir, i)).expect("a child's history")),
-        );
+        let history = run_children(child_test, processes, dir, env);
         let register = FencedRegister::file("counter", register_file(dir));
         (history, register)
     }
@@ -260,13 +234,9 @@ impl LockWorkload {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Locks>,
     {
-        if process::role().is_none() {
+        let Some((dir, index)) = child_place() else {
             return;
-        }
-        let dir = std::path::PathBuf::from(process::parent_env(DIR_ENV));
-        let index: u32 = process::parent_env(INDEX_ENV)
-            .parse()
-            .expect("the process index is a number");
+        };
         let workload = LockWorkload {
             first_contender: index * self.contenders,
             ..self
@@ -275,10 +245,7 @@ impl LockWorkload {
             let locks = open().await;
             let recorder = Recorder::for_this_process();
             let register = Arc::new(FencedRegister::file("counter", register_file(&dir)));
-            std::fs::write(ready_file(&dir, index), "").expect("write the ready file");
-            process::wait_until_async("the parent's go", CHILD_TIMEOUT, || dir.join("go").exists())
-                .await
-                .expect("the parent's go");
+            ready_and_wait_for_go(&dir, index).await;
             let report = workload.run(&locks, &recorder, &register).await;
             recorder
                 .write_jsonl(history_file(&dir, index))
@@ -390,6 +357,161 @@ pub async fn admitted_concurrently(
         admitted += task.await.unwrap();
     }
     admitted
+}
+
+/// Starts `processes` children running `child_test`, each told its directory and index;
+/// waits until every one is ready (has opened its store), tells them to go, waits for them
+/// to succeed, and merges their histories.
+fn run_children(
+    child_test: &str,
+    processes: u32,
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> History {
+    let mut children: Vec<_> = (0..processes)
+        .map(|i| {
+            let mut child = ChildTest::new(child_test, "contender")
+                .env(DIR_ENV, dir)
+                .env(INDEX_ENV, i.to_string());
+            for (name, value) in env {
+                child = child.env(name, value);
+            }
+            child.spawn().expect("spawn a contender process")
+        })
+        .collect();
+    // Every child opens its store first; then they start together.
+    for (i, child) in children.iter().enumerate() {
+        if let Err(e) = process::wait_for_file(ready_file(dir, i as u32), CHILD_TIMEOUT) {
+            panic!("{e}; child output:\n{}", child.output());
+        }
+    }
+    std::fs::write(dir.join("go"), "").expect("write the go file");
+    for child in &mut children {
+        child
+            .wait_success(CHILD_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    History::merge(
+        (0..processes)
+            .map(|i| History::read_jsonl(history_file(dir, i)).expect("a child's history")),
+    )
+}
+
+/// This child's directory and index, from the parent's [`run_children`]; `None` when this
+/// process is not such a child.
+fn child_place() -> Option<(std::path::PathBuf, u32)> {
+    process::role()?;
+    let dir = std::path::PathBuf::from(process::parent_env(DIR_ENV));
+    let index = process::parent_env(INDEX_ENV)
+        .parse()
+        .expect("the process index is a number");
+    Some((dir, index))
+}
+
+/// Tells the parent this child is ready, and waits for its go.
+async fn ready_and_wait_for_go(dir: &std::path::Path, index: u32) {
+    std::fs::write(ready_file(dir, index), "").expect("write the ready file");
+    process::wait_until_async("the parent's go", CHILD_TIMEOUT, || dir.join("go").exists())
+        .await
+        .expect("the parent's go");
+}
+
+/// Contenders that take and give back the permits of one semaphore, one per OS process:
+/// the recorded history of a semaphore store, checked for never more than its permits at
+/// once (see [`check::at_most`](crate::check::at_most)).
+#[derive(Debug, Clone, Copy)]
+pub struct PermitWorkload {
+    permits: u32,
+    rounds: u32,
+    hold: Duration,
+}
+
+impl PermitWorkload {
+    /// Contenders for `permits` permits, 12 rounds each, holding each permit 3 ms.
+    pub fn new(permits: u32) -> Self {
+        PermitWorkload {
+            permits,
+            rounds: 12,
+            hold: Duration::from_millis(3),
+        }
+    }
+
+    /// How many permits each contender takes, one after another.
+    pub fn rounds(self, rounds: u32) -> Self {
+        PermitWorkload { rounds, ..self }
+    }
+
+    /// The parent side: runs `child_test` (which calls [`run_as_child`](Self::run_as_child))
+    /// in `processes` processes and checks the merged history: well formed, every round
+    /// granted, never more than the permits believed at once, no fence given twice, and at
+    /// some moment more than one holder (the permits were shared).
+    ///
+    /// # Panics
+    /// When a child fails, or a rule is broken.
+    pub fn run_in_processes(
+        self,
+        child_test: &str,
+        processes: u32,
+        dir: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> History {
+        let history = run_children(child_test, processes, dir, env);
+        assert_eq!(
+            history.grants().len(),
+            (processes * self.rounds) as usize,
+            "every round of every process was granted"
+        );
+        crate::check::assert_clean(&crate::check::well_formed(&history));
+        crate::check::assert_clean(&crate::check::at_most(&history, self.permits as usize));
+        let duplicates: Vec<_> = crate::check::fences_increase(&history)
+            .into_iter()
+            .filter(|v| v.rule == crate::check::Rule::DuplicateFence)
+            .collect();
+        crate::check::assert_clean(&duplicates);
+        if self.permits > 1 {
+            assert!(
+                !crate::check::at_most(&history, 1).is_empty(),
+                "never two holders at once: the run did not exercise the permits"
+            );
+        }
+        history
+    }
+
+    /// The child side of [`run_in_processes`](Self::run_in_processes): opens the semaphore
+    /// with `open`, waits for the parent's go, takes and gives back a permit `rounds` times
+    /// (waiting up to a minute for each), and writes its history. Returns at once when this
+    /// process is not such a child (an ordinary run of the ignored test).
+    ///
+    /// # Panics
+    /// When an acquire failed, or the parent's files cannot be read or written.
+    pub fn run_as_child<F, Fut>(self, open: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = baton_core::Semaphore>,
+    {
+        let Some((dir, index)) = child_place() else {
+            return;
+        };
+        process::child_runtime().block_on(async {
+            let semaphore = open().await;
+            let recorder = Recorder::for_this_process();
+            let log = recorder.contender(index);
+            ready_and_wait_for_go(&dir, index).await;
+            for _ in 0..self.rounds {
+                let requested = MonoTime::now();
+                let options =
+                    LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(60));
+                let permit = semaphore.acquire(&options).await.expect("a permit in time");
+                log.acquired(&permit, requested);
+                // Blocking, as work is: the runtime's other workers keep the permit alive.
+                std::thread::sleep(self.hold);
+                log.release(permit).await;
+            }
+            recorder
+                .write_jsonl(history_file(&dir, index))
+                .expect("write the history");
+        });
+    }
 }
 
 /// How long a contender process may take to get ready, and to finish: generous, as the
