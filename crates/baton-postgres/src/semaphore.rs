@@ -5,12 +5,12 @@
 //! Created when a store connects if missing (idempotent, under the schema's migration lock,
 //! like the rate-limit objects; see `crate::schema`):
 //!
-//! - `baton_permit (key, holder, fence, expires_at)`: one row per permit, live or ended;
-//!   ended rows are deleted by the key's next claim.
-//! - `baton_permit_claim_v1(...)`: the claim. It takes a transaction-scoped advisory lock on
-//!   the key's hash, so the claims of one key are serialized (two claims of a key never
-//!   both see room for one permit); keys whose hashes collide only wait for each other. A
-//!   later algorithm gets a new name rather than replacing this one under running replicas.
+//! - `baton_permit (key, slot, holder, fence, expires_at)`: one row per slot of a key that
+//!   was ever taken; an ended permit's row is reused by the next claim of its slot.
+//! - `baton_permit_claim_v1(...)`: the claim ([`CLAIM_FUNCTION`]): a free slot below N,
+//!   taken by one `INSERT ... ON CONFLICT`, so claims of one key take no lock beyond the
+//!   slot's row and commit in parallel. A later algorithm gets a new name rather than
+//!   replacing this one under running replicas.
 //!
 //! Fences come from the `baton_fence` sequence, as lock grants' do, so they increase across
 //! every permit of a key (and every grant of the database).
@@ -33,59 +33,85 @@ use crate::locks::PostgresStore;
 
 /// The permit objects, created in one transaction under
 /// [`MIGRATION_LOCK`](crate::sql::MIGRATION_LOCK) when any is missing.
+///
+/// A permit is a slot of its key: slots `0..N` of a semaphore of N permits, so two claims
+/// never hold one slot (the primary key), and no lock is taken across a claim's commit.
 pub const SCHEMA: &str = "\
 CREATE TABLE IF NOT EXISTS baton_permit (
     key        text COLLATE \"C\" NOT NULL,
+    slot       integer     NOT NULL,
     holder     text        NOT NULL,
     fence      bigint      NOT NULL,
     expires_at timestamptz NOT NULL,
-    PRIMARY KEY (key, holder)
+    PRIMARY KEY (key, slot)
 );
+CREATE INDEX IF NOT EXISTS baton_permit_holder ON baton_permit (key, holder);
 ";
 
 /// One claim (see the module docs). Returns one row: `outcome` (`granted`, `extended` or
 /// `held`), `fence` (of the permit granted or extended), `holder` and `remaining_us` (of the
 /// live permit that ends soonest, when held).
+///
+/// The caller's own live permit is extended. Otherwise, while fewer than `p_permits` live
+/// permits are held, a free slot below `p_permits` is chosen at random and taken with one
+/// `INSERT ... ON CONFLICT` that replaces only an ended permit: two claims that chose the same
+/// slot meet at its primary key, the second finds it live and chooses again. Slots are what
+/// bound the holders, so clients that agree on N never see more than N; a client with a
+/// smaller N than others is refused while as many permits as its N are held (a smaller N
+/// revokes nothing).
 pub const CLAIM_FUNCTION: &str = r#"
 CREATE OR REPLACE FUNCTION baton_permit_claim_v1(
     p_key text, p_holder text, p_ttl_ms bigint, p_permits bigint)
 RETURNS TABLE (outcome text, fence bigint, holder text, remaining_us bigint)
 LANGUAGE plpgsql VOLATILE AS $claim$
 DECLARE
-    now_at timestamptz := clock_timestamp();
-    held   bigint;
+    until timestamptz;
+    free  integer;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('baton_permit:' || p_key, 0));
-    DELETE FROM baton_permit AS p WHERE p.key = p_key AND p.expires_at <= now_at;
-    UPDATE baton_permit AS p SET expires_at = now_at + p_ttl_ms * interval '1 millisecond'
-    WHERE p.key = p_key AND p.holder = p_holder
+    until := clock_timestamp() + p_ttl_ms * interval '1 millisecond';
+    UPDATE baton_permit AS p SET expires_at = until
+    WHERE p.key = p_key AND p.holder = p_holder AND p.expires_at > clock_timestamp()
     RETURNING 'extended', p.fence, NULL::text, NULL::bigint
     INTO outcome, fence, holder, remaining_us;
     IF FOUND THEN
         RETURN NEXT;
         RETURN;
     END IF;
-    -- Releases take no lock: each statement below sees the permits as they are then, and a
-    -- full key read empty by the last one (its permits released meanwhile) is counted again.
     LOOP
-        SELECT count(*) INTO held FROM baton_permit AS p WHERE p.key = p_key;
-        IF held < p_permits THEN
-            INSERT INTO baton_permit (key, holder, fence, expires_at)
-            VALUES (p_key, p_holder, nextval('baton_fence'),
-                    now_at + p_ttl_ms * interval '1 millisecond')
-            RETURNING 'granted', baton_permit.fence, NULL::text, NULL::bigint
-            INTO outcome, fence, holder, remaining_us;
-            RETURN NEXT;
-            RETURN;
+        free := NULL;
+        IF (SELECT count(*) FROM baton_permit AS p
+            WHERE p.key = p_key AND p.expires_at > clock_timestamp()) < p_permits THEN
+            SELECT s INTO free FROM generate_series(0, p_permits - 1) AS s
+            WHERE NOT EXISTS (SELECT 1 FROM baton_permit AS p
+                              WHERE p.key = p_key AND p.slot = s
+                                AND p.expires_at > clock_timestamp())
+            ORDER BY random() LIMIT 1;
         END IF;
-        SELECT 'held', NULL::bigint, p.holder,
-               greatest((extract(epoch FROM p.expires_at - now_at) * 1000000)::bigint, 0)
-        INTO outcome, fence, holder, remaining_us
-        FROM baton_permit AS p WHERE p.key = p_key ORDER BY p.expires_at LIMIT 1;
+        IF free IS NULL THEN
+            SELECT 'held', NULL::bigint, p.holder,
+                   greatest((extract(epoch FROM p.expires_at - clock_timestamp()) * 1000000)::bigint, 0)
+            INTO outcome, fence, holder, remaining_us
+            FROM baton_permit AS p WHERE p.key = p_key AND p.expires_at > clock_timestamp()
+            ORDER BY p.expires_at LIMIT 1;
+            IF FOUND THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            -- Every permit ended or was released meanwhile: look again.
+            CONTINUE;
+        END IF;
+        INSERT INTO baton_permit AS p (key, slot, holder, fence, expires_at)
+        VALUES (p_key, free, p_holder, nextval('baton_fence'), until)
+        ON CONFLICT (key, slot) DO UPDATE
+            SET holder = excluded.holder, fence = excluded.fence, expires_at = excluded.expires_at
+            WHERE p.expires_at <= clock_timestamp()
+        RETURNING 'granted', p.fence, NULL::text, NULL::bigint
+        INTO outcome, fence, holder, remaining_us;
         IF FOUND THEN
             RETURN NEXT;
             RETURN;
         END IF;
+        -- Another claim took the slot first: choose again.
     END LOOP;
 END
 $claim$;
@@ -94,6 +120,7 @@ $claim$;
 /// Whether every object of [`SCHEMA`] and [`CLAIM_FUNCTION`] exists.
 pub const OBJECTS_EXIST: &str = "\
 SELECT to_regclass('baton_permit') IS NOT NULL
+   AND to_regclass('baton_permit_holder') IS NOT NULL
    AND to_regprocedure('baton_permit_claim_v1(text, text, bigint, bigint)') IS NOT NULL";
 
 /// A claim.
@@ -110,7 +137,9 @@ UPDATE baton_permit SET expires_at = clock_timestamp() + $3 * interval '1 millis
 WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()";
 
 /// Gives back the caller's permit, live or ended, and wakes the key's waiters when it was
-/// live. Returns one row, `live`, when the caller had a row.
+/// live. Returns one row, `live`, when the caller had a row. It commits asynchronously, as a
+/// lock's release that frees the key does: a release lost in a crash leaves the permit to
+/// its TTL, which is what a crashed holder's permit costs anyway.
 ///
 /// Parameters: `$1` key, `$2` holder.
 pub const RELEASE: &str = "\
@@ -118,7 +147,9 @@ WITH gone AS (
     DELETE FROM baton_permit WHERE key = $1 AND holder = $2
     RETURNING expires_at > clock_timestamp() AS live
 )
-SELECT live, CASE WHEN live THEN pg_notify('baton_released', $1) END AS notified FROM gone";
+SELECT live, CASE WHEN live THEN pg_notify('baton_released', $1) END AS notified,
+       set_config('synchronous_commit', 'off', true) AS commit_mode
+FROM gone";
 
 /// The live permits of a key, oldest fence first: `holder`, `fence`, `remaining_us`.
 ///
