@@ -9,16 +9,18 @@
 //! the row is pruned (the `fence_floor` trigger) and after the file is replaced (the wall
 //! clock floor).
 //!
-//! Waiting: a release wakes the waiters of this process at once; waiters in other processes
-//! on the file look again every `poll_interval`, and when the permit that ends soonest ends.
-//! (The release wake-ups the locks of this store send to other processes are not carried
-//! over to permits yet.)
+//! Waiting uses the file's wake-ups, as locks do ([`crate::wakeups`]): a claim that finds
+//! every permit held while a waiter of this process waits queues the process for the key,
+//! inside its write transaction; a release that gave back a live permit tells the process
+//! that waited longest (and reachable) that it may claim. A permit is not reserved for it:
+//! the freed permit goes to whichever claim comes first, usually that process's. Where the
+//! wake-ups are unavailable, waiters poll every `poll_interval`, as lock waiters do; every
+//! waiter also looks again when the permit that ends soonest ends.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::{Claim, HolderInfo, LeaseRequest, Release, Renewal, Wakeups};
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -27,6 +29,7 @@ use crate::connection::Role;
 use crate::error::OpError;
 use crate::locks::SqliteStore;
 use crate::schema::immediate;
+use crate::wakeups::FileWakeups;
 
 /// The permits table, created on open if missing. Idempotent.
 ///
@@ -135,11 +138,13 @@ fn fence(raw: i64) -> Fence {
 
 fn claim(
     conn: &Connection,
-    key: &str,
+    store_key: &StoreKey,
     holder: &str,
     ttl: Ttl,
     permits: u32,
+    wakeups: &FileWakeups,
 ) -> Result<Claim, OpError> {
+    let key = store_key.as_str();
     immediate(conn, |conn| {
         let now = clock::now();
         let ttl = nanos(ttl.get());
@@ -164,6 +169,8 @@ fn claim(
         let (holder, expires_at): (String, i64) = conn
             .prepare_cached(SOONEST)?
             .query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        // Before the commit: a release cannot come between this answer and the queue.
+        wakeups.held(store_key);
         Ok(Claim::Held {
             holder: Holder::from_stored(holder),
             remaining: remaining(expires_at, now),
@@ -181,8 +188,12 @@ impl SemaphoreStore for SqliteStore {
     ) -> Result<Claim> {
         let (key, holder, ttl) = (key.clone(), request.holder.clone(), request.ttl);
         self.database()
-            .run(Role::Write, "semaphore claim", move |conn, _| {
-                claim(conn, key.as_str(), holder.as_str(), ttl, permits)
+            .run(Role::Write, "semaphore claim", move |conn, db| {
+                let claimed = claim(conn, &key, holder.as_str(), ttl, permits, &db.wakeups)?;
+                if !matches!(claimed, Claim::Held { .. }) {
+                    db.wakeups.granted(&key);
+                }
+                Ok(claimed)
             })
             .await
     }
@@ -210,23 +221,36 @@ impl SemaphoreStore for SqliteStore {
         let (owned, holder) = (key.clone(), holder.clone());
         let live = self
             .database()
-            .run(Role::Write, "semaphore release", move |conn, _| {
-                let live: Option<bool> = conn
-                    .prepare_cached(RELEASE)?
-                    .query_row(
-                        params![owned.as_str(), holder.as_str(), clock::now()],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
-                Ok(live == Some(true))
+            .run(Role::Write, "semaphore release", move |conn, db| {
+                let live = immediate(conn, |conn| {
+                    let live: Option<bool> = conn
+                        .prepare_cached(RELEASE)?
+                        .query_row(
+                            params![owned.as_str(), holder.as_str(), clock::now()],
+                            |r| r.get(0),
+                        )
+                        .optional()?;
+                    let live = live == Some(true);
+                    if live && let Some(line) = db.wakeups.next_in_line(&owned) {
+                        // Inside the transaction, as a lock's release: the woken process's
+                        // claim waits for this commit's write lock.
+                        db.wakeups.hand_over(line);
+                    }
+                    Ok(live)
+                })?;
+                if live {
+                    // Here rather than after the await: a caller that stops waiting for the
+                    // answer must not leave the waiters asleep.
+                    db.wakeups.released(&owned);
+                }
+                Ok(live)
             })
             .await?;
-        if live {
-            self.database().wakeups.hub().notify(key);
-            Ok(Release::Removed)
+        Ok(if live {
+            Release::Removed
         } else {
-            Ok(Release::NoHolder)
-        }
+            Release::NoHolder
+        })
     }
 
     async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
@@ -259,12 +283,7 @@ impl SemaphoreStore for SqliteStore {
     }
 
     fn permit_wakeups(&self) -> Wakeups {
-        let db = self.database();
-        Wakeups {
-            hub: Arc::clone(db.wakeups.hub()),
-            // Releases in other processes are not pushed to permit waiters: they look again.
-            poll: Some(db.options.get_poll_interval()),
-        }
+        self.wakeups()
     }
 }
 
