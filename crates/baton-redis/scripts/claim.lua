@@ -25,7 +25,7 @@
 -- it reads the key first, so that finding it held takes no fence and writes no grant.
 --
 -- Expiry is Redis's: an expired grant reads as absent. Each fence is next_fence's (see
--- lock_prelude.lua); a claim that does not grant may skip a number, which fences allow.
+-- lock_prelude.lua, helpers(true)); a claim that does not grant may skip a number, which fences allow.
 local store = ARGV[3]
 if store == '' then
     store = nil
@@ -50,7 +50,7 @@ if store then
     end
 end
 if not held then
-    local counter, err = next_fence(KEYS[2], ARGV[2])
+    local counter, err = helpers(true)(KEYS[2], ARGV[2])
     if not counter then
         return err
     end

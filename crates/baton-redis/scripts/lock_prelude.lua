@@ -33,51 +33,54 @@
 --
 -- The helpers are made by calling helpers(), only on the paths that need them: every function
 -- definition runs on every call that reaches it (and becomes garbage), so the uncontended claim
--- and release, which need none of this, make only the closures `next_fence` and `helpers`
--- (whose one upvalue is `next_fence`). helpers()
--- returns the functions themselves, in this order, not a table of them (a table of ten fields
--- costs more than all the closures):
+-- and release, which need none of this, make only the one closure `helpers` itself (and the
+-- claim that grants, `next_fence` by helpers(true)). Nothing at the top level is captured by
+-- a closure, so making it allocates nothing else. helpers() returns the functions themselves,
+-- in this order, not a table of them (a table of ten fields costs more than all the closures):
 --
 --     local read, grant_value, mark, watch_head, enqueue, hand_off = helpers()
 --
 -- The protocol's durations, in milliseconds. A unit test in scripts.rs checks that they
 -- equal the Rust constants of the same names (store.rs, pubsub.rs).
 
--- The next fence of the key whose counter is `counter_key`, for a grant of `ttl` ms (a string
--- of digits): the larger of the counter plus one and the server's TIME in microseconds,
--- written back to the counter. So a fence is above every fence this server handed out, and
--- not below its clock: a counter that is missing (new key, expired, evicted, lost in a
--- restart without persistence) or stale (a promoted replica that missed the last grants) is
--- overtaken by the clock. Written as SET ... GET, the common case (the clock is ahead of the
--- counter) is two calls, TIME and SET; a counter at or above the clock (a clock that stepped
--- back, more than one grant of the key per microsecond) costs a second SET. Returns the fence,
--- or nil and the error reply for a counter that is not baton's. Every claim that grants uses
--- it, so it lives at the top level, where it captures nothing.
-local function next_fence(counter_key, ttl)
-    local FENCE_RETENTION_MS = 3600000 -- the fence counter lives this long beyond the grant's TTL
-    local time = redis.call('TIME')
-    local counter = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    local keep = string.format('%d', tonumber(ttl) + FENCE_RETENTION_MS)
-    local last = redis.pcall('SET', counter_key, string.format('%d', counter), 'PX', keep, 'GET')
-    if last then
-        if type(last) == 'table' then
-            -- A counter of another type (WRONGTYPE): nothing was written.
-            return nil, last
+local function helpers(fence_only)
+    -- The next fence of the key whose counter is `counter_key`, for a grant of `ttl` ms (a string
+    -- of digits): the larger of the counter plus one and the server's TIME in microseconds,
+    -- written back to the counter. So a fence is above every fence this server handed out, and
+    -- not below its clock: a counter that is missing (new key, expired, evicted, lost in a
+    -- restart without persistence) or stale (a promoted replica that missed the last grants) is
+    -- overtaken by the clock. Written as SET ... GET, the common case (the clock is ahead of the
+    -- counter) is two calls, TIME and SET; a counter at or above the clock (a clock that stepped
+    -- back, more than one grant of the key per microsecond) costs a second SET. Returns the fence,
+    -- or nil and the error reply for a counter that is not baton's. Every claim that grants uses
+    -- it: helpers(true) makes it alone, first, and returns it.
+    local function next_fence(counter_key, ttl)
+        local FENCE_RETENTION_MS = 3600000 -- the fence counter lives this long beyond the grant's TTL
+        local time = redis.call('TIME')
+        local counter = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        local keep = string.format('%d', tonumber(ttl) + FENCE_RETENTION_MS)
+        local last = redis.pcall('SET', counter_key, string.format('%d', counter), 'PX', keep, 'GET')
+        if last then
+            if type(last) == 'table' then
+                -- A counter of another type (WRONGTYPE): nothing was written.
+                return nil, last
+            end
+            local n = string.find(last, '^%d+$') and tonumber(last)
+            if not n then
+                redis.call('SET', counter_key, last)
+                return nil, redis.error_reply('BATONCORRUPT fence counter ' .. counter_key .. ' is not a number')
+            end
+            if n >= counter then
+                counter = n + 1
+                redis.call('SET', counter_key, string.format('%d', counter), 'PX', keep)
+            end
         end
-        local n = string.find(last, '^%d+$') and tonumber(last)
-        if not n then
-            redis.call('SET', counter_key, last)
-            return nil, redis.error_reply('BATONCORRUPT fence counter ' .. counter_key .. ' is not a number')
-        end
-        if n >= counter then
-            counter = n + 1
-            redis.call('SET', counter_key, string.format('%d', counter), 'PX', keep)
-        end
+        return counter
     end
-    return counter
-end
+    if fence_only then
+        return next_fence
+    end
 
-local function helpers()
     local QUEUE_GRACE_MS = 5000 -- a queue outlives the holder's remaining time by this much
     local HANDOFF_RESERVATION_MS = 250 -- a released key waits this long for the next store
 
