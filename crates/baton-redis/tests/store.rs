@@ -746,6 +746,25 @@ async fn a_release_hands_the_key_to_the_waiting_holder_of_another_store() {
     assert_eq!(who, 0, "nobody is named as waiting any more");
 }
 
+/// When the store next in line is the releasing store itself, the release's answer carries
+/// the grant for its waiting holder: no message, and no claim from the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_key_to_a_waiting_holder_of_its_own_store() {
+    let server = common::server().await;
+    let locks = common::locks(&server, "own").await;
+    let guard = locks.acquire("k", &LockOptions::new(TEN_S)).await.unwrap();
+    let held = guard.fence();
+    let waiter = spawn_acquire(&locks, "k", LockOptions::new(TEN_S).wait(TEN_S));
+    wait_for_who(&server, "{own:lock:k}:who", 1, "the waiter").await;
+    let (scripts, messages) = (script_calls(&server), publishes(&server));
+    guard.release().await;
+    let next = granted_within(Duration::from_secs(5), waiter, "the waiter").await;
+    assert_eq!(script_calls(&server), scripts + 1, "the release alone");
+    assert_eq!(publishes(&server), messages, "no message to its own store");
+    assert!(next.fence() > held);
+    next.release().await;
+}
+
 /// A hand-over that reaches a store whose holder stopped waiting (it gave up) is given back
 /// at once by that store, and the release of it hands the key to the next store's waiter,
 /// which again takes it without a claim.
