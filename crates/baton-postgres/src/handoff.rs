@@ -8,6 +8,9 @@
 //! LISTEN backend is `pid` ([`sql::HANDOFF_CHANNEL`]); that store reads it here and wakes
 //! the holder's waiter, whose next claim answers [`Claim::HandedOver`](baton_core::store::Claim::HandedOver) from memory.
 //!
+//! The policy (whom the store queued, which hand-over is answered, when one is given back)
+//! is the core's [`Handoffs`]; this module is its transport on PostgreSQL.
+//!
 //! ## Behavior
 //! - A store queues itself only for a holder that [waits](ReleaseHub::subscribe_as) for
 //!   the key, and only while its LISTEN connection listens (the pid is the address).
@@ -25,52 +28,16 @@
 //!   claim, which finds the key its own and extends it; the holder's waiter claims again when
 //!   the connection is back.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use baton_core::signals::{HANDOFF_RESERVATION, ReleaseHub};
+use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::telemetry::{self, events};
 use baton_core::{Fence, Holder, StoreKey};
-use tokio::time::Instant;
 
 use crate::connection::Db;
 use crate::locks;
 #[cfg(doc)]
 use crate::sql;
-
-/// How long a holder this store queued, whose wait has ended, is remembered while its
-/// store's entry may still be read by a release in flight.
-const FORGET_AFTER: Duration = Duration::from_secs(60);
-
-/// The hand-overs of one store: whom it queued, and the grants handed to them.
-#[derive(Debug)]
-pub(crate) struct Handoffs {
-    hub: Arc<ReleaseHub>,
-    db: Db,
-    /// The LISTEN backend's pid while the connection listens; 0 otherwise.
-    pid: AtomicI32,
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// The holders this store queued for each key, with the instant before the first claim
-    /// that queued each.
-    queued: HashMap<StoreKey, Vec<(Holder, Instant)>>,
-    /// Grants handed to a waiting holder of this store and not taken yet, one per key.
-    handed: HashMap<StoreKey, Handed>,
-}
-
-/// A grant a release handed to one of this store's holders.
-#[derive(Debug, Clone)]
-pub(crate) struct Handed {
-    pub(crate) holder: Holder,
-    pub(crate) fence: Fence,
-    /// The instant before the claim that queued the holder was sent.
-    pub(crate) since: Instant,
-}
 
 /// A hand-over notification's fields.
 struct Notice<'a> {
@@ -103,163 +70,59 @@ pub(crate) fn is_handover(payload: &str) -> bool {
     payload.starts_with('\u{1f}')
 }
 
-impl Handoffs {
-    pub(crate) fn new(hub: Arc<ReleaseHub>, db: Db) -> Self {
-        Handoffs {
-            hub,
-            db,
-            pid: AtomicI32::new(0),
-            state: Mutex::new(State::default()),
+/// The hand-overs of a store with pool `db`: the core's [`Handoffs`], whose address is the
+/// LISTEN backend's pid, giving a grant back by releasing it.
+pub(crate) fn new(hub: Arc<ReleaseHub>, db: Db) -> Handoffs {
+    Handoffs::new(hub, move |_, key, holder| {
+        give_back(db.clone(), key, holder)
+    })
+}
+
+/// The pid to queue this store under: `Some` while the LISTEN connection listens.
+pub(crate) fn pid(handoffs: &Handoffs) -> Option<i32> {
+    handoffs.address().and_then(|pid| i32::try_from(pid).ok())
+}
+
+/// The LISTEN connection listens on backend `pid`.
+pub(crate) fn connected(handoffs: &Handoffs, pid: i32) {
+    match u64::try_from(pid) {
+        Ok(address) if address != 0 => handoffs.connected(address),
+        _ => handoffs.disconnected(),
+    }
+}
+
+/// A notification `payload` for which [`is_handover`] holds, read by the LISTEN
+/// connection's task.
+pub(crate) fn arrived(handoffs: &Arc<Handoffs>, payload: &str) {
+    let Some(notice) = Notice::parse(payload) else {
+        return;
+    };
+    let Ok(address) = u64::try_from(notice.pid) else {
+        return;
+    };
+    handoffs.arrived(
+        address,
+        StoreKey::from_stored(notice.key.to_owned()),
+        Holder::from_stored(notice.holder.to_owned()),
+        Fence::new(notice.fence),
+    );
+}
+
+/// Releases the grant handed to `holder`, who will never use it, in the background: the
+/// release hands the key to the next store in line.
+fn give_back(db: Db, key: StoreKey, holder: Holder) {
+    tokio::spawn(async move {
+        if let Err(error) = locks::release(&db, &key, &holder).await {
+            telemetry::emit(
+                &events::LOCK_RELEASE_FAULTED,
+                Some(key.as_str()),
+                format_args!(
+                    "a grant handed to a waiter that stopped waiting could not be released, \
+                     so the key stays held until its TTL: {error}"
+                ),
+            );
         }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The pid to queue this store under: `Some` while the LISTEN connection listens.
-    pub(crate) fn pid(&self) -> Option<i32> {
-        Some(self.pid.load(Ordering::Acquire)).filter(|pid| *pid != 0)
-    }
-
-    /// The LISTEN connection listens on backend `pid`. Entries queued under an earlier
-    /// backend will never be answered here: they are forgotten (the server deletes them at
-    /// the next release, as its backend is gone).
-    pub(crate) fn connected(&self, pid: i32) {
-        let previous = self.pid.swap(pid, Ordering::AcqRel);
-        if previous != pid {
-            self.state().queued.clear();
-        }
-    }
-
-    /// The LISTEN connection was lost: nothing is queued until it is back.
-    pub(crate) fn disconnected(&self) {
-        self.pid.store(0, Ordering::Release);
-    }
-
-    /// The grant handed to `holder` for `key`, taken (it is answered once).
-    pub(crate) fn take(&self, key: &StoreKey, holder: &Holder) -> Option<Handed> {
-        let mut state = self.state();
-        match state.handed.get(key) {
-            Some(handed) if handed.holder == *holder => state.handed.remove(key),
-            _ => None,
-        }
-    }
-
-    /// `holder` is about to claim `key` and be queued if it is held; `sent` is the instant
-    /// before the claim is sent. Its first queueing is kept: the hand-over's TTL runs from it.
-    pub(crate) fn queueing(&self, key: &StoreKey, holder: &Holder, sent: Instant) {
-        let mut state = self.state();
-        let queued = state.queued.entry(key.clone()).or_default();
-        queued.retain(|(queued, at)| {
-            queued == holder
-                || self.hub.is_waiting(key, queued)
-                || sent.saturating_duration_since(*at) < FORGET_AFTER
-        });
-        if !queued.iter().any(|(queued, _)| queued == holder) {
-            queued.push((holder.clone(), sent));
-        }
-    }
-
-    /// A claim granted or extended `key` to `holder`: it is no longer queued, and a
-    /// hand-over of that grant that arrives late (or arrived while the claim was in flight)
-    /// is not answered again.
-    pub(crate) fn granted(&self, key: &StoreKey, holder: &Holder) {
-        let mut state = self.state();
-        if let Some(queued) = state.queued.get_mut(key) {
-            // The claim deleted this store's entry: holders whose wait ended are done with.
-            queued.retain(|(queued, _)| queued != holder && self.hub.is_waiting(key, queued));
-            if queued.is_empty() {
-                state.queued.remove(key);
-            }
-        }
-        if state.handed.get(key).is_some_and(|h| h.holder == *holder) {
-            state.handed.remove(key);
-        }
-    }
-
-    /// A notification `payload` for which [`is_handover`] holds, read by the LISTEN
-    /// connection's task.
-    pub(crate) fn arrived(self: &Arc<Self>, payload: &str) {
-        let Some(notice) = Notice::parse(payload) else {
-            return;
-        };
-        if Some(notice.pid) != self.pid() {
-            // Another store's turn.
-            return;
-        }
-        let key = StoreKey::from_stored(notice.key.to_owned());
-        let holder = Holder::from_stored(notice.holder.to_owned());
-        let handed = {
-            let mut state = self.state();
-            let Some(queued) = state.queued.get_mut(&key) else {
-                return;
-            };
-            let Some(at) = queued.iter().position(|(queued, _)| *queued == holder) else {
-                // Not queued (any more): the holder's own claim took this grant already.
-                return;
-            };
-            let (_, since) = queued.remove(at);
-            if queued.is_empty() {
-                state.queued.remove(&key);
-            }
-            let handed = Handed {
-                holder: holder.clone(),
-                fence: Fence::new(notice.fence),
-                since,
-            };
-            if !self.hub.is_waiting(&key, &holder) {
-                // Its wait ended before its turn came: pass the turn on.
-                drop(state);
-                self.give_back(key, holder);
-                return;
-            }
-            state.handed.insert(key.clone(), handed.clone());
-            handed
-        };
-        self.hub.notify(&key);
-        let this = Arc::clone(self);
-        tokio::spawn(async move { this.watch(key, handed).await });
-    }
-
-    /// Releases a hand-over its waiter does not take, once that waiter's wait has ended.
-    async fn watch(self: Arc<Self>, key: StoreKey, handed: Handed) {
-        loop {
-            tokio::time::sleep(HANDOFF_RESERVATION).await;
-            let mut state = self.state();
-            match state.handed.get(&key) {
-                Some(h) if h.holder == handed.holder && h.fence == handed.fence => {
-                    if self.hub.is_waiting(&key, &handed.holder) {
-                        continue;
-                    }
-                    state.handed.remove(&key);
-                }
-                // Taken, or replaced by a later hand-over.
-                _ => return,
-            }
-            drop(state);
-            self.give_back(key, handed.holder);
-            return;
-        }
-    }
-
-    /// Releases the grant handed to `holder`, who will never use it, in the background: the
-    /// release hands the key to the next store in line.
-    fn give_back(&self, key: StoreKey, holder: Holder) {
-        let db = self.db.clone();
-        tokio::spawn(async move {
-            if let Err(error) = locks::release(&db, &key, &holder).await {
-                telemetry::emit(
-                    &events::LOCK_RELEASE_FAULTED,
-                    Some(key.as_str()),
-                    format_args!(
-                        "a grant handed to a waiter that stopped waiting could not be released, \
-                         so the key stays held until its TTL: {error}"
-                    ),
-                );
-            }
-        });
-    }
+    });
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use baton_core::signals::ReleaseHub;
+use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::telemetry::{self, events};
 use baton_core::time::format_duration;
@@ -18,7 +18,7 @@ use tokio::time::timeout;
 
 use crate::connection::Db;
 use crate::error::{sql_error, timed_out, unexpected};
-use crate::handoff::Handoffs;
+use crate::handoff;
 use crate::options::{Pooler, PostgresOptions};
 use crate::schema::{self, SchemaError};
 use crate::sql;
@@ -176,7 +176,7 @@ impl PostgresStore {
         };
         let db = Db::new(&target, options.clone());
         let hub = Arc::new(ReleaseHub::new());
-        let handoffs = Arc::new(Handoffs::new(Arc::clone(&hub), db.clone()));
+        let handoffs = Arc::new(handoff::new(Arc::clone(&hub), db.clone()));
         // One deadline for everything connecting does: the first connection, the schema (and
         // the wait for its migration lock), and the first LISTEN.
         let deadline = options.call_deadline();
@@ -520,7 +520,7 @@ impl LeaseStore for PostgresStore {
                 });
             }
         }
-        let pid = self.handoffs.pid();
+        let pid = handoff::pid(&self.handoffs);
         let queue = pid.is_some() && self.hub.is_waiting(key, holder);
         if queue {
             self.handoffs

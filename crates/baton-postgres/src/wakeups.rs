@@ -32,12 +32,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use baton_core::StoreKey;
-use baton_core::signals::ReleaseHub;
+use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::telemetry::{self, events};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 
-use crate::handoff::{self, Handoffs};
+use crate::handoff;
 use crate::listener::{ListenTask, Sink, Spec};
 use crate::options::PostgresOptions;
 use crate::sql;
@@ -141,14 +141,14 @@ struct Wakeups {
 impl Sink for Wakeups {
     fn notify(&self, payload: &str) {
         if handoff::is_handover(payload) {
-            self.handoffs.arrived(payload);
+            handoff::arrived(&self.handoffs, payload);
         } else if !payload.is_empty() {
             self.hub.notify(&StoreKey::from_stored(payload.to_owned()));
         }
     }
 
     fn connected(&self, pid: i32) {
-        self.handoffs.connected(pid);
+        handoff::connected(&self.handoffs, pid);
     }
 
     fn lost(&self, server: &str, why: &str) {

@@ -6,6 +6,9 @@
 -- KEYS[1]  the grant: "{<qualified key>}"
 -- KEYS[2]  the fence counter, a string: "{<qualified key>}:fence"
 -- KEYS[3]  the queue of waiting stores: "{<qualified key>}:queue"; only with ARGV[3]
+-- KEYS[4]  the waiting holders of the queued stores: "{<qualified key>}:who"; only with
+--          ARGV[3], and only when a release may grant the key to this holder by hand-over
+--          (the store listens, the claim has no reason, and min_replicas is 0)
 -- ARGV[1]  holder
 -- ARGV[2]  ttl, milliseconds
 -- ARGV[3]  this store (its wake-up channel), when a waiter of this store waits for the key;
@@ -21,16 +24,8 @@
 -- three calls and one string, with nothing else made. With one (a waiter, which usually finds the key held or reserved for it)
 -- it reads the key first, so that finding it held takes no fence and writes no grant.
 --
--- Expiry is Redis's: an expired grant reads as absent. Each fence is the larger of the
--- counter plus one and the server's TIME in microseconds, and is stored back in the counter
--- (a claim that does not grant may skip a number, which fences allow). So a fence is above
--- every fence this server handed out, and not below its clock: a counter that is missing
--- (new key, expired, evicted, lost in a restart without persistence) or stale (a promoted
--- replica that missed the last grants) is overtaken by the clock, and the next fence is
--- above every fence handed out before, unless the clock is behind the old server's. Written
--- as SET ... GET, the common case (the clock is ahead of the counter) is two calls, TIME and
--- SET; a counter at or above the clock (a clock that stepped back, more than one claim of
--- the key per microsecond) costs a second SET.
+-- Expiry is Redis's: an expired grant reads as absent. Each fence is next_fence's (see
+-- lock_prelude.lua, helpers(true)); a claim that does not grant may skip a number, which fences allow.
 local store = ARGV[3]
 if store == '' then
     store = nil
@@ -46,7 +41,7 @@ if store then
         if (held and holder ~= ARGV[1]) or (not held and reserved_for ~= store) then
             -- Held by another holder, or reserved for another store: queue this store.
             local remaining = redis.call('PTTL', KEYS[1])
-            enqueue(KEYS[3], store, remaining)
+            enqueue(KEYS[3], store, remaining, KEYS[4], ARGV[1], ARGV[2])
             if held and not marked then
                 mark(KEYS[1], current)
             end
@@ -55,24 +50,9 @@ if store then
     end
 end
 if not held then
-    local time = redis.call('TIME')
-    local counter = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    local keep = string.format('%d', tonumber(ARGV[2]) + FENCE_RETENTION_MS)
-    local last = redis.pcall('SET', KEYS[2], string.format('%d', counter), 'PX', keep, 'GET')
-    if last then
-        if type(last) == 'table' then
-            -- A counter of another type (WRONGTYPE): nothing was written.
-            return last
-        end
-        local n = string.find(last, '^%d+$') and tonumber(last)
-        if not n then
-            redis.call('SET', KEYS[2], last)
-            return redis.error_reply('BATONCORRUPT fence counter ' .. KEYS[2] .. ' is not a number')
-        end
-        if n >= counter then
-            counter = n + 1
-            redis.call('SET', KEYS[2], string.format('%d', counter), 'PX', keep)
-        end
+    local counter, err = helpers(true)(KEYS[2], ARGV[2])
+    if not counter then
+        return err
     end
     local value
     if reason == '' then
@@ -92,6 +72,9 @@ if not held then
         if store and redis.call('ZREM', KEYS[3], store) == 1 then
             -- A queued waiter took a free key (after a reservation lapsed or a grant
             -- expired): the new head watches this grant, and its release hands on.
+            if KEYS[4] then
+                redis.call('HDEL', KEYS[4], store)
+            end
             _, _, mark, watch_head = helpers()
             if watch_head(KEYS[1], KEYS[3], ARGV[2]) then
                 mark(KEYS[1], value)

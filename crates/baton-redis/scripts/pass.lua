@@ -1,5 +1,5 @@
 -- pass: a store with nobody waiting for the key any more gives up its place, so the stores
--- behind it are not kept waiting: it leaves the queue, and a reservation made for it goes to
+-- behind it are not kept waiting: it leaves the queue (and "{Q}:who", named from KEYS[1]), and a reservation made for it goes to
 -- the next store that can be reached. Sent by the store's pub/sub task when it is told it is
 -- its turn (or its watch timer ends) and none of its waiters wants the key.
 -- (Runs after lock_prelude.lua, which defines helpers().)
@@ -12,6 +12,7 @@
 -- store (whose release or claim moves the queue on; the new head watches in this store's
 -- place, and the grant is marked so that its release hands on).
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[1] .. ':who', ARGV[1])
 local read, _, mark, watch_head, _, hand_off = helpers()
 local value = redis.call('GET', KEYS[1])
 if value then

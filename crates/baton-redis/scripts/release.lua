@@ -1,6 +1,7 @@
 -- release: free a grant, only if the holder still holds it. If stores queued for the key
--- during the grant (it is marked), the key is not deleted but reserved for the store that
--- waited longest, and only that store is told; otherwise nothing is published.
+-- during the grant (it is marked), the key is not deleted but handed to the store that
+-- waited longest (granted to its waiting holder, or reserved for it; see hand_off in
+-- lock_prelude.lua), and only that store is told; otherwise nothing is published.
 -- (Runs after lock_prelude.lua, which defines helpers().)
 --
 -- KEYS[1]  the grant: "{<qualified key>}"
@@ -10,8 +11,9 @@
 --          by the store's wake-up channel (one argument: every argument costs each call)
 --
 -- Returns 0 removed, 1 removed and reserved for this store's own waiter (which the caller
--- wakes), 2 nobody holds it, or the holder (a string) when another holder holds it (left
--- alone). The fence counter is left alone: the next grant must still see it.
+-- wakes), {fence, holder} removed and granted to this store's waiting holder (which the
+-- caller tells), 2 nobody holds it, or the holder (a string) when another holder holds it
+-- (left alone). The fence counter is kept: the next grant must still see it.
 local value = redis.call('GET', KEYS[1])
 if not value then
     return 2
@@ -35,12 +37,18 @@ if holder ~= ARGV[1] then
     return holder
 end
 local me = string.sub(ARGV[2], 2)
-local to = marked and hand_off(KEYS[1], KEYS[2], me, string.sub(ARGV[2], 1, 1))
+local to, handed, to_holder
+if marked then
+    to, handed, to_holder = hand_off(KEYS[1], KEYS[2], me, string.sub(ARGV[2], 1, 1))
+end
 if not to then
     redis.call('DEL', KEYS[1])
     return 0
 end
 if to == me then
+    if handed then
+        return {handed, to_holder}
+    end
     return 1
 end
 return 0

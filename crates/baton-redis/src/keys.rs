@@ -1,19 +1,20 @@
 //! Where a grant lives in Redis: the key layout, its hash tag, and the wake-up channels.
 //!
 //! A qualified key `Q` (`<namespace>:<kind>:<key>`, see `baton::Namespace`) is stored as up
-//! to three Redis keys that share one Redis Cluster slot:
+//! to four Redis keys that share one Redis Cluster slot:
 //!
 //! | Redis key | type | holds |
 //! |---|---|---|
 //! | `{Q}` | string, with a PX expiry | the live grant, `<fence>:<holder>[\n<reason>]`, or a handoff reservation `handoff:<store id>` |
 //! | `{Q}:fence` | string, with a PX expiry | the fence counter |
 //! | `{Q}:queue` | sorted set, with a PX expiry | the stores waiting for `Q`, oldest first |
+//! | `{Q}:who` | hash, with a PX expiry | per queued store, the holder that waits and its TTL, `<ttl ms>:<holder>` |
 //!
 //! All start with `{Q`, so Redis Cluster hashes them on the same tag: the text between the
 //! first `{` and the first `}` after it. That is all of `Q` when `Q` contains no `}`, and
 //! the part of `Q` before its first `}` otherwise; either way the keys of one grant share
 //! it. Different qualified keys never map to the same Redis key: grant keys end in `}`,
-//! counter keys in `:fence` and queue keys in `:queue`, and stripping the wrapping gives
+//! counter keys in `:fence`, queue keys in `:queue` and waiting-holder keys in `:who`, and stripping the wrapping gives
 //! back `Q`.
 //!
 //! Each store instance listens on a channel of its own, [`wake_channel`]; a release tells only
@@ -71,6 +72,15 @@ pub(crate) fn queue(key: &StoreKey) -> RedisKey<'_> {
     RedisKey {
         key,
         suffix: ":queue",
+    }
+}
+
+/// The Redis key of the holders that wait in the queued stores of `key`: `{Q}:who`. The
+/// release and pass scripts name it from the grant's key (see `lock_prelude.lua`).
+pub(crate) fn who(key: &StoreKey) -> RedisKey<'_> {
+    RedisKey {
+        key,
+        suffix: ":who",
     }
 }
 

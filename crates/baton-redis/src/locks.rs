@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::signals::ReleaseHub;
+use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::telemetry::{self, events};
 use baton_core::{Error, Fence, Holder, Result, StoreKey, Ttl};
@@ -55,6 +55,10 @@ const SCAN_BATCH: usize = 500;
 ///   connection is subscribed to the store's own wake-up channel (see [`crate::wakeups`]).
 /// - Waiting processes queue per key in Redis: a release hands the key to the process
 ///   that waited longest and wakes only that one; with nobody waiting it publishes nothing.
+///   The release grants the key to that process's waiting holder itself, so the waiter
+///   takes it without another round trip, except with `min_replicas` (a grant must be
+///   confirmed by replicas first): the key is then reserved for that process, whose waiter
+///   claims it.
 /// - Every call answers within `connect_timeout + response_timeout` or fails with
 ///   `Unavailable`; a call that found the connection refused is tried once more on the new
 ///   connection, and so is an idempotent call (everything but `release`) whose connection
@@ -78,6 +82,12 @@ pub struct RedisStore {
     release_waiting: String,
     release_idle: String,
     hub: Arc<ReleaseHub>,
+    /// The grants releases handed to this store's waiting holders.
+    handoffs: Arc<Handoffs>,
+    /// Whether releases may hand keys to this store's holders: not with `min_replicas`,
+    /// whose grants must be confirmed by replicas before anyone relies on them, which a
+    /// hand-over message cannot wait for (its waiters take a reservation instead).
+    hands_over: bool,
     push: PushChannel,
     /// The broadcast subscriber connection, started by the first subscription.
     broadcast: crate::broadcast::HubCell,
@@ -167,9 +177,34 @@ impl RedisStore {
         };
         let channel = identity.channel.clone();
         let hub = Arc::new(ReleaseHub::new());
-        let push =
-            PushChannel::start(endpoint, identity, Arc::clone(&hub), options.clone()).await?;
+        let handoffs = Arc::new(Handoffs::new(Arc::clone(&hub), {
+            let (link, hub) = (Arc::clone(&link), Arc::clone(&hub));
+            let channel = channel.clone();
+            let deadline = options.call_deadline();
+            move |handoffs: &Arc<Handoffs>, key, holder| {
+                give_back(
+                    GiveBack {
+                        link: Arc::clone(&link),
+                        hub: Arc::clone(&hub),
+                        handoffs: Arc::clone(handoffs),
+                        channel: channel.clone(),
+                        deadline,
+                    },
+                    key,
+                    holder,
+                );
+            }
+        }));
+        let push = PushChannel::start(
+            endpoint,
+            identity,
+            Arc::clone(&hub),
+            Arc::clone(&handoffs),
+            options.clone(),
+        )
+        .await?;
         Ok(RedisStore {
+            hands_over: options.get_min_replicas() == 0,
             link,
             target,
             options,
@@ -177,6 +212,7 @@ impl RedisStore {
             release_idle: format!("0{channel}"),
             channel,
             hub,
+            handoffs,
             push,
             broadcast: Default::default(),
         })
@@ -406,13 +442,45 @@ impl LeaseStore for RedisStore {
         // store should queue for the key if it is held. The queue key and the store's channel
         // go only with such a claim: the uncontended one carries two keys and two arguments.
         let waiting = self.hub.has_waiters(key);
+        // With a waiter, the claim may queue the store; if its holder waits and the store may
+        // be handed keys, it also names the holder (`{Q}:who`), and a release grants the key
+        // to it directly. Nothing of this touches the claim nobody here waits for.
+        let mut hand_over = false;
+        if waiting {
+            if let Some(handed) = self.handoffs.take(key, holder) {
+                // Trusted from memory while at least half its TTL is left; an older one is
+                // confirmed by the claim below, which finds the key this holder's and extends it.
+                if handed.since.elapsed() < ttl.get() / 2 {
+                    return Ok(Claim::HandedOver {
+                        fence: handed.fence,
+                        since: handed.since,
+                    });
+                }
+            }
+            hand_over = self.hands_over
+                && reason.is_empty()
+                && self.handoffs.address().is_some()
+                && self.hub.is_waiting(key, holder);
+            if hand_over {
+                self.handoffs.queueing(key, holder, Instant::now());
+            }
+        }
+        let holder_id = holder;
         let holder = holder.as_str();
         let ttl = ttl.as_millis();
-        let size = 3 * key.as_str().len() + holder.len() + reason.len() + self.channel.len();
-        let mut invocation = Evalsha::new(&SCRIPTS.claim, if waiting { 3 } else { 2 }, size);
+        let size = 4 * key.as_str().len() + holder.len() + reason.len() + self.channel.len();
+        let key_count = match (waiting, hand_over) {
+            (false, _) => 2,
+            (true, false) => 3,
+            (true, true) => 4,
+        };
+        let mut invocation = Evalsha::new(&SCRIPTS.claim, key_count, size);
         invocation.arg(keys::grant(key)).arg(keys::fence(key));
         if waiting {
             invocation.arg(keys::queue(key));
+        }
+        if hand_over {
+            invocation.arg(keys::who(key));
         }
         invocation.arg(holder).arg(ttl);
         match (waiting, reason.is_empty()) {
@@ -426,6 +494,9 @@ impl LeaseStore for RedisStore {
         let (claim, replicas) = self
             .call_confirmed(what, &invocation, parse_claim, |_| true)
             .await?;
+        if waiting && let Claim::Granted { .. } | Claim::Extended { .. } = claim {
+            self.handoffs.granted(key, holder_id);
+        }
         if let Claim::Granted { .. } | Claim::Extended { .. } = claim
             && let Some(e) = self.unconfirmed(&what(), replicas)
         {
@@ -502,7 +573,14 @@ impl LeaseStore for RedisStore {
                 return Err(e);
             }
         };
-        if released.to_this_store
+        if let Some((fence, to)) = released.handed {
+            // Granted to a waiting holder of this process: it is told here, not by a message.
+            match self.handoffs.address() {
+                Some(address) => self.handoffs.arrived(address, key.clone(), to, fence),
+                // Pub/sub is down: the holder's next claim finds the key its own.
+                None => self.hub.notify(key),
+            }
+        } else if released.to_this_store
             || (released.release == Release::Removed && !self.push.is_healthy())
         {
             // The key is reserved for a waiter of this process, which no message will wake;
@@ -574,6 +652,68 @@ impl LeaseStore for RedisStore {
     }
 }
 
+/// What a store's give-back needs: see [`give_back`].
+struct GiveBack {
+    link: Arc<Link>,
+    hub: Arc<ReleaseHub>,
+    handoffs: Arc<Handoffs>,
+    /// The store's channel.
+    channel: String,
+    deadline: Duration,
+}
+
+/// Releases, in the background, the grant a release handed to `holder`, who stopped
+/// waiting before it arrived: the release hands the key to the next store in line (this
+/// one, if another of its holders waits). A failure is only logged; the grant's TTL frees
+/// the key then.
+fn give_back(store: GiveBack, key: StoreKey, holder: Holder) {
+    tokio::spawn(async move {
+        let waiting = if store.hub.has_waiters(&key) {
+            "1"
+        } else {
+            "0"
+        };
+        let mut invocation = Evalsha::new(&SCRIPTS.release, 2, 0);
+        invocation
+            .arg(keys::grant(&key))
+            .arg(keys::queue(&key))
+            .arg(holder.as_str())
+            .arg(format!("{waiting}{}", store.channel));
+        let mut conn = store.link.get();
+        let sent = timeout(store.deadline, async {
+            match invocation.send(&mut conn).await {
+                Err(e) if is_noscript(&e) => reload_and_send(&invocation, &mut conn).await,
+                sent => sent,
+            }
+        })
+        .await;
+        match sent.ok().and_then(|sent| sent.ok()) {
+            Some(sent) => match parse_release(&sent.value) {
+                Some(Released {
+                    handed: Some((fence, to)),
+                    ..
+                }) => match store.handoffs.address() {
+                    Some(address) => store.handoffs.arrived(address, key, to, fence),
+                    None => store.hub.notify(&key),
+                },
+                Some(Released {
+                    to_this_store: true,
+                    ..
+                }) => store.hub.notify(&key),
+                _ => {}
+            },
+            None => telemetry::emit(
+                &events::LOCK_RELEASE_FAULTED,
+                Some(key.as_str()),
+                format_args!(
+                    "a grant handed to a waiter that stopped waiting could not be released, \
+                     so the key stays held until its TTL"
+                ),
+            ),
+        }
+    });
+}
+
 /// What follows a first attempt that failed with `first`: after `NOSCRIPT`, the script is
 /// loaded and the call sent again; after a refused or dropped connection, the call is sent
 /// once more (loading the script if the server restarted meanwhile). Answers the value and,
@@ -643,10 +783,22 @@ struct Released {
     release: Release,
     /// The key is now reserved for a waiter of this store.
     to_this_store: bool,
+    /// The key is now granted to a waiting holder of this store, with this fence.
+    handed: Option<(Fence, Holder)>,
 }
 
-/// The answer of the release script: 0, 1 or 2, or the other holder's id.
+/// The answer of the release script: 0, 1 or 2, `{fence, holder}`, or the other holder's id.
 fn parse_release(value: &Value) -> Option<Released> {
+    if let Value::Array(items) = value {
+        let [granted, to] = items.as_slice() else {
+            return None;
+        };
+        return Some(Released {
+            release: Release::Removed,
+            to_this_store: false,
+            handed: Some((fence(granted)?, Holder::from_stored(text(to)?))),
+        });
+    }
     let (release, to_this_store) = match value {
         Value::Int(0) => (Release::Removed, false),
         Value::Int(1) => (Release::Removed, true),
@@ -662,6 +814,7 @@ fn parse_release(value: &Value) -> Option<Released> {
     Some(Released {
         release,
         to_this_store,
+        handed: None,
     })
 }
 
@@ -804,6 +957,7 @@ mod tests {
                 ("get", 1),
                 ("zrange", 1),
                 ("zrem", 1),
+                ("hget", 1),
                 ("publish", 1),
                 ("set", 1),
             ])
@@ -823,6 +977,55 @@ mod tests {
             calls,
             ran(&[("evalsha", 1), ("get", 1), ("zrange", 1), ("del", 1)])
         );
+
+        // A hand-over to a holder of another store that waits for the key: its claim also
+        // names the holder, the release grants the key to it with the next fence and tells
+        // its store, and the holder's next claim is answered from memory.
+        let (held, waiter) = (Holder::random(), Holder::random());
+        let fence = granted(a.claim(&key, LeaseRequest::new(&held, ttl)).await);
+        let _waiting = b.wakeups().hub.subscribe_as(&key, &waiter);
+        let (claim, calls) =
+            commands_of(&server, b.claim(&key, LeaseRequest::new(&waiter, ttl))).await;
+        assert!(matches!(claim.unwrap(), Claim::Held { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("get", 1),
+                ("pttl", 3),
+                ("time", 1),
+                ("zadd", 1),
+                ("pexpire", 2),
+                ("hset", 1),
+                ("set", 1),
+            ])
+        );
+        let (release, calls) = commands_of(&server, a.release(&key, &held)).await;
+        assert_eq!(release.unwrap(), Release::Removed);
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("get", 1),
+                ("zrange", 1),
+                ("zrem", 1),
+                ("hget", 1),
+                ("hdel", 1),
+                ("time", 1),
+                ("publish", 1),
+                ("set", 2),
+            ])
+        );
+        // The message arrives on b's pub/sub connection.
+        let arrived = Instant::now() + Duration::from_secs(5);
+        let handed = loop {
+            if let Some(handed) = b.handoffs.take(&key, &waiter) {
+                break handed;
+            }
+            assert!(Instant::now() < arrived, "the hand-over reaches b");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert!(handed.fence > fence, "{handed:?} after {fence:?}");
     }
 
     fn bulk(s: &str) -> Value {
@@ -887,8 +1090,19 @@ mod tests {
             Some(Released {
                 release,
                 to_this_store,
+                handed: None,
             })
         };
+        assert_eq!(
+            parse_release(&array(vec![Value::Int(7), bulk("h")])),
+            Some(Released {
+                release: Release::Removed,
+                to_this_store: false,
+                handed: Some((Fence::new(7), Holder::from_stored("h".into()))),
+            })
+        );
+        assert_eq!(parse_release(&array(vec![Value::Int(0), bulk("h")])), None);
+        assert_eq!(parse_release(&array(vec![Value::Int(7)])), None);
         assert_eq!(
             parse_release(&Value::Int(0)),
             released(Release::Removed, false)

@@ -5,15 +5,28 @@
 //! long as the store lives, to a channel of its own: `baton:wake:<db>:<id>`. Nothing is
 //! published for a release nobody waits for. When a claim finds a key held and a waiter of
 //! this process waits for it, the claim script puts the store in the key's queue
-//! (`{Q}:queue`, oldest first, once per store). A release then reserves the key for the
-//! store that waited longest for [`HANDOFF_RESERVATION`] and sends it alone an `h<Q>`
-//! message ("your turn"); this connection's task wakes the store's waiters of `Q` through
-//! [`ReleaseHub::notify`], and in the core only the first of them claims. So a release wakes
-//! one waiter in one process, and processes take turns in the order they started waiting.
+//! (`{Q}:queue`, oldest first, once per store) and records which of its holders waits
+//! (`{Q}:who`). A release then grants the key to that holder of the store that waited
+//! longest, with a new fence, and sends the store alone a `g<fence>\n<holder>\n<Q>` message
+//! (a hand-over); this connection's task gives it to the core's [`Handoffs`], which wakes
+//! that holder's waiter, and its next claim answers `HandedOver` from memory: a grant costs
+//! the waiter's queueing claim and the holder's release, and no claim after the release. A
+//! store queued without a `who` entry (an older baton, or one with `min_replicas`, whose
+//! grants must be confirmed by replicas before anyone relies on them, which a message cannot
+//! wait for) gets a reservation instead: the key is reserved for it for
+//! [`HANDOFF_RESERVATION`] and it is sent an `h<Q>` message ("your turn"); this task wakes
+//! the store's waiters of `Q` through [`ReleaseHub::notify`], and in the core only the first
+//! of them claims. So a release wakes one waiter in one process, and processes take turns in
+//! the order they started waiting.
 //! Because the subscription is permanent, a waiter's subscribe-before-attempt is a local
 //! operation and a handoff costs no `SUBSCRIBE` round trip.
 //!
 //! ## Behavior
+//! - The connection's generation (1, 2, ... for each subscription) is the [`Handoffs`]
+//!   address: holders queued while an earlier connection listened are forgotten, and while
+//!   it is down nothing is queued for a hand-over (claims queue for a reservation only).
+//! - A hand-over to a holder whose wait ended is given back by the store (a release as that
+//!   holder, which hands the key on).
 //! - Told it is its turn while none of its waiters wants the key any more (they gave up or
 //!   were cancelled), the task gives the turn away at once (`pass.lua`): the store leaves the
 //!   queue and the reservation goes to the next store.
@@ -46,10 +59,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use baton_core::StoreKey;
 use baton_core::retry::RECONNECT;
-use baton_core::signals::ReleaseHub;
+use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::telemetry::{self, events};
+use baton_core::{Fence, Holder, StoreKey};
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::{RedisError, Value};
@@ -144,6 +157,7 @@ impl PushChannel {
         endpoint: Endpoint,
         identity: Identity,
         hub: Arc<ReleaseHub>,
+        handoffs: Arc<Handoffs>,
         options: RedisOptions,
     ) -> baton_core::Result<Self> {
         let channel = identity.channel.clone();
@@ -151,12 +165,15 @@ impl PushChannel {
             .await
             .map_err(|e| e.into_error(&format!("subscribing to {channel}"), &identity.server))?;
         let healthy = Arc::new(AtomicBool::new(true));
+        handoffs.connected(1);
         let task = tokio::spawn(run(
             Listener {
                 endpoint,
                 channel,
                 identity,
                 hub,
+                handoffs,
+                generation: 1,
                 options,
                 healthy: Arc::clone(&healthy),
                 watches: HashMap::new(),
@@ -177,6 +194,9 @@ struct Listener {
     channel: String,
     identity: Identity,
     hub: Arc<ReleaseHub>,
+    handoffs: Arc<Handoffs>,
+    /// The subscription's generation, the [`Handoffs`] address while it is up.
+    generation: u64,
     options: RedisOptions,
     healthy: Arc<AtomicBool>,
     /// Keys this store is next in line for, with when to look at them again.
@@ -186,6 +206,12 @@ struct Listener {
 /// A wake-up message, as the lock scripts publish them.
 #[derive(Debug, PartialEq, Eq)]
 enum Message {
+    /// `g<fence>\n<holder>\n<Q>`: a release granted the key to this store's waiting holder.
+    Granted {
+        key: StoreKey,
+        holder: Holder,
+        fence: Fence,
+    },
     /// `h<Q>`: the key is reserved for this store.
     Turn(StoreKey),
     /// `w<ms>:<Q>`: this store is next for the key; look again in `ms` unless woken before.
@@ -195,6 +221,19 @@ enum Message {
 impl Message {
     fn parse(payload: &[u8]) -> Option<Message> {
         let text = std::str::from_utf8(payload).ok()?;
+        if let Some(grant) = text.strip_prefix('g') {
+            let (fence, rest) = grant.split_once('\n')?;
+            let (holder, key) = rest.split_once('\n')?;
+            let fence: u64 = fence.parse().ok().filter(|f| *f > 0)?;
+            if holder.is_empty() || key.is_empty() {
+                return None;
+            }
+            return Some(Message::Granted {
+                key: StoreKey::from_stored(key.to_owned()),
+                holder: Holder::from_stored(holder.to_owned()),
+                fence: Fence::new(fence),
+            });
+        }
         if let Some(key) = text.strip_prefix('h') {
             return Some(Message::Turn(StoreKey::from_stored(key.to_owned())));
         }
@@ -210,6 +249,10 @@ impl Message {
 impl Listener {
     fn on_message(&mut self, payload: &[u8]) {
         match Message::parse(payload) {
+            Some(Message::Granted { key, holder, fence }) => {
+                self.watches.remove(&key);
+                self.handoffs.arrived(self.generation, key, holder, fence);
+            }
             Some(Message::Turn(key)) => {
                 self.watches.remove(&key);
                 self.look_again(key);
@@ -263,6 +306,7 @@ async fn run(mut listener: Listener, mut connection: Connection) {
         let why = listen(&mut listener, &mut connection).await;
         drop(connection);
         listener.healthy.store(false, Ordering::Release);
+        listener.handoffs.disconnected();
         telemetry::emit(
             &events::STORE_PUSH_LOST,
             None,
@@ -273,6 +317,8 @@ async fn run(mut listener: Listener, mut connection: Connection) {
         );
         listener.hub.notify_all();
         connection = reconnect(&listener).await;
+        listener.generation += 1;
+        listener.handoffs.connected(listener.generation);
         listener.healthy.store(true, Ordering::Release);
         telemetry::emit(
             &events::STORE_PUSH_RESTORED,
@@ -430,6 +476,18 @@ mod tests {
                 Duration::from_millis(250)
             ))
         );
+        assert_eq!(
+            Message::parse(b"g17\ntok:en\nns:lock:a:b"),
+            Some(Message::Granted {
+                key: key("ns:lock:a:b"),
+                holder: Holder::from_stored("tok:en".to_owned()),
+                fence: Fence::new(17),
+            })
+        );
+        assert_eq!(Message::parse(b"g0\nh\nns:lock:a"), None);
+        assert_eq!(Message::parse(b"gx\nh\nns:lock:a"), None);
+        assert_eq!(Message::parse(b"g1\nh"), None);
+        assert_eq!(Message::parse(b"g1\n\nns:lock:a"), None);
         assert_eq!(Message::parse(b"w-1:ns:lock:a"), None);
         assert_eq!(Message::parse(b"wx:ns:lock:a"), None);
         assert_eq!(Message::parse(b"x"), None);

@@ -192,3 +192,56 @@ async fn with_min_replicas_an_unconfirmed_grant_is_unavailable_and_freed() {
         Claim::Granted { .. }
     ));
 }
+
+/// `min_replicas=1`: a grant must be confirmed by replicas before anyone relies on it, which
+/// a hand-over message cannot wait for. So a waiting store is queued without naming its
+/// holder (`{Q}:who`), the release reserves the key for it, and its waiter's own claim,
+/// confirmed by the replica, takes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_min_replicas_a_waiter_takes_its_turn_with_a_confirmed_claim() {
+    use std::sync::Arc;
+
+    use baton_core::{LockOptions, Locks};
+
+    let (primary, _replica) = pair().await;
+    let url = format!("{}?min_replicas=1&response_timeout=4s", primary.url());
+    let open = || async {
+        Locks::with_namespace(
+            Arc::new(RedisStore::connect(&url).await.unwrap()),
+            Namespace::new("t").unwrap(),
+        )
+    };
+    let (a, b) = (open().await, open().await);
+    let long = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
+    let guard = a.acquire("k", &long).await.unwrap();
+    let held = guard.fence();
+    let waiter = tokio::spawn(async move { b.acquire("k", &long).await });
+    let mut raw = common::raw(&primary.url()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let queued: i64 = redis::cmd("ZCARD")
+            .arg("{t:lock:k}:queue")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if queued == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "b did not queue");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let named: i64 = redis::cmd("EXISTS")
+        .arg("{t:lock:k}:who")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(named, 0, "no hand-over with min_replicas");
+    guard.release().await;
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the release hands the turn to b long before the TTL")
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > held);
+    next.release().await;
+}

@@ -676,6 +676,140 @@ async fn a_store_whose_waiter_gave_up_passes_its_turn_on() {
     assert!(queue(&server, "{gaveup:lock:k}:queue").await.is_empty());
 }
 
+/// How many `EVALSHA` calls (script runs) the server has answered.
+fn script_calls(server: &baton_testkit::redis::RedisServer) -> u64 {
+    server
+        .command_calls()
+        .unwrap()
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Waits (up to ten seconds) until `{Q}:who` names `len` waiting holders; if not, fails
+/// saying `what` did not.
+async fn wait_for_who(
+    server: &baton_testkit::redis::RedisServer,
+    who_key: &str,
+    len: usize,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut raw = common::raw(&server.url()).await;
+        let named: usize = redis::cmd("HLEN")
+            .arg(who_key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if named >= len {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not name its waiting holder"
+        );
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// With the key held by store A and a holder of store B waiting, A's release grants B's
+/// holder the key itself: B's holder gets it with no claim of its own (one script call
+/// between the release and B's grant, the release), and with a larger fence than A's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_key_to_the_waiting_holder_of_another_store() {
+    let server = common::server().await;
+    let (a, b) = (
+        common::locks(&server, "handover").await,
+        common::locks(&server, "handover").await,
+    );
+    let guard = a.acquire("k", &LockOptions::new(TEN_S)).await.unwrap();
+    let held = guard.fence();
+    let waiter = spawn_acquire(&b, "k", LockOptions::new(TEN_S).wait(TEN_S));
+    wait_for_queue(&server, "{handover:lock:k}:queue", 1, "b").await;
+    wait_for_who(&server, "{handover:lock:k}:who", 1, "b").await;
+    let before = script_calls(&server);
+    guard.release().await;
+    let next = granted_within(Duration::from_secs(5), waiter, "b's waiter").await;
+    assert_eq!(
+        script_calls(&server),
+        before + 1,
+        "the release alone: b's holder did not claim"
+    );
+    assert!(next.fence() > held, "{:?} after {held:?}", next.fence());
+    // The grant is the server's: b's holder holds the key there, and its release frees it.
+    next.release().await;
+    let mut raw = common::raw(&server.url()).await;
+    let left: Option<String> = ask(&mut raw, "GET", "{handover:lock:k}").await;
+    assert_eq!(left, None);
+    let who: i64 = ask(&mut raw, "EXISTS", "{handover:lock:k}:who").await;
+    assert_eq!(who, 0, "nobody is named as waiting any more");
+}
+
+/// When the store next in line is the releasing store itself, the release's answer carries
+/// the grant for its waiting holder: no message, and no claim from the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_key_to_a_waiting_holder_of_its_own_store() {
+    let server = common::server().await;
+    let locks = common::locks(&server, "own").await;
+    let guard = locks.acquire("k", &LockOptions::new(TEN_S)).await.unwrap();
+    let held = guard.fence();
+    let waiter = spawn_acquire(&locks, "k", LockOptions::new(TEN_S).wait(TEN_S));
+    wait_for_who(&server, "{own:lock:k}:who", 1, "the waiter").await;
+    let (scripts, messages) = (script_calls(&server), publishes(&server));
+    guard.release().await;
+    let next = granted_within(Duration::from_secs(5), waiter, "the waiter").await;
+    assert_eq!(script_calls(&server), scripts + 1, "the release alone");
+    assert_eq!(publishes(&server), messages, "no message to its own store");
+    assert!(next.fence() > held);
+    next.release().await;
+}
+
+/// A hand-over that reaches a store whose holder stopped waiting (it gave up) is given back
+/// at once by that store, and the release of it hands the key to the next store's waiter,
+/// which again takes it without a claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_to_a_holder_that_stopped_waiting_reaches_the_next_store() {
+    let server = common::server().await;
+    let open = || common::locks(&server, "givenback");
+    let (a, b, c) = (open().await, open().await, open().await);
+    let guard = a
+        .acquire("k", &LockOptions::new(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    // b waits 300ms and gives up; its store stays queued, naming its holder. c waits after it.
+    let gave_up = b
+        .acquire(
+            "k",
+            &LockOptions::new(TEN_S).wait(Duration::from_millis(300)),
+        )
+        .await;
+    assert!(
+        matches!(gave_up, Err(baton_core::AcquireError::Contended { .. })),
+        "{gave_up:?}"
+    );
+    let waiter = spawn_acquire(&c, "k", LockOptions::new(TEN_S).wait(TEN_S));
+    wait_for_queue(&server, "{givenback:lock:k}:queue", 2, "b and c (both)").await;
+    wait_for_who(&server, "{givenback:lock:k}:who", 2, "b and c (both)").await;
+    let before = script_calls(&server);
+    let released = Instant::now();
+    guard.release().await;
+    let next = granted_within(Duration::from_secs(5), waiter, "c's waiter").await;
+    // Not a speed bound: b's grant was given back long before its 10s TTL.
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "b gave its grant back: {:?}",
+        released.elapsed()
+    );
+    assert_eq!(
+        script_calls(&server),
+        before + 2,
+        "a's release and b's give-back; c did not claim"
+    );
+    next.release().await;
+    assert!(queue(&server, "{givenback:lock:k}:queue").await.is_empty());
+}
+
 /// A store that is reached but never claims (here: a bare subscriber standing in for a
 /// paused process) holds the key for the reservation only; a store whose connection is gone
 /// is skipped at once. Either way the next store gets the lock long before the holder's TTL.

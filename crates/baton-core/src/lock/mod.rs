@@ -11,6 +11,7 @@
 
 pub(crate) mod grant;
 mod guard;
+mod handoffs;
 mod options;
 pub mod signals;
 mod turns;

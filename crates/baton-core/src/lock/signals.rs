@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use super::handoffs::{Handed, Handoffs};
+
 use crate::holder::Holder;
 use crate::key::StoreKey;
 
