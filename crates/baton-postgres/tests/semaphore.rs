@@ -5,14 +5,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use baton_core::conformance::{Opens, fresh_namespace};
-use baton_core::{LockOptions, Semaphore, SemaphoreStore};
+use baton_core::{Semaphore, SemaphoreStore};
 
-use baton_testkit::PermitWorkload;
 use baton_testkit::postgres::PostgresServer;
+use baton_testkit::{PermitWorkload, most_permit_holders};
 use common::*;
 
 baton_core::semaphore_conformance_tests!(harness());
@@ -22,39 +20,12 @@ baton_core::semaphore_conformance_tests!(harness());
 /// waiters of the others (through `baton_released`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_share_the_permits() {
-    let namespace = fresh_namespace();
-    let permits = 2;
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
+    let mut stores: Vec<Arc<dyn SemaphoreStore>> = Vec::new();
     for _ in 0..3 {
-        let store: Arc<dyn SemaphoreStore> = harness().await.open().await;
-        for _ in 0..4 {
-            let sem =
-                Semaphore::new(Arc::clone(&store), namespace.clone(), "shared", permits).unwrap();
-            let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..3 {
-                    let options =
-                        LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(60));
-                    let permit = sem.acquire(&options).await.expect("a permit in time");
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    permit.release().await;
-                }
-            }));
-        }
+        stores.push(harness().await.open().await);
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let most = most.load(Ordering::SeqCst);
-    assert!(
-        most <= permits as usize,
-        "{most} holders of {permits} permits"
-    );
+    let most = most_permit_holders(stores, &fresh_namespace(), "shared", 2, 4).await;
+    assert!(most <= 2, "{most} holders of 2 permits");
 }
 
 /// Four OS processes, each with its store (and its LISTEN connection), share two permits:

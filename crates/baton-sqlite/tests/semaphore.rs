@@ -4,13 +4,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use baton_core::conformance::fresh_namespace;
 use baton_core::{LockOptions, Semaphore, SemaphoreStore};
 use baton_sqlite::{SqliteOptions, SqliteStore};
-use baton_testkit::PermitWorkload;
+use baton_testkit::{PermitWorkload, most_permit_holders};
 
 baton_core::semaphore_conformance_tests!(common::harness());
 
@@ -20,43 +19,16 @@ baton_core::semaphore_conformance_tests!(common::harness());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_on_one_file_share_the_permits() {
     let harness = common::harness().await;
-    let namespace = fresh_namespace();
-    let permits = 2;
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
+    let mut stores: Vec<Arc<dyn SemaphoreStore>> = Vec::new();
     for _ in 0..4 {
-        let store: Arc<dyn SemaphoreStore> = Arc::new(
+        stores.push(Arc::new(
             SqliteStore::open(&harness.opener.path, SqliteOptions::new())
                 .await
                 .unwrap(),
-        );
-        for _ in 0..3 {
-            let sem =
-                Semaphore::new(Arc::clone(&store), namespace.clone(), "shared", permits).unwrap();
-            let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..3 {
-                    let options =
-                        LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(60));
-                    let permit = sem.acquire(&options).await.expect("a permit in time");
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    permit.release().await;
-                }
-            }));
-        }
+        ));
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let most = most.load(Ordering::SeqCst);
-    assert!(
-        most <= permits as usize,
-        "{most} holders of {permits} permits"
-    );
+    let most = most_permit_holders(stores, &fresh_namespace(), "shared", 2, 3).await;
+    assert!(most <= 2, "{most} holders of 2 permits");
 }
 
 /// Pruning the key's counter row does not send its fences back: the next permit's fence is

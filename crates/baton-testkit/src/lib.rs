@@ -71,4 +71,4 @@ pub use check::Violation;
 pub use history::{ContenderLog, Grant, History, Op, OpKind, Outcome, Recorder};
 pub use register::{FencedRegister, WriteRecord};
 pub use time::MonoTime;
-pub use workload::{LockWorkload, PermitWorkload, WorkloadReport};
+pub use workload::{LockWorkload, PermitWorkload, WorkloadReport, most_permit_holders};

@@ -514,6 +514,49 @@ impl PermitWorkload {
     }
 }
 
+/// Runs `tasks` tasks on each of `stores` (several processes' worth of connections to one
+/// store), each taking and giving back a permit of the semaphore `key` of `permits` permits
+/// in `namespace` three times, and answers the most holders seen at once.
+///
+/// # Panics
+/// When an acquire fails within a minute.
+pub async fn most_permit_holders(
+    stores: Vec<Arc<dyn baton_core::SemaphoreStore>>,
+    namespace: &baton_core::Namespace,
+    key: &str,
+    permits: u32,
+    tasks: usize,
+) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut running = Vec::new();
+    for store in stores {
+        for _ in 0..tasks {
+            let semaphore =
+                baton_core::Semaphore::new(Arc::clone(&store), namespace.clone(), key, permits)
+                    .expect("a valid semaphore");
+            let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+            running.push(tokio::spawn(async move {
+                for _ in 0..3 {
+                    let options =
+                        LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(60));
+                    let permit = semaphore.acquire(&options).await.expect("a permit in time");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await;
+                }
+            }));
+        }
+    }
+    for task in running {
+        task.await.expect("a permit task");
+    }
+    most.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// How long a contender process may take to get ready, and to finish: generous, as the
 /// children are debug builds on a loaded two-core machine.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(300);

@@ -13,12 +13,7 @@ use crate::history::{Grant, History, Op, OpKind};
 /// of one key must not overlap; touching (one ends exactly when the next begins) is fine.
 /// A grant re-claimed by the same holder with the same fence is one grant, not two.
 pub fn no_overlap(history: &History) -> Vec<Violation> {
-    let mut by_key: BTreeMap<String, Vec<Grant>> = BTreeMap::new();
-    for grant in history.grants() {
-        if grant.is_believed() {
-            by_key.entry(grant.key.clone()).or_default().push(grant);
-        }
-    }
+    let by_key = believed_by_key(history);
     let mut found = Vec::new();
     for (key, grants) in by_key {
         // Sorted by start; compare each with the earlier grant that ends last.
@@ -54,12 +49,7 @@ pub fn no_overlap(history: &History) -> Vec<Violation> {
 /// another begins does not overlap it. Each moment of too many holders is reported once,
 /// with the grants that were believed then.
 pub fn at_most(history: &History, permits: usize) -> Vec<Violation> {
-    let mut by_key: BTreeMap<String, Vec<Grant>> = BTreeMap::new();
-    for grant in history.grants() {
-        if grant.is_believed() {
-            by_key.entry(grant.key.clone()).or_default().push(grant);
-        }
-    }
+    let by_key = believed_by_key(history);
     let mut found = Vec::new();
     for (key, grants) in by_key {
         // Starts and ends in time order, ends first at equal times (touching is fine).
@@ -96,6 +86,17 @@ pub fn at_most(history: &History, permits: usize) -> Vec<Violation> {
         }
     }
     found
+}
+
+/// The grants whose holders believed them for any time, by key, in start order.
+fn believed_by_key(history: &History) -> BTreeMap<String, Vec<Grant>> {
+    let mut by_key: BTreeMap<String, Vec<Grant>> = BTreeMap::new();
+    for grant in history.grants() {
+        if grant.is_believed() {
+            by_key.entry(grant.key.clone()).or_default().push(grant);
+        }
+    }
+    by_key
 }
 
 /// The acquire and release ops of `grants`.
