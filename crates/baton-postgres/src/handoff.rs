@@ -19,7 +19,7 @@
 //!   ignored), so the only holder ever told "handed over" is one whose grant the store made.
 //! - A hand-over to a holder whose wait has ended (it gave up, or its acquire was dropped)
 //!   is released at once, handing the key to the next store in line; one whose waiter does
-//!   not take it within [`HANDOFF_RESERVATION`] is released then if the waiter is gone.
+//!   not take it within [`HANDOFF_RESERVATION`](baton_core::signals::HANDOFF_RESERVATION) is released then if the waiter is gone.
 //! - The grant's TTL runs from the instant before the holder's first queueing claim was sent,
 //!   earlier than the release that made it: `valid_until` never outlasts the server's expiry.
 //!   A hand-over older than half its TTL is confirmed by a claim (which extends it) before it

@@ -9,7 +9,7 @@
 //! the row is pruned (the `fence_floor` trigger) and after the file is replaced (the wall
 //! clock floor).
 //!
-//! Waiting uses the file's wake-ups, as locks do ([`crate::wakeups`]): a claim that finds
+//! Waiting uses the file's wake-ups, as locks do (see `docs/sqlite.md`): a claim that finds
 //! every permit held while a waiter of this process waits queues the process for the key,
 //! inside its write transaction; a release that gave back a live permit tells the process
 //! that waited longest (and reachable) that it may claim. A permit is not reserved for it:

@@ -418,7 +418,7 @@ async fn ready_and_wait_for_go(dir: &std::path::Path, index: u32) {
 
 /// Contenders that take and give back the permits of one semaphore, one per OS process:
 /// the recorded history of a semaphore store, checked for never more than its permits at
-/// once (see [`check::at_most`](crate::check::at_most)).
+/// once (see [`check::at_most`]).
 #[derive(Debug, Clone, Copy)]
 pub struct PermitWorkload {
     permits: u32,
