@@ -36,8 +36,9 @@ struct Permit {
 }
 
 impl MemoryPermits {
-    /// The live permits of `key`, oldest fence first, with the ended ones dropped.
-    fn live(&mut self, key: &StoreKey, now: Instant) -> &mut Vec<Permit> {
+    /// The live permits of `key`, oldest fence first, with the ended ones dropped; and the
+    /// fence counter, borrowed beside them for a claim that grants.
+    fn live(&mut self, key: &StoreKey, now: Instant) -> (&mut Vec<Permit>, &mut u64) {
         if self.sweep.due() {
             self.keys.retain(|_, permits| {
                 permits.retain(|p| p.expires_at > now);
@@ -46,7 +47,7 @@ impl MemoryPermits {
         }
         let permits = self.keys.entry(key.clone()).or_default();
         permits.retain(|p| p.expires_at > now);
-        permits
+        (permits, &mut self.last_fence)
     }
 }
 
@@ -78,15 +79,15 @@ impl SemaphoreStore for MemoryStore {
         let until = now + request.ttl.get();
         let claim = {
             let mut state = self.permit_state();
-            let live = state.live(key, now);
+            let (live, last_fence) = state.live(key, now);
             if let Some(own) = live.iter_mut().find(|p| p.holder == *request.holder) {
                 own.expires_at = until;
                 Claim::Extended {
                     fence: Fence::new(own.fence),
                 }
             } else if live.len() < permits as usize {
-                let fence = next_fence(&mut state.last_fence);
-                state.live(key, now).push(Permit {
+                let fence = next_fence(last_fence);
+                live.push(Permit {
                     holder: request.holder.clone(),
                     fence,
                     expires_at: until,
@@ -117,6 +118,7 @@ impl SemaphoreStore for MemoryStore {
         Ok(
             match state
                 .live(key, now)
+                .0
                 .iter_mut()
                 .find(|p| p.holder == *holder)
             {
@@ -133,7 +135,7 @@ impl SemaphoreStore for MemoryStore {
         let now = self.clock.now();
         let removed = {
             let mut state = self.permit_state();
-            let live = state.live(key, now);
+            let (live, _) = state.live(key, now);
             let before = live.len();
             live.retain(|p| p.holder != *holder);
             live.len() < before
@@ -149,7 +151,7 @@ impl SemaphoreStore for MemoryStore {
     async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
         let now = self.clock.now();
         let mut state = self.permit_state();
-        let live = state.live(key, now);
+        let (live, _) = state.live(key, now);
         // Permits are pushed in fence order, and only ever removed.
         Ok(live.iter().map(|p| info(key, p, now)).collect())
     }
