@@ -174,6 +174,8 @@ pub enum KeyKind {
     Migration,
     /// [`Semaphore`](crate::Semaphore)s.
     Semaphore,
+    /// [`Election`](crate::Election)s.
+    Election,
 }
 
 impl KeyKind {
@@ -190,6 +192,7 @@ impl KeyKind {
             KeyKind::Schedule => "schedule",
             KeyKind::Migration => "migration",
             KeyKind::Semaphore => "semaphore",
+            KeyKind::Election => "election",
         }
     }
 }

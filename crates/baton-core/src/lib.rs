@@ -22,6 +22,7 @@ mod capability;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod doctor;
+pub mod election;
 mod error;
 mod fence;
 mod holder;
@@ -43,6 +44,7 @@ pub mod work;
 
 pub use broadcast::{Broadcast, BroadcastStore, SubscribeOptions, Subscription};
 pub use cache::{Cache, CacheStore, FetchError};
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::Fence;
 pub use holder::{Holder, MAX_HOLDER_BYTES};

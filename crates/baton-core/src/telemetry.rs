@@ -640,6 +640,27 @@ pub mod events {
             within: minutes(5),
         },
     };
+    /// A leader lost its leadership (the store no longer had it, or no renewal succeeded
+    /// before it expired).
+    pub const ELECTION_LEADERSHIP_LOST: Event = Event {
+        key: "baton.election.leadership_lost",
+        level: Level::ERROR,
+        help: "a leader lost its leadership (the store no longer held it, or no renewal succeeded before it expired); another candidate may be elected, and work the old leader still does is refused by its term only where the term is checked",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
+    };
+    /// An election observer may have missed notices (or could not subscribe to them) and
+    /// reads the leader again.
+    pub const ELECTION_OBSERVE_GAP: Event = Event {
+        key: "baton.election.observe_gap",
+        level: Level::WARN,
+        help: "an election observer may have missed notices of a leader change (a lagging or interrupted subscription), or observes without them; it reads the leader again, so it sees the current leader late, never a wrong one",
+        alarm: Alarm::Unmonitored {
+            why: "the observer reads the leader again at once and at its poll interval, so a gap delays a change by at most that interval; store faults behind it have their own events",
+        },
+    };
     /// The migration coordinator could not reach the store or the lock.
     pub const MIGRATION_UNAVAILABLE: Event = Event {
         key: "baton.migration.unavailable",
@@ -660,6 +681,8 @@ pub const REGISTRY: &[Event] = &[
     events::LOCK_RELEASE_FAULTED,
     events::LOCK_LOST,
     events::SEMAPHORE_PERMIT_LOST,
+    events::ELECTION_LEADERSHIP_LOST,
+    events::ELECTION_OBSERVE_GAP,
     events::LOCK_RENEW_FAILED,
     events::LOCK_MAX_HOLD_REACHED,
     events::LOCK_KEPT_UNTIL_EXPIRY,

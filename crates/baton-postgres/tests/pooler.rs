@@ -40,6 +40,12 @@ mod semaphore {
     baton_core::semaphore_conformance_tests!(common::pooled_harness());
 }
 
+mod election {
+    use super::common;
+
+    baton_core::election_conformance_tests!(common::pooled_harness());
+}
+
 mod work {
     use std::sync::Arc;
 

@@ -13,7 +13,7 @@ use baton_core::StoreKey;
 use baton_core::conformance::{Harness, Opens};
 use baton_core::idempotency::IdempotencyStore;
 use baton_core::idempotency::conformance::IdempotencyHarness;
-use baton_core::store::LeaseStore;
+use baton_core::store::{LeaseStore, Store};
 use baton_core::work::WorkStore;
 use baton_core::{BroadcastStore, CacheStore, RateStore, SemaphoreStore};
 
@@ -160,5 +160,6 @@ open_only!(
     RateStore,
     BroadcastStore,
     WorkStore,
-    SemaphoreStore
+    SemaphoreStore,
+    Store
 );

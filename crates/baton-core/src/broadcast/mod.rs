@@ -226,6 +226,8 @@ pub struct Broadcast {
 struct Inner {
     store: Arc<dyn BroadcastStore>,
     namespace: Namespace,
+    /// What channels are qualified as: [`KeyKind::Broadcast`] for the users' own.
+    kind: KeyKind,
     publisher: PublisherId,
     seq: AtomicU64,
 }
@@ -238,10 +240,21 @@ impl Broadcast {
 
     /// Broadcast in `namespace`: channels of other namespaces are other channels.
     pub fn with_namespace(store: Arc<dyn BroadcastStore>, namespace: Namespace) -> Self {
+        Broadcast::of_kind(store, namespace, KeyKind::Broadcast)
+    }
+
+    /// Broadcast whose channels are qualified as keys of `kind`: how an election's notices
+    /// stay apart from every user channel.
+    pub(crate) fn of_kind(
+        store: Arc<dyn BroadcastStore>,
+        namespace: Namespace,
+        kind: KeyKind,
+    ) -> Self {
         Broadcast {
             inner: Arc::new(Inner {
                 store,
                 namespace,
+                kind,
                 publisher: PublisherId::random(),
                 seq: AtomicU64::new(0),
             }),
@@ -261,7 +274,7 @@ impl Broadcast {
     fn qualify(&self, channel: &str) -> Result<StoreKey> {
         let key = Key::new(channel)
             .map_err(|e| Error::invalid_input(e.message().replacen("key", "channel", 1)))?;
-        Ok(self.inner.namespace.qualify(KeyKind::Broadcast, &key))
+        Ok(self.inner.namespace.qualify(self.inner.kind, &key))
     }
 
     /// Publishes `message` on `channel` to every connected subscriber; returns its sequence

@@ -192,6 +192,11 @@ impl LockGuard {
         self.handle.key()
     }
 
+    /// The grant this guard holds: its store, key and holder.
+    pub(crate) fn grant(&self) -> &GrantState {
+        &self.handle.grant
+    }
+
     /// A cloneable view of this lock, for work that runs elsewhere.
     pub fn handle(&self) -> LockHandle {
         self.handle.clone()

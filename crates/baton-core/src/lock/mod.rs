@@ -157,6 +157,11 @@ struct Inner {
     /// What a lost grant is reported as.
     lost_event: &'static Event,
     turns: Turns,
+    /// Whether waiters tell the store that they wait ([`ReleaseHub::subscribe_as`]), so a
+    /// store that hands a released key to a waiting holder may hand it to them.
+    ///
+    /// [`ReleaseHub::subscribe_as`]: crate::signals::ReleaseHub::subscribe_as
+    hand_over: bool,
     /// Fires the lost signal of grants without keep-alive.
     deadlines: Deadlines,
 }
@@ -192,6 +197,16 @@ impl Locks {
         kind: KeyKind,
         lost_event: &'static Event,
     ) -> Self {
+        Locks::build(store, namespace, kind, lost_event, true)
+    }
+
+    fn build(
+        store: Arc<dyn LeaseStore>,
+        namespace: Namespace,
+        kind: KeyKind,
+        lost_event: &'static Event,
+        hand_over: bool,
+    ) -> Self {
         Locks {
             inner: Arc::new(Inner {
                 store,
@@ -199,9 +214,22 @@ impl Locks {
                 kind,
                 lost_event,
                 turns: Turns::default(),
+                hand_over,
                 deadlines: Deadlines::new(lost_event),
             }),
         }
+    }
+
+    /// The same policy whose waiters are never handed a released key by the store: each
+    /// claims it, so the claim records its reason. How elections keep a new leader's value
+    /// with its grant (a hand-over carries no reason).
+    pub(crate) fn claiming_only(
+        store: Arc<dyn LeaseStore>,
+        namespace: Namespace,
+        kind: KeyKind,
+        lost_event: &'static Event,
+    ) -> Self {
+        Locks::build(store, namespace, kind, lost_event, false)
     }
 
     /// The namespace keys are qualified with.
@@ -280,11 +308,25 @@ impl Locks {
         key: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, AcquireError> {
+        let holder = options.new_holder();
+        self.acquire_as(key, options, holder, "").await
+    }
+
+    /// [`Locks::acquire`] for `holder`, recording `reason` with the grant (as a lease's
+    /// reason is): how an election's campaign keeps its candidate's value beside the grant.
+    pub(crate) async fn acquire_as(
+        &self,
+        key: &str,
+        options: &LockOptions,
+        holder: Holder,
+        reason: &str,
+    ) -> Result<LockGuard, AcquireError> {
         let valid = options.checked()?;
         let key = self.qualify(key)?;
         let started = now();
-        let holder = options.new_holder();
-        let result = self.acquire_valid(key, holder, valid, started).await;
+        let result = self
+            .acquire_valid(key, holder, valid, started, reason)
+            .await;
         let outcome = match &result {
             Ok(_) => "acquired",
             Err(AcquireError::Contended { .. }) => "contended",
@@ -349,9 +391,10 @@ impl Locks {
         holder: Holder,
         options: ValidOptions,
         started: Instant,
+        reason: &str,
     ) -> Result<LockGuard, AcquireError> {
         if options.wait.is_zero() {
-            return match self.attempt(&key, &holder, options).await {
+            return match self.attempt(&key, &holder, options, reason).await {
                 Ok(Ok(granted)) => Ok(self.guard(key, holder, granted, options)),
                 Ok(Err(seen)) => Err(contended(Some(seen))),
                 Err(error) => Err(unavailable(&key, error)),
@@ -363,7 +406,7 @@ impl Locks {
         let Ok(_turn) = tokio::time::timeout_at(deadline, self.inner.turns.take(&key)).await else {
             // Other waiters of this process kept the key's queue busy for the whole wait.
             // One last attempt tells whether it is still held, and by whom.
-            return match self.attempt(&key, &holder, options).await {
+            return match self.attempt(&key, &holder, options, reason).await {
                 Ok(Ok(granted)) => Ok(self.guard(key, holder, granted, options)),
                 Ok(Err(seen)) => Err(contended(Some(seen))),
                 Err(error) => Err(unavailable(&key, error)),
@@ -374,14 +417,18 @@ impl Locks {
         // subscription then lasts the whole wait (a signal that arrives while an attempt is
         // in flight is kept for the next sleep), so this process counts as waiting for the key
         // from the first attempt to the last.
-        let mut released = wakeups.hub.subscribe_as(&key, &holder);
+        let mut released = if self.inner.hand_over {
+            wakeups.hub.subscribe_as(&key, &holder)
+        } else {
+            wakeups.hub.subscribe(&key)
+        };
         // Whether the store has answered this acquire: a waiter rides out the store faults
         // that come after an answer (a failover, a restart, a replaced connection) until its
         // wait ends, while a first claim that faults fails at once.
         let mut answered = false;
         let mut faults = FAULT_BACKOFF.attempts();
         loop {
-            let seen = match self.attempt(&key, &holder, options).await {
+            let seen = match self.attempt(&key, &holder, options, reason).await {
                 Ok(Ok(granted)) => return Ok(self.guard(key, holder, granted, options)),
                 Ok(Err(seen)) => {
                     answered = true;
@@ -436,6 +483,7 @@ impl Locks {
         key: &StoreKey,
         holder: &Holder,
         options: ValidOptions,
+        reason: &str,
     ) -> Result<Result<Granted, Seen>> {
         let store = &self.inner.store;
         let sent = now();
@@ -445,7 +493,7 @@ impl Locks {
             holder,
         };
         let claim = store
-            .claim(key, LeaseRequest::new(holder, options.ttl))
+            .claim(key, LeaseRequest::new(holder, options.ttl).reason(reason))
             .await;
         pending.disarm();
         match claim {

@@ -1,0 +1,6 @@
+//! Elections on the in-memory store: the conformance rules.
+
+use baton_core::MemoryStore;
+use baton_testkit::harness::Kept;
+
+baton_core::election_conformance_tests!(async { Kept::new(MemoryStore::new()) });
