@@ -92,6 +92,16 @@ pub(crate) fn key(text: &str) -> Result<String, String> {
     checked_text(text, baton::Key::new)
 }
 
+/// An election's candidate id (`--id`): a lock's holder label by its rules.
+pub(crate) fn candidate(text: &str) -> Result<String, String> {
+    checked_text(text, baton::election::check_candidate)
+}
+
+/// A leader's value (`--value`): at most 1024 bytes, no control characters.
+pub(crate) fn leader_value(text: &str) -> Result<String, String> {
+    checked_text(text, baton::election::check_value)
+}
+
 /// A broadcast channel: a key by its rules, named as a channel in the message.
 pub(crate) fn channel(text: &str) -> Result<String, String> {
     key(text).map_err(|message| message.replacen("key", "channel", 1))

@@ -80,6 +80,16 @@ pub(crate) enum Command {
     /// runs, releases it when COMMAND exits (or, with --cooldown, keeps it for that long),
     /// and exits with COMMAND's status.
     Run(crate::run::RunArgs),
+    /// Run COMMAND while this process is the leader of the election NAME.
+    ///
+    /// Campaigns as --id with --value (waiting as long as needed, or up to --wait), runs
+    /// COMMAND with BATON_KEY, BATON_FENCE (the leader's term) and BATON_LEADER_ID in its
+    /// environment, renews the leadership every ttl/3 while it runs, resigns when COMMAND
+    /// exits, and exits with COMMAND's status; 79 when the leadership was lost meanwhile.
+    Elect(crate::elect_cmd::ElectArgs),
+    /// Print the leader of the election NAME (candidate id, value, term); with --watch,
+    /// then every change, one line each, until stopped.
+    Leader(crate::elect_cmd::LeaderArgs),
     /// Inspect locks.
     #[command(subcommand)]
     Lock(crate::lock_cmd::LockCommand),

@@ -28,6 +28,7 @@ mod broadcast_cmd;
 mod cache_cmd;
 mod child;
 mod cli;
+mod elect_cmd;
 mod exit;
 #[cfg(target_os = "linux")]
 mod guard_cmd;
@@ -100,6 +101,8 @@ fn execute(cli: &Cli) -> Result<u8, Failure> {
     runtime.block_on(async {
         match &cli.command {
             Command::Run(args) => run::run(&cli.global, args).await,
+            Command::Elect(args) => elect_cmd::elect(&cli.global, args).await,
+            Command::Leader(args) => elect_cmd::leader(&cli.global, args).await,
             Command::Lock(command) => lock_cmd::run(&cli.global, command).await,
             Command::Lease(command) => lease_cmd::run(&cli.global, command).await,
             Command::Doctor => ops::doctor::run(&cli.global).await,

@@ -9,8 +9,9 @@
 
 use std::time::Duration;
 
+use baton::CancellationToken;
 use baton::Ttl;
-use baton::lock::{AcquireError, KeepOutcome, LockGuard, LockOptions, ReleaseOutcome};
+use baton::lock::{AcquireError, KeepOutcome, LockOptions, ReleaseOutcome};
 
 use clap::{Args, ValueEnum};
 
@@ -156,7 +157,20 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
         }
     };
     tracing::debug!(key = %args.key, fence = %guard.fence(), command = child.name(), "running");
-    let ran = supervise(child, &mut signals, &guard, args).await;
+    let held = Held {
+        what: format!("lock {:?}", args.key),
+        ttl: args.ttl,
+        on_lost: args.on_lost,
+        grace: args.grace,
+    };
+    let ran = supervise(
+        child,
+        &mut signals,
+        guard.lost_token(),
+        guard.fence(),
+        &held,
+    )
+    .await;
     let fence = guard.fence();
     let ended = match args.cooldown {
         // A lost lock is not ours to keep.
@@ -166,17 +180,30 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
         }
         _ => Ended::Released(guard.release().await),
     };
-    finish(args, fence, ran, ended)
+    finish(&held, fence, ran, ended)
+}
+
+/// What COMMAND runs under, as [`supervise`] and [`finish`] speak of it: a lock, a permit, a
+/// leadership.
+pub(crate) struct Held {
+    /// `lock "nightly"`, `leadership of "scheduler"`.
+    pub(crate) what: String,
+    /// Its TTL.
+    pub(crate) ttl: Duration,
+    /// What to do to COMMAND when it is lost.
+    pub(crate) on_lost: OnLost,
+    /// How long COMMAND has between SIGTERM and SIGKILL.
+    pub(crate) grace: Duration,
 }
 
 /// How the lock ended after COMMAND: released, or kept for `--cooldown`.
-enum Ended {
+pub(crate) enum Ended {
     Released(ReleaseOutcome),
     Kept(KeepOutcome),
 }
 
 /// How COMMAND's run ended.
-struct Ran {
+pub(crate) struct Ran {
     /// COMMAND's status as a shell reports it, or why it is unknown.
     status: Result<u8, Failure>,
     /// Whether the lock was lost while COMMAND ran.
@@ -187,13 +214,13 @@ struct Ran {
 
 /// Waits for COMMAND to exit and its process group to be empty, forwarding signals and
 /// acting on a lost lock.
-async fn supervise(
+pub(crate) async fn supervise(
     mut child: Child,
     signals: &mut Forwarded,
-    guard: &LockGuard,
-    args: &RunArgs,
+    lost: CancellationToken,
+    fence: baton::Fence,
+    held: &Held,
 ) -> Ran {
-    let lost = guard.lost_token();
     let mut lost_seen = false;
     let status = loop {
         tokio::select! {
@@ -201,10 +228,10 @@ async fn supervise(
             signal = signals.recv() => child.signal(signal),
             () = lost.cancelled(), if !lost_seen => {
                 lost_seen = true;
-                let action = match args.on_lost {
+                let action = match held.on_lost {
                     OnLost::Term => {
                         child.terminate();
-                        format!("sent SIGTERM to {}, SIGKILL follows in {}", child.name(), human_duration(args.grace))
+                        format!("sent SIGTERM to {}, SIGKILL follows in {}", child.name(), human_duration(held.grace))
                     }
                     OnLost::Kill => {
                         child.kill();
@@ -213,8 +240,8 @@ async fn supervise(
                     OnLost::Ignore => format!("letting {} finish (--on-lost ignore)", child.name()),
                 };
                 eprintln!(
-                    "baton: lost the lock {:?} (fence {}) while {} ran; {action}",
-                    args.key, guard.fence(), child.name()
+                    "baton: lost the {} (fence {fence}) while {} ran; {action}",
+                    held.what, child.name()
                 );
             }
         }
@@ -223,7 +250,11 @@ async fn supervise(
         status: status.map(shell_status).map_err(|e| {
             Failure::new(
                 INTERNAL,
-                format!("lost track of {}: {e}; the lock is released", child.name()),
+                format!(
+                    "lost track of {}: {e}; the {} is released",
+                    child.name(),
+                    held.what
+                ),
             )
         }),
         lost: lost_seen,
@@ -232,14 +263,19 @@ async fn supervise(
 }
 
 /// baton's exit status once COMMAND has exited and the lock was released.
-fn finish(args: &RunArgs, fence: baton::Fence, ran: Ran, ended: Ended) -> Result<u8, Failure> {
+pub(crate) fn finish(
+    held: &Held,
+    fence: baton::Fence,
+    ran: Ran,
+    ended: Ended,
+) -> Result<u8, Failure> {
     let status = ran.status?;
     if ran.lost {
         return Err(Failure::new(
             LOCK_LOST,
             format!(
-                "{} exited with status {status} after the lock {:?} was lost; exiting with {LOCK_LOST}",
-                ran.name, args.key
+                "{} exited with status {status} after the {} was lost; exiting with {LOCK_LOST}",
+                ran.name, held.what
             ),
         ));
     }
@@ -248,24 +284,24 @@ fn finish(args: &RunArgs, fence: baton::Fence, ran: Ran, ended: Ended) -> Result
             Err(Failure::new(
                 LOCK_LOST,
                 format!(
-                    "the lock {:?} (fence {fence}) had expired before {} exited with status {status}: the run was not exclusive throughout; exiting with {LOCK_LOST}",
-                    args.key, ran.name
+                    "the {} (fence {fence}) had expired before {} exited with status {status}: the run was not exclusive throughout; exiting with {LOCK_LOST}",
+                    held.what, ran.name
                 ),
             ))
         }
         Ended::Released(ReleaseOutcome::Faulted) => {
             eprintln!(
-                "baton: could not release the lock {:?}; it stays held until its TTL ({}) lapses",
-                args.key,
-                human_duration(args.ttl)
+                "baton: could not release the {}; it stays held until its TTL ({}) lapses",
+                held.what,
+                human_duration(held.ttl)
             );
             Ok(status)
         }
         Ended::Kept(KeepOutcome::Faulted) => {
             eprintln!(
-                "baton: could not set the lock {:?} to end after the cooldown; it stays held until its TTL ({}) lapses",
-                args.key,
-                human_duration(args.ttl)
+                "baton: could not set the {} to end after the cooldown; it stays held until its TTL ({}) lapses",
+                held.what,
+                human_duration(held.ttl)
             );
             Ok(status)
         }

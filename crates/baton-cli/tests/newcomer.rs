@@ -36,6 +36,7 @@ const STAND_INS: &[&str] = &[
     "invoices.sh",
     "send-email",
     "send-email.sh",
+    "scheduler",
     "pg_dump",
     "jq",
 ];

@@ -63,6 +63,7 @@ pub use baton_core::{
 pub mod broadcast;
 pub mod cache;
 pub mod doctor;
+pub mod election;
 pub mod idempotency;
 pub mod lease;
 pub mod limit;

@@ -149,6 +149,11 @@ impl Running {
         kill(self.pid(), signal).expect("signal baton");
     }
 
+    /// What baton has written to stdout so far.
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
     /// What baton has written to stderr so far.
     pub fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
