@@ -40,7 +40,7 @@ use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use baton_core::{Fence, LockGuard, ReleaseOutcome};
+use baton_core::{Fence, Leadership, LockGuard, ReleaseOutcome};
 use serde::{Deserialize, Serialize};
 
 use crate::register::{FencedRegister, WriteRecord};
@@ -406,6 +406,39 @@ impl ContenderLog {
                 valid_until: MonoTime::from_instant(guard.valid_until().into_std()),
             },
         );
+    }
+
+    /// Records that `leadership` of the election `name` was just won by a campaign started
+    /// at `requested`: a grant whose fence is the term.
+    pub fn elected(&self, name: &str, leadership: &Leadership, requested: MonoTime) {
+        let at = MonoTime::now();
+        self.recorder.record(
+            self.contender,
+            name,
+            at,
+            OpKind::Acquired {
+                fence: leadership.term().get(),
+                requested,
+                valid_until: MonoTime::from_instant(leadership.valid_until().into_std()),
+            },
+        );
+    }
+
+    /// Resigns `leadership` of the election `name`, recording it as a release.
+    pub async fn resign(&self, name: &str, leadership: Leadership) -> ReleaseOutcome {
+        let fence = leadership.term().get();
+        let sent = MonoTime::now();
+        let outcome = leadership.resign().await;
+        self.recorder.record(
+            self.contender,
+            name,
+            sent,
+            OpKind::Released {
+                fence,
+                outcome: Outcome::from(&outcome),
+            },
+        );
+        outcome
     }
 
     /// Releases `guard`, recording the time the release was sent and its outcome.

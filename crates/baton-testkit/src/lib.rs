@@ -71,4 +71,6 @@ pub use check::Violation;
 pub use history::{ContenderLog, Grant, History, Op, OpKind, Outcome, Recorder};
 pub use register::{FencedRegister, WriteRecord};
 pub use time::MonoTime;
-pub use workload::{LockWorkload, PermitWorkload, WorkloadReport, most_permit_holders};
+pub use workload::{
+    ElectionWorkload, LockWorkload, PermitWorkload, WorkloadReport, most_permit_holders,
+};

@@ -514,6 +514,105 @@ impl PermitWorkload {
     }
 }
 
+/// Candidates of one election, one per OS process, each campaigning, leading a moment and
+/// resigning, round after round: the recorded history of a store's elections, checked for
+/// no two leaders believing they lead at once and terms strictly increasing (see
+/// [`check::no_overlap`](crate::check::no_overlap) and
+/// [`check::fences_increase`](crate::check::fences_increase)).
+#[derive(Debug, Clone, Copy)]
+pub struct ElectionWorkload {
+    rounds: u32,
+    hold: Duration,
+}
+
+impl Default for ElectionWorkload {
+    fn default() -> Self {
+        ElectionWorkload::new()
+    }
+}
+
+impl ElectionWorkload {
+    /// Candidates that lead 8 times each, 3 ms every time.
+    pub fn new() -> Self {
+        ElectionWorkload {
+            rounds: 8,
+            hold: Duration::from_millis(3),
+        }
+    }
+
+    /// How many times each candidate is elected, one after another.
+    pub fn rounds(self, rounds: u32) -> Self {
+        ElectionWorkload { rounds, ..self }
+    }
+
+    /// The parent side: runs `child_test` (which calls [`run_as_child`](Self::run_as_child))
+    /// in `processes` processes and checks the merged history: well formed, every round
+    /// elected, no two leaders at once, terms strictly increasing.
+    ///
+    /// # Panics
+    /// When a child fails, or a rule is broken.
+    pub fn run_in_processes(
+        self,
+        child_test: &str,
+        processes: u32,
+        dir: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> History {
+        let history = run_children(child_test, processes, dir, env);
+        assert_eq!(
+            history.grants().len(),
+            (processes * self.rounds) as usize,
+            "every round of every candidate was elected"
+        );
+        crate::check::assert_clean(&crate::check::well_formed(&history));
+        crate::check::assert_clean(&crate::check::no_overlap(&history));
+        crate::check::assert_clean(&crate::check::fences_increase(&history));
+        history
+    }
+
+    /// The child side of [`run_in_processes`](Self::run_in_processes): opens the election
+    /// with `open`, waits for the parent's go, campaigns (as `candidate-<index>`), leads for
+    /// the hold and resigns, `rounds` times, and writes its history. Returns at once when
+    /// this process is not such a child (an ordinary run of the ignored test).
+    ///
+    /// # Panics
+    /// When a campaign failed, or the parent's files cannot be read or written.
+    pub fn run_as_child<F, Fut>(self, open: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = baton_core::Election>,
+    {
+        let Some((dir, index)) = child_place() else {
+            return;
+        };
+        process::child_runtime().block_on(async {
+            let election = open().await;
+            let recorder = Recorder::for_this_process();
+            let log = recorder.contender(index);
+            let candidate = format!("candidate-{index}");
+            ready_and_wait_for_go(&dir, index).await;
+            for _ in 0..self.rounds {
+                let requested = MonoTime::now();
+                let options = LockOptions::new(Duration::from_secs(10));
+                let leadership = tokio::time::timeout(
+                    Duration::from_secs(60),
+                    election.campaign(&candidate, "", &options),
+                )
+                .await
+                .expect("elected within a minute")
+                .expect("a campaign");
+                log.elected(election.name(), &leadership, requested);
+                // Blocking, as work is: the runtime's other workers keep the leadership.
+                std::thread::sleep(self.hold);
+                log.resign(election.name(), leadership).await;
+            }
+            recorder
+                .write_jsonl(history_file(&dir, index))
+                .expect("write the history");
+        });
+    }
+}
+
 /// Runs `tasks` tasks on each of `stores` (several processes' worth of connections to one
 /// store), each taking and giving back a permit of the semaphore `key` of `permits` permits
 /// in `namespace` three times, and answers the most holders seen at once.
