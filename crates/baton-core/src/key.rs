@@ -174,6 +174,10 @@ pub enum KeyKind {
     Migration,
     /// [`Semaphore`](crate::Semaphore)s.
     Semaphore,
+    /// The permits of [`RwLock`](crate::RwLock)s: one per reader, one for the writer.
+    RwLock,
+    /// The gates of [`RwLock`](crate::RwLock)s: the lock a writer holds to keep new readers out.
+    RwGate,
 }
 
 impl KeyKind {
@@ -190,6 +194,8 @@ impl KeyKind {
             KeyKind::Schedule => "schedule",
             KeyKind::Migration => "migration",
             KeyKind::Semaphore => "semaphore",
+            KeyKind::RwLock => "rwlock",
+            KeyKind::RwGate => "rwgate",
         }
     }
 }
