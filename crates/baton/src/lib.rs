@@ -67,6 +67,7 @@ pub mod idempotency;
 pub mod lease;
 pub mod limit;
 pub mod lock;
+pub mod rwlock;
 pub mod semaphore;
 pub mod store;
 pub mod work;
