@@ -40,7 +40,10 @@ fn shared_runs_read_together_and_a_writer_keeps_new_ones_out() {
         fences(&env.read("events"), "started").len() == 2
     });
     let read_fences = fences(&env.read("events"), "started");
-    assert_ne!(read_fences[0], read_fences[1], "each read has its own fence");
+    assert_ne!(
+        read_fences[0], read_fences[1],
+        "each read has its own fence"
+    );
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let baton = runtime.block_on(baton::connect(env.url())).unwrap();
@@ -53,22 +56,24 @@ fn shared_runs_read_together_and_a_writer_keeps_new_ones_out() {
         runtime.spawn(async move { model.write(&options).await })
     };
     eventually("the writer to wait at the gate", || {
-        runtime
-            .block_on(model.holders())
-            .unwrap()
-            .gate
-            .is_some()
+        runtime.block_on(model.holders()).unwrap().gate.is_some()
     });
     let out = env.run(["run", "--shared", "model", "--", "touch", "ran"]);
     out.assert_status(CONTENDED);
     assert!(out.stderr.contains("read lock \"model\""), "{}", out.stderr);
-    assert!(!env.path("ran").exists(), "a reader passed a waiting writer");
+    assert!(
+        !env.path("ran").exists(),
+        "a reader passed a waiting writer"
+    );
 
     std::fs::remove_file(env.path("hold")).unwrap();
     for reader in readers {
         reader.finish().assert_status(0);
     }
-    let writer = runtime.block_on(writing).unwrap().expect("the writer gets in");
+    let writer = runtime
+        .block_on(writing)
+        .unwrap()
+        .expect("the writer gets in");
     assert!(read_fences.iter().all(|&f| writer.fence().get() > f));
     let out = env.run([
         "run", "--shared", "--wait", "200ms", "model", "--", "touch", "ran",
@@ -78,9 +83,11 @@ fn shared_runs_read_together_and_a_writer_keeps_new_ones_out() {
     let writer_fence = writer.fence().get();
     runtime.block_on(writer.release());
 
-    let out = env.run(["run", "--shared", "model", "--"].into_iter().chain(sh(
-        r#"echo "read $BATON_FENCE" >> events"#,
-    )));
+    let out = env.run(
+        ["run", "--shared", "model", "--"]
+            .into_iter()
+            .chain(sh(r#"echo "read $BATON_FENCE" >> events"#)),
+    );
     out.assert_status(0);
     let after = fences(&env.read("events"), "read");
     assert!(after[0] > writer_fence, "{after:?} after {writer_fence}");
@@ -91,7 +98,14 @@ fn shared_runs_read_together_and_a_writer_keeps_new_ones_out() {
 fn shared_and_permits_are_a_usage_error() {
     let env = Env::new();
     let out = env.run([
-        "run", "--shared", "--permits", "2", "model", "--", "touch", "ran",
+        "run",
+        "--shared",
+        "--permits",
+        "2",
+        "model",
+        "--",
+        "touch",
+        "ran",
     ]);
     out.assert_status(USAGE);
     assert!(

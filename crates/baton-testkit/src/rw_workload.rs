@@ -45,7 +45,7 @@ impl RwLockWorkload {
     }
 
     fn writes(&self, contender: u32, round: u32) -> bool {
-        (round + contender) % self.write_every == 0
+        (round + contender).is_multiple_of(self.write_every)
     }
 
     /// The parent side: runs `child_test` (which calls [`run_as_child`](Self::run_as_child))
@@ -93,7 +93,10 @@ impl RwLockWorkload {
                 .iter()
                 .any(|b| a.acquired < b.believed_until() && b.acquired < a.believed_until())
         });
-        assert!(shared, "readers never shared: the run did not exercise reads");
+        assert!(
+            shared,
+            "readers never shared: the run did not exercise reads"
+        );
         history
     }
 
@@ -124,7 +127,14 @@ impl RwLockWorkload {
                 if self.writes(index, round) {
                     let guard = lock.write(&options).await.expect("a write in time");
                     let key = rw_key(lock.key(), Mode::Write);
-                    acquired(&recorder, index, &key, guard.fence().get(), requested, guard.valid_until());
+                    acquired(
+                        &recorder,
+                        index,
+                        &key,
+                        guard.fence().get(),
+                        requested,
+                        guard.valid_until(),
+                    );
                     // Blocking, as work is: the runtime's other workers keep the grant alive.
                     std::thread::sleep(self.write_hold);
                     let (fence, sent) = (guard.fence().get(), MonoTime::now());
@@ -133,7 +143,14 @@ impl RwLockWorkload {
                 } else {
                     let guard = lock.read(&options).await.expect("a read in time");
                     let key = rw_key(lock.key(), Mode::Read);
-                    acquired(&recorder, index, &key, guard.fence().get(), requested, guard.valid_until());
+                    acquired(
+                        &recorder,
+                        index,
+                        &key,
+                        guard.fence().get(),
+                        requested,
+                        guard.valid_until(),
+                    );
                     std::thread::sleep(self.read_hold);
                     let (fence, sent) = (guard.fence().get(), MonoTime::now());
                     let outcome = guard.release().await;

@@ -76,13 +76,22 @@ pub async fn readers_share(h: &RwLockHarness) {
     let rw = rwlock(h, &ns, "model").await;
     let opts = options(LONG);
     let a = rw.read(&opts).await.expect("a reader");
-    let b = rw.read(&opts).await.expect("a second reader beside the first");
+    let b = rw
+        .read(&opts)
+        .await
+        .expect("a second reader beside the first");
     let c = rw.try_read(&opts).await.unwrap().expect("and a third");
     assert!(b.fence() > a.fence() && c.fence() > b.fence());
     let holders = rw.holders().await.unwrap();
     assert_eq!(holders.permits.len(), 3, "{holders:?}");
-    assert!(holders.gate.is_none(), "readers give the gate back: {holders:?}");
-    assert!(rw.try_write(&opts).await.unwrap().is_none(), "readers are in");
+    assert!(
+        holders.gate.is_none(),
+        "readers give the gate back: {holders:?}"
+    );
+    assert!(
+        rw.try_write(&opts).await.unwrap().is_none(),
+        "readers are in"
+    );
     for guard in [a, b, c] {
         assert_eq!(guard.release().await, ReleaseOutcome::Released);
     }
@@ -130,9 +139,11 @@ pub async fn a_waiting_writer_blocks_new_readers_and_enters_when_they_leave(h: &
         let opts = opts.clone().wait(Duration::from_secs(20));
         tokio::spawn(async move { rw.write(&opts).await })
     };
-    eventually(Duration::from_secs(10), "the writer to take the gate", || async {
-        rw.holders().await.unwrap().gate.is_some()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the writer to take the gate",
+        || async { rw.holders().await.unwrap().gate.is_some() },
+    )
     .await;
     assert!(
         rw.try_read(&opts).await.unwrap().is_none(),
@@ -169,7 +180,10 @@ pub async fn readers_queued_before_a_writer_enter_first(h: &RwLockHarness) {
             let guard = rw.read(&opts).await.expect("the reader gets in");
             order.lock().unwrap().push(("read", guard.fence().get()));
             sleep(ms(300)).await;
-            order.lock().unwrap().push(("read done", guard.fence().get()));
+            order
+                .lock()
+                .unwrap()
+                .push(("read done", guard.fence().get()));
             guard.release().await;
         })
     };
@@ -184,7 +198,10 @@ pub async fn readers_queued_before_a_writer_enter_first(h: &RwLockHarness) {
         })
     };
     sleep(ms(300)).await;
-    assert!(order.lock().unwrap().is_empty(), "nobody beside the first writer");
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "nobody beside the first writer"
+    );
     first.release().await;
     timeout(Duration::from_secs(20), reader)
         .await
@@ -331,17 +348,30 @@ pub async fn try_read_and_try_write_answer_contention(h: &RwLockHarness) {
     let rw = rwlock(h, &ns, "try").await;
     let opts = options(LONG);
     let reader = rw.try_read(&opts).await.unwrap().expect("free");
-    assert!(rw.try_write(&opts).await.unwrap().is_none(), "a reader is in");
+    assert!(
+        rw.try_write(&opts).await.unwrap().is_none(),
+        "a reader is in"
+    );
     assert!(
         rw.holders().await.unwrap().gate.is_none(),
         "the gate was given back"
     );
-    let second = rw.try_read(&opts).await.unwrap().expect("readers still get in");
+    let second = rw
+        .try_read(&opts)
+        .await
+        .unwrap()
+        .expect("readers still get in");
     second.release().await;
     reader.release().await;
     let writer = rw.try_write(&opts).await.unwrap().expect("free");
-    assert!(rw.try_read(&opts).await.unwrap().is_none(), "a writer is in");
-    assert!(rw.try_write(&opts).await.unwrap().is_none(), "a writer is in");
+    assert!(
+        rw.try_read(&opts).await.unwrap().is_none(),
+        "a writer is in"
+    );
+    assert!(
+        rw.try_write(&opts).await.unwrap().is_none(),
+        "a writer is in"
+    );
     writer.release().await;
     rw.try_write(&opts)
         .await

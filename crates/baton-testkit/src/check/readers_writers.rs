@@ -51,7 +51,10 @@ fn by_lock(history: &History) -> BTreeMap<String, Vec<(Mode, Grant)>> {
         if let Some((lock, mode)) = split(&grant.key)
             && grant.is_believed()
         {
-            locks.entry(lock.to_owned()).or_default().push((mode, grant));
+            locks
+                .entry(lock.to_owned())
+                .or_default()
+                .push((mode, grant));
         }
     }
     locks
