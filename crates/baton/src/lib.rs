@@ -259,6 +259,8 @@ mod guide {
     mod redis {}
     #[doc = include_str!("../../../docs/semaphores.md")]
     mod semaphores {}
+    #[doc = include_str!("../../../docs/rwlocks.md")]
+    mod rwlocks {}
     #[doc = include_str!("../../../docs/sqlite.md")]
     mod sqlite {}
     #[doc = include_str!("../../../docs/work.md")]
