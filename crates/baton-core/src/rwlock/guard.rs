@@ -11,7 +11,7 @@ use crate::lock::{LockGuard, ReleaseOutcome};
 
 /// A held write lock of an [`RwLock`](crate::RwLock): no reader and no other writer holds
 /// the key until it is released (best effort, as for every lease-based lock: see
-/// [`RwLock`](crate::RwLock#behavior)).
+/// [the module](crate::rwlock#behavior)).
 ///
 /// It holds two grants, the key's **gate** (which keeps new readers and writers out) and a
 /// **permit** (the only live one of the key); it reads as one:

@@ -47,8 +47,12 @@
 //!   to write: its [`WriteGuard::lost`] fires and its release answers
 //!   [`ReleaseOutcome::Expired`](crate::ReleaseOutcome::Expired).
 //! - **Long drains.** A writer waiting for readers holds the gate for as long as they take:
-//!   give writers keep-alive (or a TTL longer than a read). A writer whose gate is lost while
-//!   it waits takes the gate again (behind whoever queued meanwhile) within its wait.
+//!   give writers keep-alive (or a TTL longer than a read). Without it, a writer still
+//!   waiting when its TTL ends loses the gate (reported as `baton.rwlock.lost`, since readers
+//!   may enter from then on) and takes it again, behind whoever queued meanwhile, within its
+//!   wait.
+//! - Telemetry: each read and write records the wait histograms of the gate's acquire and
+//!   the permit's, as the locks they are made of.
 //! - Lost grants, read or write, are reported as
 //!   [`baton.rwlock.lost`](crate::telemetry::events::RWLOCK_LOST).
 
