@@ -161,6 +161,7 @@ mod tests {
         assert_eq!(run.wait, Duration::ZERO);
         assert_eq!(run.grace, Duration::from_secs(10));
         assert_eq!(run.on_lost, OnLost::Term);
+        assert!(!run.shared);
         assert_eq!(run.key, "job");
         assert_eq!(run.command.argv, ["echo", "-n", "hi"]);
         assert_eq!(cli.global.namespace.as_str(), "baton");
@@ -238,6 +239,8 @@ mod tests {
             &["run", "--permits", "0", "job", "--", "true"],
             &["run", "--permits", "10001", "job", "--", "true"],
             &["run", "--permits", "many", "job", "--", "true"],
+            &["run", "--shared", "--permits", "2", "job", "--", "true"],
+            &["run", "--shared=yes", "job", "--", "true"],
             &["--namespace", "a:b", "lock", "list"],
             &["lease", "claim", "k"],
             &["lease", "claim", "k", "--holder", ""],

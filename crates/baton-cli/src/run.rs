@@ -66,7 +66,15 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", value_parser = args::permits)]
     pub(crate) permits: Option<u32>,
 
-    /// The lock's key (the semaphore's, with --permits).
+    /// Run COMMAND while holding a read (shared) lock of the reader-writer lock KEY instead
+    /// of its lock: any number of machines run it at once, but none while a writer holds or
+    /// waits for KEY (a waiting writer keeps new readers out). Exit 75 when a writer kept it
+    /// for the whole --wait; BATON_FENCE is the read grant's fence. Not with --permits.
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) shared: bool,
+
+    /// The lock's key (the semaphore's, with --permits; the reader-writer lock's, with
+    /// --shared).
     #[arg(value_name = "KEY", value_parser = args::key)]
     pub(crate) key: String,
 
@@ -123,15 +131,17 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
     let mut signals = Forwarded::install()
         .map_err(|e| Failure::new(INTERNAL, format!("cannot install signal handlers: {e}")))?;
 
-    let what = match args.permits {
-        None => format!("lock {:?}", args.key),
-        Some(n) => format!("semaphore {:?} ({n} permits)", args.key),
+    let what = match (args.permits, args.shared) {
+        (Some(n), _) => format!("semaphore {:?} ({n} permits)", args.key),
+        (None, true) => format!("read lock {:?}", args.key),
+        (None, false) => format!("lock {:?}", args.key),
     };
     let acquire = async {
         let baton = store::connect(global).await?;
-        let acquired = match args.permits {
-            None => baton.locks().acquire(&args.key, &options).await,
-            Some(n) => baton.semaphore(&args.key, n)?.acquire(&options).await,
+        let acquired = match (args.permits, args.shared) {
+            (Some(n), _) => baton.semaphore(&args.key, n)?.acquire(&options).await,
+            (None, true) => baton.rwlock(&args.key)?.read(&options).await,
+            (None, false) => baton.locks().acquire(&args.key, &options).await,
         };
         acquired.map_err(|e| acquire_failure(&what, args.wait, e))
     };
@@ -311,8 +321,9 @@ pub(crate) fn finish(
     }
 }
 
-/// The failure for a lock (or a semaphore's permit) `baton run` could not take; `what` names
-/// it: `lock "nightly"`, `semaphore "builds" (4 permits)`.
+/// The failure for a lock (or a semaphore's permit, or a read lock) `baton run` could not
+/// take; `what` names it: `lock "nightly"`, `semaphore "builds" (4 permits)`,
+/// `read lock "model"`.
 fn acquire_failure(what: &str, wait: Duration, error: AcquireError) -> Failure {
     match error {
         AcquireError::Contended { holder, remaining } => {

@@ -176,6 +176,10 @@ pub enum KeyKind {
     Semaphore,
     /// [`Election`](crate::Election)s.
     Election,
+    /// The permits of [`RwLock`](crate::RwLock)s: one per reader, one for the writer.
+    RwLock,
+    /// The gates of [`RwLock`](crate::RwLock)s: the lock a writer holds to keep new readers out.
+    RwGate,
 }
 
 impl KeyKind {
@@ -193,6 +197,8 @@ impl KeyKind {
             KeyKind::Migration => "migration",
             KeyKind::Semaphore => "semaphore",
             KeyKind::Election => "election",
+            KeyKind::RwLock => "rwlock",
+            KeyKind::RwGate => "rwgate",
         }
     }
 }

@@ -36,6 +36,7 @@ mod memory;
 pub mod options;
 mod redact;
 pub mod retry;
+pub mod rwlock;
 pub mod semaphore;
 pub mod store;
 pub mod telemetry;
@@ -64,6 +65,7 @@ pub use lock::{
 };
 pub use memory::MemoryStore;
 pub use redact::redact_url;
+pub use rwlock::{RwHolders, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphoreStore};
 pub use store::{HolderInfo, Renewal};
 pub use time::{Ttl, WaitTime, parse_duration};

@@ -70,6 +70,18 @@ pub mod events {
         },
     };
 
+    /// A reader-writer lock's read or write grant was lost (its permit or, for a writer, its
+    /// gate was no longer held, or no renewal succeeded before it expired).
+    pub const RWLOCK_LOST: Event = Event {
+        key: "baton.rwlock.lost",
+        level: Level::ERROR,
+        help: "a reader-writer lock's read or write grant was lost (the store no longer held its permit or the writer's gate, or no renewal succeeded before it expired); a writer may no longer be alone, or a reader may overlap a writer",
+        alarm: Alarm::AtLeast {
+            count: 1,
+            within: minutes(5),
+        },
+    };
+
     /// A lock could not be acquired because the store faulted.
     pub const LOCK_UNAVAILABLE: Event = Event {
         key: "baton.lock.unavailable",
@@ -683,6 +695,7 @@ pub const REGISTRY: &[Event] = &[
     events::SEMAPHORE_PERMIT_LOST,
     events::ELECTION_LEADERSHIP_LOST,
     events::ELECTION_OBSERVE_GAP,
+    events::RWLOCK_LOST,
     events::LOCK_RENEW_FAILED,
     events::LOCK_MAX_HOLD_REACHED,
     events::LOCK_KEPT_UNTIL_EXPIRY,

@@ -1,8 +1,9 @@
 //! Every capability of the PostgreSQL store through PgBouncer in transaction pooling mode
 //! (`pool_mode = transaction`), where a server connection belongs to a client for one
 //! transaction only: the lock and lease conformance rules, the limiter, the cache, the
-//! idempotency log, semaphores and claimable work (queue, scheduler, migrations), each rule in a fresh
-//! namespace, on one private pooler in front of the test binary's shared server.
+//! idempotency log, semaphores, reader-writer locks and claimable work (queue, scheduler,
+//! migrations), each rule in a fresh namespace, on one private pooler in front of the test
+//! binary's shared server.
 //!
 //! Stores are opened with `pooler=transaction` and no `listen_url`, so waiters poll; the
 //! wake-ups through a direct `listen_url` have tests of their own in `pooler_limits.rs`.
@@ -44,6 +45,12 @@ mod election {
     use super::common;
 
     baton_core::election_conformance_tests!(common::pooled_harness());
+}
+
+mod rwlock {
+    use super::common;
+
+    baton_core::rwlock_conformance_tests!(common::pooled_harness());
 }
 
 mod work {

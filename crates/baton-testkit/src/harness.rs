@@ -156,6 +156,7 @@ macro_rules! open_only {
 }
 
 open_only!(
+    LeaseStore,
     CacheStore,
     RateStore,
     BroadcastStore,

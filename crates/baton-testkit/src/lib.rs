@@ -60,6 +60,7 @@ pub mod process;
 pub mod proxy;
 pub mod redis;
 pub mod register;
+pub mod rw_workload;
 pub mod sentinel;
 mod server;
 pub mod stats;
@@ -70,6 +71,7 @@ pub mod workload;
 pub use check::Violation;
 pub use history::{ContenderLog, Grant, History, Op, OpKind, Outcome, Recorder};
 pub use register::{FencedRegister, WriteRecord};
+pub use rw_workload::RwLockWorkload;
 pub use time::MonoTime;
 pub use workload::{
     ElectionWorkload, LockWorkload, PermitWorkload, WorkloadReport, most_permit_holders,

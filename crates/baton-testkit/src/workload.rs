@@ -362,7 +362,7 @@ pub async fn admitted_concurrently(
 /// Starts `processes` children running `child_test`, each told its directory and index;
 /// waits until every one is ready (has opened its store), tells them to go, waits for them
 /// to succeed, and merges their histories.
-fn run_children(
+pub(crate) fn run_children(
     child_test: &str,
     processes: u32,
     dir: &std::path::Path,
@@ -399,7 +399,7 @@ fn run_children(
 
 /// This child's directory and index, from the parent's [`run_children`]; `None` when this
 /// process is not such a child.
-fn child_place() -> Option<(std::path::PathBuf, u32)> {
+pub(crate) fn child_place() -> Option<(std::path::PathBuf, u32)> {
     process::role()?;
     let dir = std::path::PathBuf::from(process::parent_env(DIR_ENV));
     let index = process::parent_env(INDEX_ENV)
@@ -409,7 +409,7 @@ fn child_place() -> Option<(std::path::PathBuf, u32)> {
 }
 
 /// Tells the parent this child is ready, and waits for its go.
-async fn ready_and_wait_for_go(dir: &std::path::Path, index: u32) {
+pub(crate) async fn ready_and_wait_for_go(dir: &std::path::Path, index: u32) {
     std::fs::write(ready_file(dir, index), "").expect("write the ready file");
     process::wait_until_async("the parent's go", CHILD_TIMEOUT, || dir.join("go").exists())
         .await
@@ -667,7 +667,7 @@ fn ready_file(dir: &std::path::Path, index: u32) -> std::path::PathBuf {
     dir.join(format!("ready-{index}"))
 }
 
-fn history_file(dir: &std::path::Path, index: u32) -> std::path::PathBuf {
+pub(crate) fn history_file(dir: &std::path::Path, index: u32) -> std::path::PathBuf {
     dir.join(format!("history-{index}.jsonl"))
 }
 

@@ -68,6 +68,7 @@ pub mod idempotency;
 pub mod lease;
 pub mod limit;
 pub mod lock;
+pub mod rwlock;
 pub mod semaphore;
 pub mod store;
 pub mod work;
@@ -259,6 +260,8 @@ mod guide {
     mod redis {}
     #[doc = include_str!("../../../docs/semaphores.md")]
     mod semaphores {}
+    #[doc = include_str!("../../../docs/rwlocks.md")]
+    mod rwlocks {}
     #[doc = include_str!("../../../docs/sqlite.md")]
     mod sqlite {}
     #[doc = include_str!("../../../docs/work.md")]

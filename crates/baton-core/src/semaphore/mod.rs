@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::key::{Key, KeyKind, Namespace};
 use crate::lock::{AcquireError, LockGuard, LockOptions, Locks};
 use crate::store::HolderInfo;
-use crate::telemetry::events;
+use crate::telemetry::{Event, events};
 
 use store::PermitLocks;
 pub use store::SemaphoreStore;
@@ -85,13 +85,11 @@ impl Semaphore {
     ) -> Result<Semaphore> {
         Key::new(key)?;
         check_permits(permits)?;
-        let locks = Locks::of_kind(
-            Arc::new(PermitLocks {
-                store: Arc::clone(&store),
-                permits,
-            }),
+        let locks = permit_locks(
+            Arc::clone(&store),
             namespace,
             KeyKind::Semaphore,
+            permits,
             &events::SEMAPHORE_PERMIT_LOST,
         );
         Ok(Semaphore {
@@ -144,6 +142,24 @@ impl Semaphore {
             .qualify(KeyKind::Semaphore, &Key::new(&self.key)?);
         self.store.permits(&key).await
     }
+}
+
+/// The lock policy over the permits of `store`, for keys of `kind`, each claim admitting up
+/// to `permits` holders, a lost permit reported as `lost_event`: a semaphore's permits, and
+/// a reader-writer lock's.
+pub(crate) fn permit_locks(
+    store: Arc<dyn SemaphoreStore>,
+    namespace: Namespace,
+    kind: KeyKind,
+    permits: u32,
+    lost_event: &'static Event,
+) -> Locks {
+    Locks::of_kind(
+        Arc::new(PermitLocks { store, permits }),
+        namespace,
+        kind,
+        lost_event,
+    )
 }
 
 /// The rule of a semaphore's number of permits: 1 to [`MAX_PERMITS`].

@@ -8,6 +8,7 @@
 //! | [`fences_increase`] | (b) fences strictly increase per key in grant order, never repeat |
 //! | [`stale_fences`] | (c) a fenced register never accepts a fence below one it accepted |
 //! | [`effects`] / [`exactly_once`] | (d) every side effect happens exactly once |
+//! | [`writers_alone`] / [`writer_fences_above_earlier`] | a reader-writer lock's writer overlaps nobody; its fence is above every earlier grant's |
 //!
 //! [`all`] runs the first four (the fourth needs no expectations); [`effects`] needs the
 //! list of effects that should have happened. [`assert_clean`] panics with a readable
@@ -16,6 +17,7 @@
 mod effects;
 mod exclusion;
 mod fences;
+mod readers_writers;
 mod writes;
 
 use std::fmt;
@@ -23,6 +25,7 @@ use std::fmt;
 pub use effects::{effects, exactly_once};
 pub use exclusion::{at_most, no_overlap};
 pub use fences::fences_increase;
+pub use readers_writers::{Mode, rw_key, writer_fences_above_earlier, writers_alone};
 pub use writes::stale_fences;
 
 use crate::history::{History, Op};
