@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use baton::CancellationToken;
 use baton::Ttl;
-use baton::lock::{AcquireError, KeepOutcome, LockOptions, ReleaseOutcome};
+use baton::lock::{AcquireError, KeepOutcome, LockGuard, LockOptions, ReleaseOutcome};
+use baton::rwlock::WriteGuard;
 
 use clap::{Args, ValueEnum};
 
@@ -73,8 +74,17 @@ pub(crate) struct RunArgs {
     #[arg(long, conflicts_with = "permits")]
     pub(crate) shared: bool,
 
+    /// Run COMMAND while holding the write (exclusive) lock of the reader-writer lock KEY
+    /// instead of its lock: alone, with no --shared run of KEY beside it. Waits (within
+    /// --wait) for the readers to finish, keeping new ones out meanwhile; exit 75 when they
+    /// outlast --wait. BATON_FENCE is larger than every earlier read or write grant's of KEY.
+    /// A plain `baton run KEY` takes the lock KEY, which readers do not see: use --exclusive
+    /// beside --shared. Not with --permits, --shared or --cooldown.
+    #[arg(long, conflicts_with_all = ["permits", "shared", "cooldown"])]
+    pub(crate) exclusive: bool,
+
     /// The lock's key (the semaphore's, with --permits; the reader-writer lock's, with
-    /// --shared).
+    /// --shared or --exclusive).
     #[arg(value_name = "KEY", value_parser = args::key)]
     pub(crate) key: String,
 
@@ -131,17 +141,35 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
     let mut signals = Forwarded::install()
         .map_err(|e| Failure::new(INTERNAL, format!("cannot install signal handlers: {e}")))?;
 
-    let what = match (args.permits, args.shared) {
-        (Some(n), _) => format!("semaphore {:?} ({n} permits)", args.key),
-        (None, true) => format!("read lock {:?}", args.key),
-        (None, false) => format!("lock {:?}", args.key),
+    let what = match (args.permits, args.shared, args.exclusive) {
+        (Some(n), _, _) => format!("semaphore {:?} ({n} permits)", args.key),
+        (None, true, _) => format!("read lock {:?}", args.key),
+        (None, false, true) => format!("write lock {:?}", args.key),
+        (None, false, false) => format!("lock {:?}", args.key),
     };
     let acquire = async {
         let baton = store::connect(global).await?;
-        let acquired = match (args.permits, args.shared) {
-            (Some(n), _) => baton.semaphore(&args.key, n)?.acquire(&options).await,
-            (None, true) => baton.rwlock(&args.key)?.read(&options).await,
-            (None, false) => baton.locks().acquire(&args.key, &options).await,
+        let acquired = match (args.permits, args.shared, args.exclusive) {
+            (Some(n), _, _) => baton
+                .semaphore(&args.key, n)?
+                .acquire(&options)
+                .await
+                .map(Grant::Lock),
+            (None, true, _) => baton
+                .rwlock(&args.key)?
+                .read(&options)
+                .await
+                .map(Grant::Lock),
+            (None, false, true) => baton
+                .rwlock(&args.key)?
+                .write(&options)
+                .await
+                .map(Grant::Write),
+            (None, false, false) => baton
+                .locks()
+                .acquire(&args.key, &options)
+                .await
+                .map(Grant::Lock),
         };
         acquired.map_err(|e| acquire_failure(&what, args.wait, e))
     };
@@ -168,7 +196,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
     };
     tracing::debug!(key = %args.key, fence = %guard.fence(), command = child.name(), "running");
     let held = Held {
-        what: format!("lock {:?}", args.key),
+        what,
         ttl: args.ttl,
         on_lost: args.on_lost,
         grace: args.grace,
@@ -182,15 +210,45 @@ pub(crate) async fn run(global: &GlobalArgs, args: &RunArgs) -> Result<u8, Failu
     )
     .await;
     let fence = guard.fence();
-    let ended = match args.cooldown {
+    let ended = match (args.cooldown, guard) {
         // A lost lock is not ours to keep.
-        Some(cooldown) if !ran.lost => {
+        (Some(cooldown), Grant::Lock(guard)) if !ran.lost => {
             let cooldown = Ttl::new(cooldown)?;
             Ended::Kept(guard.keep_for(cooldown).await)
         }
-        _ => Ended::Released(guard.release().await),
+        (_, guard) => Ended::Released(guard.release().await),
     };
     finish(&held, fence, ran, ended)
+}
+
+/// What `baton run` holds while COMMAND runs: a lock, a permit or a read lock (each a
+/// [`LockGuard`]), or a reader-writer lock's write lock.
+enum Grant {
+    Lock(LockGuard),
+    Write(WriteGuard),
+}
+
+impl Grant {
+    fn fence(&self) -> baton::Fence {
+        match self {
+            Grant::Lock(guard) => guard.fence(),
+            Grant::Write(guard) => guard.fence(),
+        }
+    }
+
+    fn lost_token(&self) -> CancellationToken {
+        match self {
+            Grant::Lock(guard) => guard.lost_token(),
+            Grant::Write(guard) => guard.lost_token(),
+        }
+    }
+
+    async fn release(self) -> ReleaseOutcome {
+        match self {
+            Grant::Lock(guard) => guard.release().await,
+            Grant::Write(guard) => guard.release().await,
+        }
+    }
 }
 
 /// What COMMAND runs under, as [`supervise`] and [`finish`] speak of it: a lock, a permit, a

@@ -116,3 +116,86 @@ fn shared_and_permits_are_a_usage_error() {
     assert!(!env.path("ran").exists());
     assert!(!env.path("baton.db").exists(), "no store file was created");
 }
+
+/// `--exclusive` is the writer beside `--shared` readers: it waits for a reader to end (75
+/// when the reader outlasts `--wait`), runs alone with a fence above the reader's, and a
+/// reader during its run gives up.
+#[test]
+fn exclusive_runs_wait_for_shared_ones_and_run_alone() {
+    let env = Env::new();
+    env.touch("hold");
+    let reader = Running::spawn(
+        env.baton(["run", "--shared", "model", "--"].into_iter().chain(sh(
+            r#"echo "read $BATON_FENCE" >> events; while [ -e hold ]; do sleep 0.05; done"#,
+        ))),
+    );
+    eventually("the reader to start", || {
+        !fences(&env.read("events"), "read").is_empty()
+    });
+    let out = env.run([
+        "run",
+        "--exclusive",
+        "--wait",
+        "200ms",
+        "model",
+        "--",
+        "touch",
+        "ran",
+    ]);
+    out.assert_status(CONTENDED);
+    assert!(
+        out.stderr.contains("write lock \"model\""),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path("ran").exists(), "a writer beside a reader");
+
+    env.touch("writing");
+    let writer = Running::spawn(
+        env.baton(
+            ["run", "--exclusive", "--wait", "1m", "model", "--"]
+                .into_iter()
+                .chain(sh(r#"echo "write $BATON_FENCE" >> events; while [ -e writing ]; do sleep 0.05; done"#)),
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        fences(&env.read("events"), "write").is_empty(),
+        "the writer ran beside the reader"
+    );
+    std::fs::remove_file(env.path("hold")).unwrap();
+    reader.finish().assert_status(0);
+    eventually("the writer to start", || {
+        !fences(&env.read("events"), "write").is_empty()
+    });
+    let (read, write) = (
+        fences(&env.read("events"), "read")[0],
+        fences(&env.read("events"), "write")[0],
+    );
+    assert!(write > read, "write fence {write} after read fence {read}");
+    let out = env.run([
+        "run", "--shared", "--wait", "200ms", "model", "--", "touch", "ran",
+    ]);
+    out.assert_status(CONTENDED);
+    std::fs::remove_file(env.path("writing")).unwrap();
+    writer.finish().assert_status(0);
+    assert!(!env.path("ran").exists(), "a reader beside the writer");
+}
+
+/// `--exclusive` with `--shared`, `--permits` or `--cooldown` is a usage error.
+#[test]
+fn exclusive_with_other_modes_is_a_usage_error() {
+    let env = Env::new();
+    for extra in [["--shared", ""], ["--permits", "2"], ["--cooldown", "1m"]] {
+        let args: Vec<&str> = ["run", "--exclusive"]
+            .into_iter()
+            .chain(extra.into_iter().filter(|a| !a.is_empty()))
+            .chain(["model", "--", "touch", "ran"])
+            .collect();
+        let out = env.run(args);
+        out.assert_status(USAGE);
+        assert!(out.stderr.contains("--exclusive"), "{}", out.stderr);
+    }
+    assert!(!env.path("ran").exists());
+    assert!(!env.path("baton.db").exists(), "no store file was created");
+}

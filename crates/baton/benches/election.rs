@@ -111,7 +111,11 @@ fn failover(url: &str, dir: &Path, round: u32) -> Duration {
     let elected = wait_for_line(&follower_out, "elected");
     finish(follower);
     if std::env::var_os("BATON_BENCH_DEBUG").is_some() {
-        eprintln!("killed {killed} elected {elected} leader {:?} follower {:?}", fs::read_to_string(&leader_out), fs::read_to_string(&follower_out));
+        eprintln!(
+            "killed {killed} elected {elected} leader {:?} follower {:?}",
+            fs::read_to_string(&leader_out),
+            fs::read_to_string(&follower_out)
+        );
     }
     Duration::from_nanos(elected.saturating_sub(killed))
 }
@@ -143,7 +147,11 @@ fn wait_for_line(out: &Path, word: &str) -> u64 {
         }) {
             return reading;
         }
-        assert!(Instant::now() < deadline, "no {word:?} in {}", out.display());
+        assert!(
+            Instant::now() < deadline,
+            "no {word:?} in {}",
+            out.display()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }
