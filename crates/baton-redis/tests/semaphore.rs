@@ -193,3 +193,124 @@ async fn fences_never_repeat_after_a_lagging_replica_is_promoted() {
     );
     assert!(after.windows(2).all(|w| w[0] < w[1]), "{after:?}");
 }
+
+/// `min_replicas=1` with the replica cut off: a permit claim is `Unavailable`, not granted,
+/// and the permit it took on the primary is given back; a renewal and a release of a
+/// confirmed permit are `Unavailable` too. As for a lock's grant.
+#[tokio::test]
+async fn with_min_replicas_an_unconfirmed_permit_is_unavailable_and_given_back() {
+    let (primary, replica) = tokio::task::spawn_blocking(|| {
+        let primary = RedisServer::start().expect("a private redis-server");
+        let replica = RedisServer::start_replica_of(&primary, ServerOptions::new())
+            .expect("a private replica");
+        (primary, replica)
+    })
+    .await
+    .unwrap();
+    let url = format!("{}?min_replicas=1&response_timeout=2s", primary.url());
+    let store = RedisStore::connect(&url).await.unwrap();
+    let plain = RedisStore::connect(&primary.url()).await.unwrap();
+    let key = permit_key("unconfirmed");
+    let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+    let holder = Holder::random();
+    assert!(matches!(
+        store
+            .claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+            .await
+            .unwrap(),
+        Claim::Granted { .. }
+    ));
+
+    replica.cut_off_replication().unwrap();
+    let err = store.renew_permit(&key, &holder, ttl).await.unwrap_err();
+    assert_eq!(err.kind(), baton_core::ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("0 of the 1 replicas"), "{err}");
+    let err = store.release_permit(&key, &holder).await.unwrap_err();
+    assert_eq!(err.kind(), baton_core::ErrorKind::Unavailable, "{err}");
+    assert!(
+        plain.permits(&key).await.unwrap().is_empty(),
+        "given back on the primary"
+    );
+
+    let other = Holder::random();
+    let err = store
+        .claim_permit(&key, LeaseRequest::new(&other, ttl), 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), baton_core::ErrorKind::Unavailable, "{err}");
+    // The unconfirmed permit is given back: the permit is free on the primary again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while !plain.permits(&key).await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the unconfirmed permit was not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(
+        plain
+            .claim_permit(&key, LeaseRequest::new(&other, ttl), 1)
+            .await
+            .unwrap(),
+        Claim::Granted { .. }
+    ));
+}
+
+/// Through Sentinel (a `redis+sentinel://` URL), the store keeps semaphores as it keeps
+/// locks: permits are granted on the primary, and when the primary is killed and a replica
+/// promoted, a waiter of another store queued before the failover is granted on the new
+/// primary, with a fence above every permit before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_permits_carry_on_across_a_failover() {
+    let topology = Arc::new(
+        tokio::task::spawn_blocking(baton_testkit::sentinel::SentinelTopology::start)
+            .await
+            .unwrap()
+            .expect("a private Sentinel topology (apt-get install redis-sentinel)"),
+    );
+    let url = format!(
+        "{}?connect_timeout=1s&response_timeout=1s",
+        topology.url()
+    );
+    let ns = fresh_namespace();
+    let a = Semaphore::new(Arc::new(RedisStore::connect(&url).await.unwrap()), ns.clone(), "s", 2)
+        .unwrap();
+    let b = Semaphore::new(Arc::new(RedisStore::connect(&url).await.unwrap()), ns, "s", 2)
+        .unwrap();
+    let short = baton_core::LockOptions::new(Duration::from_secs(3));
+    let first = a.try_acquire(&short).await.unwrap().expect("free");
+    let second = a.try_acquire(&short).await.unwrap().expect("free");
+    assert!(b.try_acquire(&short).await.unwrap().is_none(), "both are held");
+    let last = second.fence();
+    let waiter = tokio::spawn(async move {
+        b.acquire(&baton_core::LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(90)))
+            .await
+            .expect("one acquire carried on through the failover")
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let old = topology.primary_port().unwrap();
+    assert_eq!(
+        topology
+            .server(old)
+            .unwrap()
+            .wait_for_replicas(1, Duration::from_secs(3))
+            .unwrap(),
+        1,
+        "the permits are on the replica before the primary dies"
+    );
+    let moved = Arc::clone(&topology);
+    tokio::task::spawn_blocking(move || {
+        moved.kill(old).unwrap();
+        moved.wait_for_failover(old, Duration::from_secs(60))
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"));
+    let got = waiter.await.unwrap();
+    assert!(got.fence() > last, "{} after {last}", got.fence());
+    // The permits taken before the failover ended with their TTL (their holders' releases
+    // may have reached the old primary or nobody).
+    first.release().await;
+    second.release().await;
+    got.release().await;
+}
