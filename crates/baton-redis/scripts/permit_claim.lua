@@ -17,22 +17,28 @@
 -- Returns the fence (an integer) when granted; {1, fence} extended; {2, holder, remaining ms}
 -- held (of the permit that ends soonest).
 local ttl = tonumber(ARGV[2])
-local now = now_ms()
+local now, time = now_ms()
 drop_ended(KEYS[1], KEYS[2], now)
-local live = '(' .. ms(now)
-local own = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if own and tonumber(own) > now then
-    -- The holder's own live permit.
-    redis.call('ZADD', KEYS[1], 'XX', ms(now + ttl), ARGV[1])
-    keep_permits(KEYS[1], KEYS[2], ttl)
-    return {1, redis.call('HGET', KEYS[2], ARGV[1])}
+local ends = ms(now + ttl)
+local had = redis.call('ZADD', KEYS[1], 'NX', ends, ARGV[1]) == 0
+if had then
+    -- The holder has a permit: extend it if it is live (an ended one drop_ended left behind
+    -- is taken again below, with a new fence).
+    if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) > now then
+        redis.call('ZADD', KEYS[1], 'XX', ends, ARGV[1])
+        keep_permits(KEYS[1], KEYS[2], ttl)
+        return {1, redis.call('HGET', KEYS[2], ARGV[1])}
+    end
+    redis.call('ZADD', KEYS[1], 'XX', ends, ARGV[1])
 end
-if redis.call('ZCOUNT', KEYS[1], live, '+inf') < tonumber(ARGV[3]) then
-    local fence, err = helpers(true)(KEYS[3], ARGV[2])
+-- Added: keep it if the live permits, this one included, are at most N.
+local live = '(' .. ms(now)
+if redis.call('ZCOUNT', KEYS[1], live, '+inf') <= tonumber(ARGV[3]) then
+    local fence, err = helpers(true)(KEYS[3], ARGV[2], time)
     if not fence then
+        redis.call('ZREM', KEYS[1], ARGV[1])
         return err
     end
-    redis.call('ZADD', KEYS[1], ms(now + ttl), ARGV[1])
     redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', fence))
     keep_permits(KEYS[1], KEYS[2], ttl)
     if ARGV[4] then
@@ -41,6 +47,11 @@ if redis.call('ZCOUNT', KEYS[1], live, '+inf') < tonumber(ARGV[3]) then
         redis.call('ZREM', KEYS[4], ARGV[4])
     end
     return fence
+end
+-- Full: take the permit out again (and the fence of an ended one it replaced).
+redis.call('ZREM', KEYS[1], ARGV[1])
+if had then
+    redis.call('HDEL', KEYS[2], ARGV[1])
 end
 local soonest = redis.call('ZRANGEBYSCORE', KEYS[1], live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local remaining = math.max(tonumber(soonest[2]) - now, 0)

@@ -18,10 +18,10 @@
 -- message "p<Q>" on its channel ("a permit of Q is free: your turn"). Permits are not
 -- reserved or handed over: the woken store's waiter claims like anyone else.
 
--- The server's clock, in milliseconds.
+-- The server's clock, in milliseconds, and the TIME it was read from (for next_fence).
 local function now_ms()
     local time = redis.call('TIME')
-    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), time
 end
 
 -- A number of milliseconds as Redis arguments take it: digits, never an exponent.
