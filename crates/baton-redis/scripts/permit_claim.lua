@@ -18,15 +18,14 @@
 -- held (of the permit that ends soonest).
 local ttl = tonumber(ARGV[2])
 local now, time = now_ms()
-drop_ended(KEYS[1], KEYS[2], now)
 local ends = ms(now + ttl)
 local had = redis.call('ZADD', KEYS[1], 'NX', ends, ARGV[1]) == 0
 if had then
-    -- The holder has a permit: extend it if it is live (an ended one drop_ended left behind
-    -- is taken again below, with a new fence).
+    -- The holder has a permit: extend it if it is live (an ended one is taken again below,
+    -- with a new fence).
     if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) > now then
         redis.call('ZADD', KEYS[1], 'XX', ends, ARGV[1])
-        keep_permits(KEYS[1], KEYS[2], ttl)
+        keep_permits(KEYS[1], KEYS[2], ttl, now)
         return {1, redis.call('HGET', KEYS[2], ARGV[1])}
     end
     redis.call('ZADD', KEYS[1], 'XX', ends, ARGV[1])
@@ -40,7 +39,7 @@ if redis.call('ZCOUNT', KEYS[1], live, '+inf') <= tonumber(ARGV[3]) then
         return err
     end
     redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', fence))
-    keep_permits(KEYS[1], KEYS[2], ttl)
+    keep_permits(KEYS[1], KEYS[2], ttl, now)
     if ARGV[4] then
         -- A queued store whose waiter took a permit leaves the queue; its next waiter, if
         -- any, claims next and queues again if it must.
@@ -48,11 +47,13 @@ if redis.call('ZCOUNT', KEYS[1], live, '+inf') <= tonumber(ARGV[3]) then
     end
     return fence
 end
--- Full: take the permit out again (and the fence of an ended one it replaced).
+-- Full: take the permit out again (and the fence of an ended one it replaced), and drop
+-- ended permits while here.
 redis.call('ZREM', KEYS[1], ARGV[1])
 if had then
     redis.call('HDEL', KEYS[2], ARGV[1])
 end
+drop_ended(KEYS[1], KEYS[2], now)
 local soonest = redis.call('ZRANGEBYSCORE', KEYS[1], live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local remaining = math.max(tonumber(soonest[2]) - now, 0)
 if ARGV[4] then

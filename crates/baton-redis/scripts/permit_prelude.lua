@@ -29,24 +29,28 @@ local function ms(n)
     return string.format('%d', n)
 end
 
--- Keeps the permit keys for at least `ttl` milliseconds (a number) from now: twice that when
--- they would end sooner, so that a run of permits with one TTL extends them only now and then.
-local function keep_permits(permits, fences, ttl)
-    if redis.call('PTTL', permits) < ttl then
-        local keep = ms(2 * ttl)
-        redis.call('PEXPIRE', permits, keep)
-        redis.call('PEXPIRE', fences, keep)
-    end
-end
-
 -- Drops the permits of `permits` that ended by `now`, and their fences, a few at a time (a
--- later claim drops the rest): the scripts count and read only live permits (scores above
--- now), so this only keeps the keys small.
+-- later call drops the rest). The scripts count and read only live permits (scores above
+-- now), so this only keeps the keys small: ended permits are those of holders that stopped
+-- without a release.
 local function drop_ended(permits, fences, now)
     local ended = redis.call('ZRANGEBYSCORE', permits, '-inf', ms(now), 'LIMIT', 0, 64)
     if #ended > 0 then
         redis.call('ZREM', permits, unpack(ended))
         redis.call('HDEL', fences, unpack(ended))
+    end
+end
+
+-- Keeps the permit keys for at least `ttl` milliseconds (a number) from now: twice that when
+-- they would end sooner, so that a run of permits with one TTL extends them only about once
+-- per TTL. That is also when the ended permits are dropped, so a key in constant use holds
+-- at most the permits that ended unreleased since, and the common claim pays for neither.
+local function keep_permits(permits, fences, ttl, now)
+    if redis.call('PTTL', permits) < ttl then
+        local keep = ms(2 * ttl)
+        redis.call('PEXPIRE', permits, keep)
+        redis.call('PEXPIRE', fences, keep)
+        drop_ended(permits, fences, now)
     end
 end
 

@@ -18,5 +18,5 @@ if tonumber(ends) <= now then
     return 0
 end
 redis.call('ZADD', KEYS[1], 'XX', ms(now + ttl), ARGV[1])
-keep_permits(KEYS[1], KEYS[2], ttl)
+keep_permits(KEYS[1], KEYS[2], ttl, now)
 return 1

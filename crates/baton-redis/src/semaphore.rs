@@ -232,6 +232,186 @@ mod tests {
 
     use baton_core::Fence;
 
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use baton_core::signals::ReleaseHub;
+    use baton_testkit::redis::RedisServer;
+
+    /// What `step` made the server run: every command, including those the scripts call.
+    async fn commands_of<T>(
+        server: &Arc<RedisServer>,
+        step: impl Future<Output = T>,
+    ) -> (T, BTreeMap<String, u64>) {
+        let calls = |server: Arc<RedisServer>| async move {
+            tokio::task::spawn_blocking(move || server.command_calls().unwrap())
+                .await
+                .unwrap()
+        };
+        let before = calls(Arc::clone(server)).await;
+        let answer = step.await;
+        let after = calls(Arc::clone(server)).await;
+        let ran = after
+            .into_iter()
+            .filter(|(name, _)| name != "info")
+            .map(|(name, n)| (n - before.get(&name).copied().unwrap_or(0), name))
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, name)| (name, n))
+            .collect();
+        (answer, ran)
+    }
+
+    fn ran(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        list.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
+    }
+
+    /// The calls the permit scripts make on the paths the semaphore benchmark measures (an
+    /// uncontended claim and release), and on a release that wakes another store, pinned so
+    /// that a change that adds work there is a decision.
+    #[tokio::test]
+    async fn the_permit_scripts_make_only_the_calls_their_paths_need() {
+        let server = Arc::new(
+            tokio::task::spawn_blocking(RedisServer::start)
+                .await
+                .unwrap()
+                .expect("a private redis-server"),
+        );
+        let a = RedisStore::connect(&server.url()).await.unwrap();
+        let b = RedisStore::connect(&server.url()).await.unwrap();
+        let key = StoreKey::from_stored("t:semaphore:calls".to_owned());
+        let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+        async fn claim(store: &RedisStore, key: &StoreKey, holder: &Holder) -> Claim {
+            let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+            store
+                .claim_permit(key, LeaseRequest::new(holder, ttl), 1)
+                .await
+                .unwrap()
+        }
+        // The first permit of a key creates its keys and their expiry.
+        let first = Holder::random();
+        assert!(matches!(
+            claim(&a, &key, &first).await,
+            Claim::Granted { .. }
+        ));
+        assert_eq!(
+            a.release_permit(&key, &first).await.unwrap(),
+            Release::Removed
+        );
+        let held = Holder::random();
+        assert!(matches!(
+            claim(&a, &key, &held).await,
+            Claim::Granted { .. }
+        ));
+
+        let holder = Holder::random();
+        let (_, calls) = commands_of(&server, a.release_permit(&key, &held)).await;
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("zscore", 1),
+                ("time", 1),
+                ("zrem", 1),
+                ("hdel", 1),
+                ("zrange", 1),
+            ])
+        );
+        // The key was emptied and deleted: this claim creates it again (and sets its expiry).
+        assert!(matches!(
+            claim(&a, &key, &first).await,
+            Claim::Granted { .. }
+        ));
+        assert_eq!(
+            a.release_permit(&key, &first).await.unwrap(),
+            Release::Removed
+        );
+        let other = Holder::random();
+        assert!(matches!(
+            claim(&a, &key, &other).await,
+            Claim::Granted { .. }
+        ));
+        assert_eq!(
+            a.release_permit(&key, &other).await.unwrap(),
+            Release::Removed
+        );
+        let (granted, calls) = commands_of(&server, {
+            let store = &a as &dyn SemaphoreStore;
+            store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+        })
+        .await;
+        assert!(matches!(granted.unwrap(), Claim::Granted { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("time", 1),
+                ("zadd", 1),
+                ("zcount", 1),
+                ("set", 1),
+                ("hset", 1),
+                ("pttl", 1),
+                ("pexpire", 2),
+                ("zrangebyscore", 1),
+            ])
+        );
+        // A second claim while the key's expiry is long enough: no PEXPIRE, no sweep.
+        let (extended, calls) = commands_of(&server, {
+            let store = &a as &dyn SemaphoreStore;
+            store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+        })
+        .await;
+        assert!(matches!(extended.unwrap(), Claim::Extended { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("time", 1),
+                ("zadd", 2),
+                ("zscore", 1),
+                ("pttl", 1),
+                ("hget", 1),
+            ])
+        );
+
+        // A waiter of another store queues; the release tells that store alone.
+        let hub: &ReleaseHub = &b.hub;
+        let _waiting = hub.subscribe(&key);
+        let waiter = Holder::random();
+        let (held, calls) = commands_of(&server, {
+            let store = &b as &dyn SemaphoreStore;
+            store.claim_permit(&key, LeaseRequest::new(&waiter, ttl), 1)
+        })
+        .await;
+        assert!(matches!(held.unwrap(), Claim::Held { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("time", 2),
+                ("zadd", 2),
+                ("zcount", 1),
+                ("zrem", 1),
+                ("zrangebyscore", 2),
+                ("pttl", 1),
+                ("pexpire", 1),
+            ])
+        );
+        let (release, calls) = commands_of(&server, a.release_permit(&key, &holder)).await;
+        assert_eq!(release.unwrap(), Release::Removed);
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("zscore", 1),
+                ("time", 1),
+                ("zrem", 2),
+                ("hdel", 1),
+                ("zrange", 1),
+                ("publish", 1),
+            ])
+        );
+    }
+
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
     }

@@ -268,24 +268,36 @@ async fn through_sentinel_permits_carry_on_across_a_failover() {
             .unwrap()
             .expect("a private Sentinel topology (apt-get install redis-sentinel)"),
     );
-    let url = format!(
-        "{}?connect_timeout=1s&response_timeout=1s",
-        topology.url()
-    );
+    let url = format!("{}?connect_timeout=1s&response_timeout=1s", topology.url());
     let ns = fresh_namespace();
-    let a = Semaphore::new(Arc::new(RedisStore::connect(&url).await.unwrap()), ns.clone(), "s", 2)
-        .unwrap();
-    let b = Semaphore::new(Arc::new(RedisStore::connect(&url).await.unwrap()), ns, "s", 2)
-        .unwrap();
+    let a = Semaphore::new(
+        Arc::new(RedisStore::connect(&url).await.unwrap()),
+        ns.clone(),
+        "s",
+        2,
+    )
+    .unwrap();
+    let b = Semaphore::new(
+        Arc::new(RedisStore::connect(&url).await.unwrap()),
+        ns,
+        "s",
+        2,
+    )
+    .unwrap();
     let short = baton_core::LockOptions::new(Duration::from_secs(3));
     let first = a.try_acquire(&short).await.unwrap().expect("free");
     let second = a.try_acquire(&short).await.unwrap().expect("free");
-    assert!(b.try_acquire(&short).await.unwrap().is_none(), "both are held");
+    assert!(
+        b.try_acquire(&short).await.unwrap().is_none(),
+        "both are held"
+    );
     let last = second.fence();
     let waiter = tokio::spawn(async move {
-        b.acquire(&baton_core::LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(90)))
-            .await
-            .expect("one acquire carried on through the failover")
+        b.acquire(
+            &baton_core::LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(90)),
+        )
+        .await
+        .expect("one acquire carried on through the failover")
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let old = topology.primary_port().unwrap();
