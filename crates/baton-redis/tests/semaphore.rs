@@ -326,3 +326,82 @@ async fn through_sentinel_permits_carry_on_across_a_failover() {
     second.release().await;
     got.release().await;
 }
+
+/// `SCRIPT FLUSH` before every permit call: the store loads the script again and the answers
+/// are the real ones, so `NOSCRIPT` is never taken for "not held".
+#[tokio::test]
+async fn flushed_permit_scripts_are_reloaded_and_never_read_as_not_held() {
+    let server = common::server().await;
+    let store = common::store(&server).await;
+    let key = permit_key("flushed");
+    let ttl = Ttl::new(Duration::from_secs(30)).unwrap();
+    let (a, b) = (Holder::random(), Holder::random());
+    let flush = || {
+        let reply = server
+            .command_ok(&["SCRIPT", "FLUSH"])
+            .expect("SCRIPT FLUSH");
+        assert_eq!(reply.as_text().as_deref(), Some("OK"));
+    };
+    flush();
+    assert!(matches!(
+        store
+            .claim_permit(&key, LeaseRequest::new(&a, ttl), 1)
+            .await
+            .unwrap(),
+        Claim::Granted { .. }
+    ));
+    flush();
+    assert!(matches!(
+        store
+            .claim_permit(&key, LeaseRequest::new(&b, ttl), 1)
+            .await
+            .unwrap(),
+        Claim::Held { holder, .. } if holder == a
+    ));
+    flush();
+    assert_eq!(
+        store.renew_permit(&key, &a, ttl).await.unwrap(),
+        baton_core::store::Renewal::Renewed
+    );
+    flush();
+    assert_eq!(store.permits(&key).await.unwrap().len(), 1);
+    flush();
+    assert_eq!(
+        store.release_permit(&key, &a).await.unwrap(),
+        Release::Removed
+    );
+}
+
+/// A store that cannot reach its server answers `Unavailable`, never contention: the atoms
+/// fail with that kind, and an acquire that waits fails with `AcquireError::Unavailable`.
+#[tokio::test]
+async fn a_killed_server_is_unavailable_not_contention() {
+    let server = Arc::new(common::server().await);
+    let store = Arc::new(common::store(&server).await);
+    let key = permit_key("down");
+    let ttl = Ttl::new(Duration::from_secs(30)).unwrap();
+    let holder = Holder::random();
+    common::kill(&server).await;
+    let err = store
+        .claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), baton_core::ErrorKind::Unavailable, "{err}");
+    let err = store.renew_permit(&key, &holder, ttl).await.unwrap_err();
+    assert_eq!(err.kind(), baton_core::ErrorKind::Unavailable, "{err}");
+    let err = store.release_permit(&key, &holder).await.unwrap_err();
+    assert_eq!(err.kind(), baton_core::ErrorKind::Unavailable, "{err}");
+    let err = store.permits(&key).await.unwrap_err();
+    assert_eq!(err.kind(), baton_core::ErrorKind::Unavailable, "{err}");
+    let sem = Semaphore::new(store, fresh_namespace(), "down", 1).unwrap();
+    let err = sem
+        .acquire(
+            &baton_core::LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(1)),
+        )
+        .await
+        .expect_err("the server is down");
+    assert!(
+        matches!(err, baton_core::AcquireError::Unavailable(_)),
+        "{err}"
+    );
+}
