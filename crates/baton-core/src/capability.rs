@@ -52,7 +52,7 @@ impl Capability {
             Capability::Work => {
                 "keeps no claimable work (queues, schedules, migrations need rows that one statement claims)"
             }
-            Capability::Semaphores => "keeps no semaphores yet",
+            Capability::Semaphores => "keeps no semaphores",
         }
     }
 
@@ -69,7 +69,7 @@ impl Capability {
                 "connect with sqlite:// or postgres:// (or memory:// within one process)"
             }
             Capability::Semaphores => {
-                "use postgres://, sqlite:// (the processes of one host) or memory:// (within one process)"
+                "use redis://, postgres://, sqlite:// (the processes of one host) or memory:// (within one process)"
             }
         }
     }

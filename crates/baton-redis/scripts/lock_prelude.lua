@@ -53,10 +53,11 @@ local function helpers(fence_only)
     -- counter) is two calls, TIME and SET; a counter at or above the clock (a clock that stepped
     -- back, more than one grant of the key per microsecond) costs a second SET. Returns the fence,
     -- or nil and the error reply for a counter that is not baton's. Every claim that grants uses
-    -- it: helpers(true) makes it alone, first, and returns it.
-    local function next_fence(counter_key, ttl)
+    -- it: helpers(true) makes it alone, first, and returns it. A caller that has read TIME
+    -- already (a permit claim) passes its answer as `time`, and this reads it no second time.
+    local function next_fence(counter_key, ttl, time)
         local FENCE_RETENTION_MS = 3600000 -- the fence counter lives this long beyond the grant's TTL
-        local time = redis.call('TIME')
+        time = time or redis.call('TIME')
         local counter = tonumber(time[1]) * 1000000 + tonumber(time[2])
         local keep = string.format('%d', tonumber(ttl) + FENCE_RETENTION_MS)
         local last = redis.pcall('SET', counter_key, string.format('%d', counter), 'PX', keep, 'GET')

@@ -10,11 +10,20 @@
 //! | `{Q}:queue` | sorted set, with a PX expiry | the stores waiting for `Q`, oldest first |
 //! | `{Q}:who` | hash, with a PX expiry | per queued store, the holder that waits and its TTL, `<ttl ms>:<holder>` |
 //!
+//! A semaphore's qualified key (kind `semaphore`, so never the same `Q` as a lock's) uses
+//! `{Q}:fence` and `{Q}:queue` as a lock does, and instead of the grant string:
+//!
+//! | Redis key | type | holds |
+//! |---|---|---|
+//! | `{Q}:permits` | sorted set, with a PX expiry | the permits: member = holder, score = when it ends (server ms) |
+//! | `{Q}:fences` | hash, with a PX expiry | the permits' fences: holder → fence |
+//!
 //! All start with `{Q`, so Redis Cluster hashes them on the same tag: the text between the
 //! first `{` and the first `}` after it. That is all of `Q` when `Q` contains no `}`, and
 //! the part of `Q` before its first `}` otherwise; either way the keys of one grant share
 //! it. Different qualified keys never map to the same Redis key: grant keys end in `}`,
-//! counter keys in `:fence`, queue keys in `:queue` and waiting-holder keys in `:who`, and stripping the wrapping gives
+//! counter keys in `:fence`, queue keys in `:queue`, waiting-holder keys in `:who`, permit keys in `:permits` and
+//! permit-fence keys in `:fences`, and stripping the wrapping gives
 //! back `Q`.
 //!
 //! Each store instance listens on a channel of its own, [`wake_channel`]; a release tells only
@@ -81,6 +90,24 @@ pub(crate) fn who(key: &StoreKey) -> RedisKey<'_> {
     RedisKey {
         key,
         suffix: ":who",
+    }
+}
+
+/// The Redis key of the live permits of semaphore `key`: `{Q}:permits` (a sorted set of
+/// holders by when their permits end).
+pub(crate) fn permits(key: &StoreKey) -> RedisKey<'_> {
+    RedisKey {
+        key,
+        suffix: ":permits",
+    }
+}
+
+/// The Redis key of the fences of the permits of semaphore `key`: `{Q}:fences` (a hash of
+/// holder to fence).
+pub(crate) fn fences(key: &StoreKey) -> RedisKey<'_> {
+    RedisKey {
+        key,
+        suffix: ":fences",
     }
 }
 
@@ -182,6 +209,8 @@ mod tests {
             );
             assert_eq!(slot(&g), slot(&f), "{user}");
             assert_eq!(slot(&g), slot(&q), "{user}");
+            assert_eq!(slot(&g), slot(&permits(&key).owned()), "{user}");
+            assert_eq!(slot(&g), slot(&fences(&key).owned()), "{user}");
             assert_eq!(from_grant_key(&g), Some(key), "{user}");
         }
         // The tag is the qualified key, so different keys spread over the slots.
@@ -206,6 +235,8 @@ mod tests {
         let mut all: Vec<String> = keys.iter().map(|k| grant(&q(k)).owned()).collect();
         all.extend(keys.iter().map(|k| fence(&q(k)).owned()));
         all.extend(keys.iter().map(|k| queue(&q(k)).owned()));
+        all.extend(keys.iter().map(|k| permits(&q(k)).owned()));
+        all.extend(keys.iter().map(|k| fences(&q(k)).owned()));
         let unique: std::collections::BTreeSet<_> = all.iter().collect();
         assert_eq!(unique.len(), all.len(), "{all:?}");
     }

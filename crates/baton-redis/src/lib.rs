@@ -15,6 +15,8 @@
 //!   happens when pub/sub drops.
 //! - [`limit`], [`cache`], [`broadcast`]: rate limits (one script), the cache, and
 //!   broadcast over a dedicated pub/sub connection.
+//! - Semaphores: the permits of a key in a sorted set beside their fences, one script per
+//!   operation, fences from the lock's counter, and the lock's queue of waiting stores.
 //! - [`ServerInfo`]: what the store checks about its server (the eviction policy).
 //! - [`doctor`]: what `baton doctor` reads about a server.
 //!
@@ -35,6 +37,7 @@ pub mod limit;
 mod locks;
 mod options;
 pub mod scripts;
+mod semaphore;
 mod sentinel;
 mod server;
 mod url;
@@ -55,5 +58,11 @@ impl Store for RedisStore {
         "Redis"
     }
 
-    baton_core::offers!(rate_store, cache_store, broadcast_store, idempotency_store);
+    baton_core::offers!(
+        rate_store,
+        cache_store,
+        broadcast_store,
+        idempotency_store,
+        semaphore_store
+    );
 }

@@ -71,24 +71,24 @@ const SCAN_BATCH: usize = 500;
 ///
 /// Dropping the store closes both connections.
 pub struct RedisStore {
-    link: Arc<Link>,
+    pub(crate) link: Arc<Link>,
     target: Target,
     options: RedisOptions,
     /// The channel this store listens on, `baton:wake:<db>:<random id>`; also its name in
     /// the queues of waiting stores.
-    channel: String,
+    pub(crate) channel: String,
     /// The release script's last argument, made once: `1` (a waiter of this store waits for
     /// the key) or `0`, then the channel.
-    release_waiting: String,
-    release_idle: String,
-    hub: Arc<ReleaseHub>,
+    pub(crate) release_waiting: String,
+    pub(crate) release_idle: String,
+    pub(crate) hub: Arc<ReleaseHub>,
     /// The grants releases handed to this store's waiting holders.
     handoffs: Arc<Handoffs>,
     /// Whether releases may hand keys to this store's holders: not with `min_replicas`,
     /// whose grants must be confirmed by replicas before anyone relies on them, which a
     /// hand-over message cannot wait for (its waiters take a reservation instead).
     hands_over: bool,
-    push: PushChannel,
+    pub(crate) push: PushChannel,
     /// The broadcast subscriber connection, started by the first subscription.
     broadcast: crate::broadcast::HubCell,
 }
@@ -261,7 +261,7 @@ impl RedisStore {
 
     /// [`RedisStore::call`] that also answers how many replicas acknowledged the call's
     /// writes, for an invocation [confirmed](Evalsha::confirmed_by) by replicas.
-    async fn call_confirmed<T>(
+    pub(crate) async fn call_confirmed<T>(
         &self,
         what: impl Fn() -> String,
         invocation: &Evalsha<'_>,
@@ -299,7 +299,7 @@ impl RedisStore {
     }
 
     /// Has `invocation` confirmed by `min_replicas` replicas, when the option asks for any.
-    fn confirm(&self, invocation: &mut Evalsha<'_>) {
+    pub(crate) fn confirm(&self, invocation: &mut Evalsha<'_>) {
         let replicas = self.options.get_min_replicas();
         if replicas > 0 {
             invocation.confirmed_by(replicas, self.options.wait_millis());
@@ -336,7 +336,7 @@ impl RedisStore {
     /// Whether a write answered with `replicas` acknowledgements (`None`: not confirmed by
     /// replicas) has as many as `min_replicas` asks for; otherwise emits
     /// `baton.redis.replication_unconfirmed` and answers the `Unavailable` error to report.
-    fn unconfirmed(&self, what: &str, replicas: Option<i64>) -> Option<Error> {
+    pub(crate) fn unconfirmed(&self, what: &str, replicas: Option<i64>) -> Option<Error> {
         let wanted = self.options.get_min_replicas();
         let replicas = replicas?;
         if replicas >= i64::from(wanted) {
@@ -746,7 +746,7 @@ async fn finish(
 }
 
 /// Loads the script and sends the call again.
-async fn reload_and_send(
+pub(crate) async fn reload_and_send(
     invocation: &Evalsha<'_>,
     conn: &mut ConnectionManager,
 ) -> redis::RedisResult<Sent> {
@@ -755,7 +755,7 @@ async fn reload_and_send(
 }
 
 /// The answer of the claim script: the fence alone when granted.
-fn parse_claim(value: &Value) -> Option<Claim> {
+pub(crate) fn parse_claim(value: &Value) -> Option<Claim> {
     let items = match value {
         Value::Int(_) => {
             return Some(Claim::Granted {
@@ -818,7 +818,7 @@ fn parse_release(value: &Value) -> Option<Released> {
     })
 }
 
-fn int(value: &Value) -> Option<i64> {
+pub(crate) fn int(value: &Value) -> Option<i64> {
     match value {
         Value::Int(n) => Some(*n),
         Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
@@ -826,7 +826,7 @@ fn int(value: &Value) -> Option<i64> {
     }
 }
 
-fn text(value: &Value) -> Option<String> {
+pub(crate) fn text(value: &Value) -> Option<String> {
     match value {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
@@ -834,14 +834,14 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
-fn fence(value: &Value) -> Option<Fence> {
+pub(crate) fn fence(value: &Value) -> Option<Fence> {
     let n = u64::try_from(int(value)?).ok()?;
     (n > 0).then_some(Fence::new(n))
 }
 
 /// A `PTTL` of a live grant. Negative values (no expiry, no key) are not answers the
 /// scripts give for a live grant.
-fn remaining(value: &Value) -> Option<Duration> {
+pub(crate) fn remaining(value: &Value) -> Option<Duration> {
     let ms = u64::try_from(int(value)?).ok()?;
     Some(Duration::from_millis(ms))
 }

@@ -8,7 +8,9 @@
 //!
 //! The lock scripts share their helpers (reading a grant, the queue of waiting stores, the
 //! handoff) through `lock_prelude.lua`, which is put in front of each of them at build time:
-//! every constant below is the complete text the server runs.
+//! every constant below is the complete text the server runs. The semaphore's permit scripts
+//! also start with it (for the fence counter and the queue), followed by
+//! `permit_prelude.lua`.
 
 use std::sync::LazyLock;
 
@@ -47,6 +49,44 @@ pub const PASS: &str = concat!(
     include_str!("../scripts/pass.lua")
 );
 
+/// What the permit scripts share (the permit keys, expiry on the server clock, waking the
+/// store that waited longest); each permit script is `LOCK_PRELUDE`, then this, then its own
+/// text, so permits take their fences from the lock's `next_fence` and queue their stores with
+/// the lock's `enqueue`.
+pub const PERMIT_PRELUDE: &str = include_str!("../scripts/permit_prelude.lua");
+
+/// Takes a permit of a semaphore: extends the holder's own, grants one below N, or reports the
+/// permit that ends soonest and queues the store.
+pub const PERMIT_CLAIM: &str = concat!(
+    include_str!("../scripts/lock_prelude.lua"),
+    include_str!("../scripts/permit_prelude.lua"),
+    include_str!("../scripts/permit_claim.lua")
+);
+/// Restarts the TTL of a holder's live permit.
+pub const PERMIT_RENEW: &str = concat!(
+    include_str!("../scripts/lock_prelude.lua"),
+    include_str!("../scripts/permit_prelude.lua"),
+    include_str!("../scripts/permit_renew.lua")
+);
+/// Gives back a holder's permit and tells the store that waited longest.
+pub const PERMIT_RELEASE: &str = concat!(
+    include_str!("../scripts/lock_prelude.lua"),
+    include_str!("../scripts/permit_prelude.lua"),
+    include_str!("../scripts/permit_release.lua")
+);
+/// Reads the live permits of a semaphore with their fences and remaining times.
+pub const PERMIT_LIST: &str = concat!(
+    include_str!("../scripts/lock_prelude.lua"),
+    include_str!("../scripts/permit_prelude.lua"),
+    include_str!("../scripts/permit_list.lua")
+);
+/// Gives up a store's turn for a permit, which goes to the next store in line.
+pub const PERMIT_PASS: &str = concat!(
+    include_str!("../scripts/lock_prelude.lua"),
+    include_str!("../scripts/permit_prelude.lua"),
+    include_str!("../scripts/permit_pass.lua")
+);
+
 /// The scripts, hashed once per process.
 pub(crate) struct Scripts {
     pub(crate) claim: Script,
@@ -54,6 +94,11 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) inspect: Script,
     pub(crate) pass: Script,
+    pub(crate) permit_claim: Script,
+    pub(crate) permit_renew: Script,
+    pub(crate) permit_release: Script,
+    pub(crate) permit_list: Script,
+    pub(crate) permit_pass: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -62,17 +107,27 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::new(RELEASE),
     inspect: Script::new(INSPECT),
     pass: Script::new(PASS),
+    permit_claim: Script::new(PERMIT_CLAIM),
+    permit_renew: Script::new(PERMIT_RENEW),
+    permit_release: Script::new(PERMIT_RELEASE),
+    permit_list: Script::new(PERMIT_LIST),
+    permit_pass: Script::new(PERMIT_PASS),
 });
 
 impl Scripts {
     /// Every script, for loading them all at connect.
-    pub(crate) fn all(&self) -> [&Script; 5] {
+    pub(crate) fn all(&self) -> [&Script; 10] {
         [
             &self.claim,
             &self.renew,
             &self.release,
             &self.inspect,
             &self.pass,
+            &self.permit_claim,
+            &self.permit_renew,
+            &self.permit_release,
+            &self.permit_list,
+            &self.permit_pass,
         ]
     }
 }
@@ -168,7 +223,18 @@ mod tests {
 
     #[test]
     fn scripts_take_keys_and_values_only_as_arguments() {
-        for text in [CLAIM, RENEW, RELEASE, INSPECT, PASS] {
+        for text in [
+            CLAIM,
+            RENEW,
+            RELEASE,
+            INSPECT,
+            PASS,
+            PERMIT_CLAIM,
+            PERMIT_RENEW,
+            PERMIT_RELEASE,
+            PERMIT_LIST,
+            PERMIT_PASS,
+        ] {
             assert!(text.starts_with(LOCK_PRELUDE));
             let code: String = text
                 .lines()
@@ -195,6 +261,15 @@ mod tests {
             .iter()
             .map(|s| s.get_hash().to_owned())
             .collect();
-        assert_eq!(hashes.len(), 5);
+        assert_eq!(hashes.len(), 10);
+        for text in [
+            PERMIT_CLAIM,
+            PERMIT_RENEW,
+            PERMIT_RELEASE,
+            PERMIT_LIST,
+            PERMIT_PASS,
+        ] {
+            assert!(text[LOCK_PRELUDE.len()..].starts_with(PERMIT_PRELUDE));
+        }
     }
 }

@@ -21,6 +21,11 @@
 //! Because the subscription is permanent, a waiter's subscribe-before-attempt is a local
 //! operation and a handoff costs no `SUBSCRIBE` round trip.
 //!
+//! Semaphores queue their waiting stores in the same `{Q}:queue`, but a permit is neither
+//! reserved nor handed over: a release that frees one sends the store that waited longest a
+//! `p<Q>` message, this task wakes that store's waiters of `Q` (the first of them claims), and
+//! a store with no waiter left gives the turn to the next store (`permit_pass.lua`).
+//!
 //! ## Behavior
 //! - The connection's generation (1, 2, ... for each subscription) is the [`Handoffs`]
 //!   address: holders queued while an earlier connection listened are forgotten, and while
@@ -147,6 +152,29 @@ impl Identity {
     }
 }
 
+impl Identity {
+    /// Gives up this store's turn for a permit of `key`, in the background: the store leaves
+    /// the key's queue and the next store in line is told instead (`permit_pass.lua`). A
+    /// failure is only logged: the next store's waiters look again when the permit that ends
+    /// soonest ends.
+    fn pass_permit(&self, key: StoreKey, deadline: Duration) {
+        let identity = self.clone();
+        tokio::spawn(async move {
+            let mut invocation = SCRIPTS.permit_pass.prepare_invoke();
+            invocation.key(keys::queue(&key)).arg(&identity.channel);
+            let mut conn = identity.link.get();
+            let what = format!("giving up the permit turn for {key}");
+            let failed = match timeout(deadline, invocation.invoke_async::<Value>(&mut conn)).await
+            {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => redis_error(e, &what, &identity.server),
+                Err(_) => timed_out(&what, &identity.server, deadline),
+            };
+            tracing::debug!(error = %failed, "permit pass failed; the next store's waiters look again when a permit ends");
+        });
+    }
+}
+
 impl PushChannel {
     /// Subscribes to the store's channel and starts the task that feeds `hub`.
     ///
@@ -216,6 +244,8 @@ enum Message {
     Turn(StoreKey),
     /// `w<ms>:<Q>`: this store is next for the key; look again in `ms` unless woken before.
     Watch(StoreKey, Duration),
+    /// `p<Q>`: a permit of the semaphore `Q` was released, and this store waited longest.
+    Permit(StoreKey),
 }
 
 impl Message {
@@ -237,6 +267,10 @@ impl Message {
         if let Some(key) = text.strip_prefix('h') {
             return Some(Message::Turn(StoreKey::from_stored(key.to_owned())));
         }
+        if let Some(key) = text.strip_prefix('p') {
+            return (!key.is_empty())
+                .then(|| Message::Permit(StoreKey::from_stored(key.to_owned())));
+        }
         let (ms, key) = text.strip_prefix('w')?.split_once(':')?;
         let ms: u64 = ms.parse().ok()?;
         Some(Message::Watch(
@@ -256,6 +290,13 @@ impl Listener {
             Some(Message::Turn(key)) => {
                 self.watches.remove(&key);
                 self.look_again(key);
+            }
+            Some(Message::Permit(key)) => {
+                if self.hub.has_waiters(&key) {
+                    self.hub.notify(&key);
+                } else {
+                    self.identity.pass_permit(key, self.options.call_deadline());
+                }
             }
             Some(Message::Watch(key, after)) => {
                 self.watches
@@ -490,6 +531,11 @@ mod tests {
         assert_eq!(Message::parse(b"g1\n\nns:lock:a"), None);
         assert_eq!(Message::parse(b"w-1:ns:lock:a"), None);
         assert_eq!(Message::parse(b"wx:ns:lock:a"), None);
+        assert_eq!(
+            Message::parse(b"pns:semaphore:a"),
+            Some(Message::Permit(key("ns:semaphore:a")))
+        );
+        assert_eq!(Message::parse(b"p"), None);
         assert_eq!(Message::parse(b"x"), None);
         assert_eq!(Message::parse(b""), None);
         assert_eq!(Message::parse(b"h\xff"), None);

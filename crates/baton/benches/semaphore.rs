@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench -p baton --bench semaphore              # full run (about a minute)
 //! cargo bench -p baton --bench semaphore -- --quick   # short run (or BATON_BENCH_QUICK=1)
-//! cargo bench -p baton --bench semaphore -- --only postgres   # or memory, sqlite
+//! cargo bench -p baton --bench semaphore -- --only redis      # or memory, sqlite, postgres
 //! ```
 //!
 //! `TASKS` tasks take and give back, one pair after another: for the lock, each task its own
@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use baton::Baton;
 use baton::lock::LockOptions;
 use baton_testkit::postgres::PostgresServer;
+use baton_testkit::redis::RedisServer;
 use baton_testkit::stats::{BenchArgs, median, thousands};
 
 /// Tasks taking pairs at once, and the semaphore's permits.
@@ -52,6 +53,10 @@ fn main() {
         .as_deref()
         .is_none_or(|o| o == "postgres")
         .then(|| PostgresServer::start().expect("a private PostgreSQL server"));
+    let redis = only
+        .as_deref()
+        .is_none_or(|o| o == "redis")
+        .then(|| RedisServer::start().expect("a private redis-server"));
     let mut stores = vec![
         ("memory", "memory://".to_owned()),
         (
@@ -59,6 +64,9 @@ fn main() {
             format!("sqlite://{}", dir.path().join("bench.db").display()),
         ),
     ];
+    if let Some(server) = &redis {
+        stores.push(("redis", server.url()));
+    }
     if let Some(server) = &server {
         stores.push(("postgres", server.url()));
     }

@@ -5,8 +5,9 @@
 //! its holder stops renewing it; a permit is taken with [`LockOptions`](crate::lock::LockOptions)
 //! and held as a [`LockGuard`](crate::lock::LockGuard). `memory://` bounds holders within the
 //! process, `sqlite://` across the processes of one host (table `baton_permit` in the same
-//! file), `postgres://` across hosts (table `baton_permit`, one statement per claim); the
-//! Redis store does not keep semaphores yet and answers `Unsupported`.
+//! file), `postgres://` across hosts (table `baton_permit`, one statement per claim), and
+//! `redis://` (also through Sentinel) across hosts (a sorted set of permits beside a hash of
+//! their fences under the key's hash tag, one Lua script per operation).
 
 use std::sync::Arc;
 

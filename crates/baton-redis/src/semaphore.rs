@@ -1,0 +1,456 @@
+//! Semaphores on Redis: the permits of a key in a sorted set by when they end (on the server's
+//! clock) beside a hash of their fences, each operation one Lua script on the key's hash slot.
+//!
+//! The layout and the scripts are in `scripts/permit_prelude.lua` (and [`crate::scripts`]).
+//! Fences come from the key's counter as a lock grant's do, so they increase across every
+//! permit of the key, also after a restart without persistence and after a replica that missed
+//! the last grants is promoted; with `min_replicas`, a claim, renewal or release counts only
+//! once replicas confirm it, as for locks.
+//!
+//! ## Waking waiters
+//! A claim that finds every permit held while a waiter of this process waits queues the store
+//! in the key's queue, as a lock's claim does. A release that gave back a live permit tells the
+//! store that waited longest (`p<Q>` on its channel, see [`crate::wakeups`]), which wakes the
+//! first of its waiters; a permit is not reserved or handed over, so that waiter claims like
+//! anyone else, and queues again if another claim took the permit first. With nobody queued a
+//! release publishes nothing.
+
+use async_trait::async_trait;
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::{Holder, Result, SemaphoreStore, StoreKey, Ttl};
+use redis::Value;
+use std::sync::Arc;
+use tokio::time::timeout;
+
+use crate::keys;
+use crate::locks::{RedisStore, fence, int, parse_claim, reload_and_send, remaining, text};
+use crate::scripts::{Evalsha, SCRIPTS, is_noscript};
+
+/// What the permit release script answered: the release, and whether this store's own
+/// waiter is the one to wake.
+fn parse_release(value: &Value) -> Option<(Release, bool)> {
+    match int(value)? {
+        0 => Some((Release::Removed, false)),
+        1 => Some((Release::Removed, true)),
+        2 => Some((Release::NoHolder, false)),
+        _ => None,
+    }
+}
+
+/// The answer of the list script: holder, fence, remaining ms, for each live permit; sorted
+/// here by fence (oldest first).
+fn parse_permits(key: &StoreKey, value: &Value) -> Option<Vec<HolderInfo>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    if items.len() % 3 != 0 {
+        return None;
+    }
+    let mut permits = items
+        .chunks(3)
+        .map(|p| {
+            Some(HolderInfo {
+                key: key.clone(),
+                holder: Holder::from_stored(text(&p[0])?),
+                fence: fence(&p[1])?,
+                remaining: remaining(&p[2])?,
+                reason: String::new(),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    permits.sort_by_key(|p| p.fence);
+    Some(permits)
+}
+
+impl RedisStore {
+    /// Gives back `holder`'s permit of `key` without waiting for the answer: a permit the
+    /// replicas did not confirm. A failure is only logged; the permit's TTL ends it then.
+    fn release_permit_in_background(&self, key: &StoreKey, holder: &str) {
+        let link = Arc::clone(&self.link);
+        let mut invocation = Evalsha::new(&SCRIPTS.permit_release, 3, 0);
+        invocation
+            .arg(keys::permits(key))
+            .arg(keys::fences(key))
+            .arg(keys::queue(key))
+            .arg(holder)
+            .arg(&self.release_idle);
+        let deadline = self.options().call_deadline();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let mut conn = link.get();
+            let sent = timeout(deadline, async {
+                match invocation.send(&mut conn).await {
+                    Err(e) if is_noscript(&e) => reload_and_send(&invocation, &mut conn).await,
+                    sent => sent,
+                }
+            })
+            .await;
+            if !matches!(sent, Ok(Ok(_))) {
+                tracing::debug!(%key, "could not give back an unconfirmed permit; its TTL ends it");
+            }
+        });
+    }
+}
+
+#[async_trait]
+impl SemaphoreStore for RedisStore {
+    async fn claim_permit(
+        &self,
+        key: &StoreKey,
+        request: LeaseRequest<'_>,
+        permits: u32,
+    ) -> Result<Claim> {
+        // As for a lock: a waiter of this process subscribes before it claims, and only then
+        // does the claim carry the queue and the store's channel.
+        let waiting = self.hub.has_waiters(key);
+        let holder = request.holder.as_str();
+        let size = 4 * key.as_str().len() + holder.len() + self.channel.len() + 64;
+        let mut invocation = Evalsha::new(&SCRIPTS.permit_claim, if waiting { 4 } else { 3 }, size);
+        invocation
+            .arg(keys::permits(key))
+            .arg(keys::fences(key))
+            .arg(keys::fence(key));
+        if waiting {
+            invocation.arg(keys::queue(key));
+        }
+        invocation
+            .arg(holder)
+            .arg(request.ttl.as_millis())
+            .arg(permits);
+        if waiting {
+            invocation.arg(&self.channel);
+        }
+        self.confirm(&mut invocation);
+        let what = || format!("permit claim of {key}");
+        // A claim that ran and was retried comes back as an extension: a permit either way.
+        let (claim, replicas) = self
+            .call_confirmed(what, &invocation, parse_claim, |_| true)
+            .await?;
+        if let Claim::Granted { .. } | Claim::Extended { .. } = claim
+            && let Some(e) = self.unconfirmed(&what(), replicas)
+        {
+            // A permit that a failover could lose is not handed out: it is given back. A
+            // holder's own permit that was extended stays as it was.
+            if let Claim::Granted { .. } = claim {
+                self.release_permit_in_background(key, holder);
+            }
+            return Err(e);
+        }
+        Ok(claim)
+    }
+
+    async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        let mut invocation = Evalsha::new(&SCRIPTS.permit_renew, 2, 2 * key.as_str().len() + 64);
+        invocation
+            .arg(keys::permits(key))
+            .arg(keys::fences(key))
+            .arg(holder.as_str())
+            .arg(ttl.as_millis());
+        let what = || format!("permit renewal of {key}");
+        let parse = |v: &Value| match int(v)? {
+            1 => Some(Renewal::Renewed),
+            0 => Some(Renewal::NotHeld),
+            _ => None,
+        };
+        self.confirm(&mut invocation);
+        let (renew, replicas) = self
+            .call_confirmed(what, &invocation, parse, |_| true)
+            .await?;
+        if renew == Renewal::Renewed
+            && let Some(e) = self.unconfirmed(&what(), replicas)
+        {
+            return Err(e);
+        }
+        Ok(renew)
+    }
+
+    async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let store = if self.hub.has_waiters(key) {
+            &self.release_waiting
+        } else {
+            &self.release_idle
+        };
+        let holder = holder.as_str();
+        let size = 3 * key.as_str().len() + holder.len() + store.len() + 32;
+        let mut invocation = Evalsha::new(&SCRIPTS.permit_release, 3, size);
+        invocation
+            .arg(keys::permits(key))
+            .arg(keys::fences(key))
+            .arg(keys::queue(key))
+            .arg(holder)
+            .arg(store);
+        let what = || format!("permit release of {key}");
+        // A release retried after its connection dropped answers NoHolder if the first
+        // attempt had removed the permit: that would report an expiry that did not happen,
+        // so the fault is reported instead.
+        let trust = |r: &(Release, bool)| r.0 != Release::NoHolder;
+        self.confirm(&mut invocation);
+        let confirmed = self
+            .call_confirmed(what, &invocation, parse_release, trust)
+            .await
+            .and_then(|(released, replicas)| match released.0 {
+                Release::Removed => match self.unconfirmed(&what(), replicas) {
+                    Some(e) => Err(e),
+                    None => Ok(released),
+                },
+                _ => Ok(released),
+            });
+        let (release, to_this_store) = match confirmed {
+            Ok(released) => released,
+            Err(e) => {
+                // The release may have run and chosen a waiter of this process, which no
+                // message would wake: have this process's waiters look again.
+                self.hub.notify(key);
+                return Err(e);
+            }
+        };
+        if to_this_store || (release == Release::Removed && !self.push.is_healthy()) {
+            // A waiter of this process is next, which no message wakes; or pub/sub is down
+            // and this process's waiters would not hear of other releases.
+            self.hub.notify(key);
+        }
+        Ok(release)
+    }
+
+    async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
+        let mut invocation = Evalsha::new(&SCRIPTS.permit_list, 2, 2 * key.as_str().len());
+        invocation.arg(keys::permits(key)).arg(keys::fences(key));
+        let what = || format!("permits of {key}");
+        self.call(what, &invocation, |v| parse_permits(key, v), |_| true)
+            .await
+    }
+
+    fn permit_wakeups(&self) -> Wakeups {
+        LeaseStore::wakeups(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    use baton_core::Fence;
+
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use baton_core::signals::ReleaseHub;
+    use baton_testkit::redis::RedisServer;
+
+    /// What `step` made the server run: every command, including those the scripts call.
+    async fn commands_of<T>(
+        server: &Arc<RedisServer>,
+        step: impl Future<Output = T>,
+    ) -> (T, BTreeMap<String, u64>) {
+        let calls = |server: Arc<RedisServer>| async move {
+            tokio::task::spawn_blocking(move || server.command_calls().unwrap())
+                .await
+                .unwrap()
+        };
+        let before = calls(Arc::clone(server)).await;
+        let answer = step.await;
+        let after = calls(Arc::clone(server)).await;
+        let ran = after
+            .into_iter()
+            .filter(|(name, _)| name != "info")
+            .map(|(name, n)| (n - before.get(&name).copied().unwrap_or(0), name))
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, name)| (name, n))
+            .collect();
+        (answer, ran)
+    }
+
+    fn ran(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        list.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
+    }
+
+    /// The calls the permit scripts make on the paths the semaphore benchmark measures (an
+    /// uncontended claim and release), and on a release that wakes another store, pinned so
+    /// that a change that adds work there is a decision.
+    #[tokio::test]
+    async fn the_permit_scripts_make_only_the_calls_their_paths_need() {
+        let server = Arc::new(
+            tokio::task::spawn_blocking(RedisServer::start)
+                .await
+                .unwrap()
+                .expect("a private redis-server"),
+        );
+        let a = RedisStore::connect(&server.url()).await.unwrap();
+        let b = RedisStore::connect(&server.url()).await.unwrap();
+        let key = StoreKey::from_stored("t:semaphore:calls".to_owned());
+        let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+        async fn claim(store: &RedisStore, key: &StoreKey, holder: &Holder) -> Claim {
+            let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+            store
+                .claim_permit(key, LeaseRequest::new(holder, ttl), 1)
+                .await
+                .unwrap()
+        }
+        // The first permit of a key creates its keys and their expiry.
+        let first = Holder::random();
+        assert!(matches!(
+            claim(&a, &key, &first).await,
+            Claim::Granted { .. }
+        ));
+        assert_eq!(
+            a.release_permit(&key, &first).await.unwrap(),
+            Release::Removed
+        );
+        let held = Holder::random();
+        assert!(matches!(
+            claim(&a, &key, &held).await,
+            Claim::Granted { .. }
+        ));
+
+        let holder = Holder::random();
+        let (_, calls) = commands_of(&server, a.release_permit(&key, &held)).await;
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("zscore", 1),
+                ("time", 1),
+                ("zrem", 1),
+                ("hdel", 1),
+                ("zrange", 1),
+            ])
+        );
+        // The key was emptied and deleted: this claim creates it again (and sets its expiry).
+        assert!(matches!(
+            claim(&a, &key, &first).await,
+            Claim::Granted { .. }
+        ));
+        assert_eq!(
+            a.release_permit(&key, &first).await.unwrap(),
+            Release::Removed
+        );
+        let other = Holder::random();
+        assert!(matches!(
+            claim(&a, &key, &other).await,
+            Claim::Granted { .. }
+        ));
+        assert_eq!(
+            a.release_permit(&key, &other).await.unwrap(),
+            Release::Removed
+        );
+        let (granted, calls) = commands_of(&server, {
+            let store = &a as &dyn SemaphoreStore;
+            store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+        })
+        .await;
+        assert!(matches!(granted.unwrap(), Claim::Granted { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("time", 1),
+                ("zadd", 1),
+                ("zcount", 1),
+                ("set", 1),
+                ("hset", 1),
+                ("pttl", 1),
+                ("pexpire", 2),
+                ("zrangebyscore", 1),
+            ])
+        );
+        // A second claim while the key's expiry is long enough: no PEXPIRE, no sweep.
+        let (extended, calls) = commands_of(&server, {
+            let store = &a as &dyn SemaphoreStore;
+            store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+        })
+        .await;
+        assert!(matches!(extended.unwrap(), Claim::Extended { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("time", 1),
+                ("zadd", 2),
+                ("zscore", 1),
+                ("pttl", 1),
+                ("hget", 1),
+            ])
+        );
+
+        // A waiter of another store queues; the release tells that store alone.
+        let hub: &ReleaseHub = &b.hub;
+        let _waiting = hub.subscribe(&key);
+        let waiter = Holder::random();
+        let (held, calls) = commands_of(&server, {
+            let store = &b as &dyn SemaphoreStore;
+            store.claim_permit(&key, LeaseRequest::new(&waiter, ttl), 1)
+        })
+        .await;
+        assert!(matches!(held.unwrap(), Claim::Held { .. }));
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("time", 2),
+                ("zadd", 2),
+                ("zcount", 1),
+                ("zrem", 1),
+                ("zrangebyscore", 2),
+                ("pttl", 1),
+                ("pexpire", 1),
+            ])
+        );
+        let (release, calls) = commands_of(&server, a.release_permit(&key, &holder)).await;
+        assert_eq!(release.unwrap(), Release::Removed);
+        assert_eq!(
+            calls,
+            ran(&[
+                ("evalsha", 1),
+                ("zscore", 1),
+                ("time", 1),
+                ("zrem", 2),
+                ("hdel", 1),
+                ("zrange", 1),
+                ("publish", 1),
+            ])
+        );
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replies() {
+        assert_eq!(
+            parse_release(&Value::Int(0)),
+            Some((Release::Removed, false))
+        );
+        assert_eq!(
+            parse_release(&Value::Int(1)),
+            Some((Release::Removed, true))
+        );
+        assert_eq!(
+            parse_release(&Value::Int(2)),
+            Some((Release::NoHolder, false))
+        );
+        assert_eq!(parse_release(&Value::Int(3)), None);
+        let key = StoreKey::from_stored("ns:semaphore:k".into());
+        let permits = parse_permits(
+            &key,
+            &Value::Array(vec![
+                bulk("b"),
+                bulk("9"),
+                Value::Int(100),
+                bulk("a"),
+                bulk("7"),
+                Value::Int(2500),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(permits.len(), 2);
+        assert_eq!(permits[0].holder.as_str(), "a");
+        assert_eq!(permits[0].fence, Fence::new(7));
+        assert_eq!(permits[0].remaining, Duration::from_millis(2500));
+        assert_eq!(permits[1].fence, Fence::new(9));
+        assert_eq!(parse_permits(&key, &Value::Array(vec![])), Some(vec![]));
+        assert_eq!(parse_permits(&key, &Value::Array(vec![bulk("a")])), None);
+        assert_eq!(parse_permits(&key, &Value::Int(1)), None);
+    }
+}
