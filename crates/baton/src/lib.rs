@@ -242,6 +242,8 @@ mod guide {
     mod broadcast {}
     #[doc = include_str!("../../../docs/cache.md")]
     mod cache {}
+    #[doc = include_str!("../../../docs/elections.md")]
+    mod elections {}
     #[doc = include_str!("../../../docs/http.md")]
     mod http {}
     #[doc = include_str!("../../../docs/idempotency.md")]

@@ -7,8 +7,7 @@
 //! [`LockGuard`](crate::lock::LockGuard) and a write as a [`WriteGuard`]. A reader-writer
 //! lock is made of the store's lock and semaphore atoms, so it works wherever both do:
 //! `memory://` within the process, `sqlite://` across the processes of one host,
-//! `postgres://` across hosts; the Redis store does not keep semaphores yet and answers
-//! `Unsupported`.
+//! `postgres://` and `redis://` across hosts.
 
 use std::sync::Arc;
 
