@@ -34,7 +34,10 @@
 pub mod conformance;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
@@ -290,10 +293,13 @@ impl Election {
             None => None,
         };
         Ok(Observer {
-            election: self.clone(),
-            last: None,
-            released,
-            notices,
+            watcher: Some(Watcher {
+                election: self.clone(),
+                last: None,
+                released,
+                notices,
+            }),
+            pending: None,
         })
     }
 }
@@ -430,10 +436,21 @@ impl Leadership {
     }
 }
 
-/// The changes of one election's leader, from [`Election::observe`].
+/// The changes of one election's leader, from [`Election::observe`]: [`Observer::next`], or
+/// a [`Stream`](futures_core::Stream) of the same answers (which never ends: a store fault
+/// is an `Err` item, and the next item reads again).
 pub struct Observer {
+    /// The state between changes; `None` while `pending` has it.
+    watcher: Option<Watcher>,
+    /// The wait for the next change, kept across polls (and across a dropped `next`).
+    pending: Option<Pending>,
+}
+
+type Pending = Pin<Box<dyn Future<Output = (Watcher, Result<Option<Leader>>)> + Send>>;
+
+struct Watcher {
     election: Election,
-    /// What the last `next` answered; `None` before the first.
+    /// What the last change answered; `None` before the first.
     last: Option<Option<Leader>>,
     released: ReleaseWaiter,
     notices: Option<Subscription<u64>>,
@@ -442,8 +459,7 @@ pub struct Observer {
 impl fmt::Debug for Observer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Observer")
-            .field("election", &self.election.inner.key)
-            .field("last", &self.last)
+            .field("waiting", &self.pending.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -456,10 +472,50 @@ impl Observer {
     /// `Unavailable` when the store faulted; the next call reads again.
     ///
     /// # Cancel safety
-    /// Cancel safe: a change that happens while nobody awaits is seen by the next call.
+    /// Cancel safe: the wait goes on inside the observer, and the next call continues it.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
+        std::future::poll_fn(|cx| self.poll_change(cx)).await
+    }
+
+    fn poll_change(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Leader>>> {
+        let pending = match &mut self.pending {
+            Some(pending) => pending,
+            None => {
+                let watcher = self
+                    .watcher
+                    .take()
+                    .expect("an observer has its watcher while nothing is pending");
+                self.pending.insert(Box::pin(watcher.change()))
+            }
+        };
+        match pending.as_mut().poll(cx) {
+            Poll::Ready((watcher, answer)) => {
+                self.watcher = Some(watcher);
+                self.pending = None;
+                Poll::Ready(answer)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl futures_core::Stream for Observer {
+    type Item = Result<Option<Leader>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_change(cx).map(Some)
+    }
+}
+
+impl Watcher {
+    /// Waits for the next change (the current state, the first time) and answers it, with
+    /// the watcher back for the one after.
+    async fn change(mut self) -> (Watcher, Result<Option<Leader>>) {
         loop {
-            let current = self.election.leader().await?;
+            let current = match self.election.leader().await {
+                Ok(current) => current,
+                Err(error) => return (self, Err(error)),
+            };
             let changed = match (&self.last, &current) {
                 (None, _) => true,
                 (Some(Some(last)), Some(now)) => !last.same_as(now),
@@ -467,7 +523,7 @@ impl Observer {
             };
             if changed {
                 self.last = Some(current.clone());
-                return Ok(current);
+                return (self, Ok(current));
             }
             let mut wake_at = now() + self.election.inner.poll;
             if let Some(leader) = &current {
@@ -522,4 +578,65 @@ pub fn check_value(value: &str) -> Result<()> {
         return Ok(());
     }
     check_text("leader value", value, MAX_VALUE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::memory::MemoryStore;
+
+    fn election() -> Election {
+        Election::new(Arc::new(MemoryStore::new()), Namespace::default(), "e").unwrap()
+    }
+
+    async fn poll_next(observer: &mut Observer) -> Option<Result<Option<Leader>>> {
+        std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut *observer), cx))
+            .await
+    }
+
+    /// The observer is a stream of the same answers as `next`.
+    #[tokio::test]
+    async fn an_observer_is_a_stream_of_changes() {
+        let election = election();
+        let mut observer = election.observe().await.unwrap();
+        assert_eq!(poll_next(&mut observer).await.unwrap().unwrap(), None);
+        let leadership = election
+            .campaign("a", "v", &LockOptions::new(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let leader = poll_next(&mut observer)
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("a leads");
+        assert_eq!(
+            (leader.candidate.as_str(), leader.term),
+            ("a", leadership.term())
+        );
+        leadership.resign().await;
+    }
+
+    /// A `next` dropped while it waits loses nothing: the next call answers the change that
+    /// happened meanwhile.
+    #[tokio::test]
+    async fn a_dropped_next_loses_no_change() {
+        let election = election();
+        let mut observer = election.observe().await.unwrap();
+        assert_eq!(observer.next().await.unwrap(), None);
+        let waited = tokio::time::timeout(Duration::from_millis(50), observer.next()).await;
+        assert!(waited.is_err(), "nothing changed yet");
+        let leadership = election
+            .campaign("a", "v", &LockOptions::new(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let leader = tokio::time::timeout(Duration::from_secs(5), observer.next())
+            .await
+            .expect("the change is answered")
+            .unwrap()
+            .expect("a leads");
+        assert_eq!(leader.term, leadership.term());
+        leadership.resign().await;
+    }
 }
