@@ -864,36 +864,10 @@ fn holder_info(key: &StoreKey, value: &Value) -> Option<Option<HolderInfo>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     use baton_testkit::redis::RedisServer;
 
-    /// What `step` made the server run: every command, including those the scripts call.
-    async fn commands_of<T>(
-        server: &Arc<RedisServer>,
-        step: impl Future<Output = T>,
-    ) -> (T, BTreeMap<String, u64>) {
-        let calls = |server: Arc<RedisServer>| async move {
-            tokio::task::spawn_blocking(move || server.command_calls().unwrap())
-                .await
-                .unwrap()
-        };
-        let before = calls(Arc::clone(server)).await;
-        let answer = step.await;
-        let after = calls(Arc::clone(server)).await;
-        let ran = after
-            .into_iter()
-            .filter(|(name, _)| name != "info")
-            .map(|(name, n)| (n - before.get(&name).copied().unwrap_or(0), name))
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, name)| (name, n))
-            .collect();
-        (answer, ran)
-    }
-
-    fn ran(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
-        list.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
-    }
+    use baton_testkit::redis::calls as ran;
 
     /// The calls the lock scripts make are what the benchmarks measure: the uncontended pair
     /// is two calls in each script, and a handoff makes no call it can do without. This pins
@@ -920,11 +894,12 @@ mod tests {
         assert_eq!(a.release(&key, &first).await.unwrap(), Release::Removed);
 
         let holder = Holder::random();
-        let (claim, calls) =
-            commands_of(&server, a.claim(&key, LeaseRequest::new(&holder, ttl))).await;
+        let (claim, calls) = server
+            .commands_during(a.claim(&key, LeaseRequest::new(&holder, ttl)))
+            .await;
         granted(claim);
         assert_eq!(calls, ran(&[("evalsha", 1), ("time", 1), ("set", 2)]));
-        let (release, calls) = commands_of(&server, a.release(&key, &holder)).await;
+        let (release, calls) = server.commands_during(a.release(&key, &holder)).await;
         assert_eq!(release.unwrap(), Release::Removed);
         assert_eq!(calls, ran(&[("evalsha", 1), ("get", 1), ("del", 1)]));
 
@@ -933,8 +908,9 @@ mod tests {
         let (held, waiter) = (Holder::random(), Holder::random());
         granted(a.claim(&key, LeaseRequest::new(&held, ttl)).await);
         let _waiting = b.wakeups().hub.subscribe(&key);
-        let (claim, calls) =
-            commands_of(&server, b.claim(&key, LeaseRequest::new(&waiter, ttl))).await;
+        let (claim, calls) = server
+            .commands_during(b.claim(&key, LeaseRequest::new(&waiter, ttl)))
+            .await;
         assert!(matches!(claim.unwrap(), Claim::Held { .. }));
         assert_eq!(
             calls,
@@ -948,7 +924,7 @@ mod tests {
                 ("set", 1),
             ])
         );
-        let (release, calls) = commands_of(&server, a.release(&key, &held)).await;
+        let (release, calls) = server.commands_during(a.release(&key, &held)).await;
         assert_eq!(release.unwrap(), Release::Removed);
         assert_eq!(
             calls,
@@ -962,8 +938,9 @@ mod tests {
                 ("set", 1),
             ])
         );
-        let (claim, calls) =
-            commands_of(&server, b.claim(&key, LeaseRequest::new(&waiter, ttl))).await;
+        let (claim, calls) = server
+            .commands_during(b.claim(&key, LeaseRequest::new(&waiter, ttl)))
+            .await;
         granted(claim);
         assert_eq!(
             calls,
@@ -971,7 +948,7 @@ mod tests {
         );
         // Its grant is marked (others may wait): the release looks at the queue, finds it
         // empty, and deletes.
-        let (release, calls) = commands_of(&server, b.release(&key, &waiter)).await;
+        let (release, calls) = server.commands_during(b.release(&key, &waiter)).await;
         assert_eq!(release.unwrap(), Release::Removed);
         assert_eq!(
             calls,
@@ -984,8 +961,9 @@ mod tests {
         let (held, waiter) = (Holder::random(), Holder::random());
         let fence = granted(a.claim(&key, LeaseRequest::new(&held, ttl)).await);
         let _waiting = b.wakeups().hub.subscribe_as(&key, &waiter);
-        let (claim, calls) =
-            commands_of(&server, b.claim(&key, LeaseRequest::new(&waiter, ttl))).await;
+        let (claim, calls) = server
+            .commands_during(b.claim(&key, LeaseRequest::new(&waiter, ttl)))
+            .await;
         assert!(matches!(claim.unwrap(), Claim::Held { .. }));
         assert_eq!(
             calls,
@@ -1000,7 +978,7 @@ mod tests {
                 ("set", 1),
             ])
         );
-        let (release, calls) = commands_of(&server, a.release(&key, &held)).await;
+        let (release, calls) = server.commands_during(a.release(&key, &held)).await;
         assert_eq!(release.unwrap(), Release::Removed);
         assert_eq!(
             calls,

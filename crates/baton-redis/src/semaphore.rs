@@ -232,38 +232,12 @@ mod tests {
 
     use baton_core::Fence;
 
-    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use baton_core::signals::ReleaseHub;
     use baton_testkit::redis::RedisServer;
 
-    /// What `step` made the server run: every command, including those the scripts call.
-    async fn commands_of<T>(
-        server: &Arc<RedisServer>,
-        step: impl Future<Output = T>,
-    ) -> (T, BTreeMap<String, u64>) {
-        let calls = |server: Arc<RedisServer>| async move {
-            tokio::task::spawn_blocking(move || server.command_calls().unwrap())
-                .await
-                .unwrap()
-        };
-        let before = calls(Arc::clone(server)).await;
-        let answer = step.await;
-        let after = calls(Arc::clone(server)).await;
-        let ran = after
-            .into_iter()
-            .filter(|(name, _)| name != "info")
-            .map(|(name, n)| (n - before.get(&name).copied().unwrap_or(0), name))
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, name)| (name, n))
-            .collect();
-        (answer, ran)
-    }
-
-    fn ran(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
-        list.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
-    }
+    use baton_testkit::redis::calls as ran;
 
     /// The calls the permit scripts make on the paths the semaphore benchmark measures (an
     /// uncontended claim and release), and on a release that wakes another store, pinned so
@@ -304,7 +278,7 @@ mod tests {
         ));
 
         let holder = Holder::random();
-        let (_, calls) = commands_of(&server, a.release_permit(&key, &held)).await;
+        let (_, calls) = server.commands_during(a.release_permit(&key, &held)).await;
         assert_eq!(
             calls,
             ran(&[
@@ -334,11 +308,12 @@ mod tests {
             a.release_permit(&key, &other).await.unwrap(),
             Release::Removed
         );
-        let (granted, calls) = commands_of(&server, {
-            let store = &a as &dyn SemaphoreStore;
-            store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
-        })
-        .await;
+        let (granted, calls) = server
+            .commands_during({
+                let store = &a as &dyn SemaphoreStore;
+                store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+            })
+            .await;
         assert!(matches!(granted.unwrap(), Claim::Granted { .. }));
         assert_eq!(
             calls,
@@ -355,11 +330,12 @@ mod tests {
             ])
         );
         // A second claim while the key's expiry is long enough: no PEXPIRE, no sweep.
-        let (extended, calls) = commands_of(&server, {
-            let store = &a as &dyn SemaphoreStore;
-            store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
-        })
-        .await;
+        let (extended, calls) = server
+            .commands_during({
+                let store = &a as &dyn SemaphoreStore;
+                store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 1)
+            })
+            .await;
         assert!(matches!(extended.unwrap(), Claim::Extended { .. }));
         assert_eq!(
             calls,
@@ -377,11 +353,12 @@ mod tests {
         let hub: &ReleaseHub = &b.hub;
         let _waiting = hub.subscribe(&key);
         let waiter = Holder::random();
-        let (held, calls) = commands_of(&server, {
-            let store = &b as &dyn SemaphoreStore;
-            store.claim_permit(&key, LeaseRequest::new(&waiter, ttl), 1)
-        })
-        .await;
+        let (held, calls) = server
+            .commands_during({
+                let store = &b as &dyn SemaphoreStore;
+                store.claim_permit(&key, LeaseRequest::new(&waiter, ttl), 1)
+            })
+            .await;
         assert!(matches!(held.unwrap(), Claim::Held { .. }));
         assert_eq!(
             calls,
@@ -396,7 +373,9 @@ mod tests {
                 ("pexpire", 1),
             ])
         );
-        let (release, calls) = commands_of(&server, a.release_permit(&key, &holder)).await;
+        let (release, calls) = server
+            .commands_during(a.release_permit(&key, &holder))
+            .await;
         assert_eq!(release.unwrap(), Release::Removed);
         assert_eq!(
             calls,

@@ -369,6 +369,33 @@ impl RedisServer {
         Ok(parse_commandstats(&self.info("commandstats")?))
     }
 
+    /// What `step` made the server run, by command (those the scripts call too, `INFO`
+    /// aside): how a test pins the calls a script makes on a path.
+    ///
+    /// # Panics
+    /// When the server does not answer `INFO`.
+    pub async fn commands_during<T>(
+        self: &std::sync::Arc<Self>,
+        step: impl std::future::Future<Output = T>,
+    ) -> (T, BTreeMap<String, u64>) {
+        let calls = |server: std::sync::Arc<RedisServer>| async move {
+            tokio::task::spawn_blocking(move || server.command_calls().expect("INFO commandstats"))
+                .await
+                .expect("the INFO task")
+        };
+        let before = calls(std::sync::Arc::clone(self)).await;
+        let answer = step.await;
+        let after = calls(std::sync::Arc::clone(self)).await;
+        let ran = after
+            .into_iter()
+            .filter(|(name, _)| name != "info")
+            .map(|(name, n)| (n - before.get(&name).copied().unwrap_or(0), name))
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, name)| (name, n))
+            .collect();
+        (answer, ran)
+    }
+
     /// Starts the process and waits until it answers `PING`.
     fn launch(&self) -> io::Result<()> {
         let mut command = Command::new(&self.binary);
@@ -533,6 +560,12 @@ fn parse_commandstats(info: &str) -> BTreeMap<String, u64> {
             Some((name.to_owned(), calls))
         })
         .collect()
+}
+
+/// Commands and counts as [`RedisServer::commands_during`] answers them: `calls(&[("evalsha",
+/// 1), ("time", 1)])`.
+pub fn calls(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    list.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
 }
 
 #[cfg(test)]
