@@ -362,6 +362,25 @@ pub async fn admitted_concurrently(
 /// Starts `processes` children running `child_test`, each told its directory and index;
 /// waits until every one is ready (has opened its store), tells them to go, waits for them
 /// to succeed, and merges their histories.
+/// [`run_children`] whose every process is granted `rounds` times: the merged history, checked
+/// well formed and with every round granted.
+pub(crate) fn run_rounds(
+    child_test: &str,
+    processes: u32,
+    rounds: u32,
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> History {
+    let history = run_children(child_test, processes, dir, env);
+    assert_eq!(
+        history.grants().len(),
+        (processes * rounds) as usize,
+        "every round of every process was granted"
+    );
+    crate::check::assert_clean(&crate::check::well_formed(&history));
+    history
+}
+
 pub(crate) fn run_children(
     child_test: &str,
     processes: u32,
@@ -455,13 +474,7 @@ impl PermitWorkload {
         dir: &std::path::Path,
         env: &[(&str, &str)],
     ) -> History {
-        let history = run_children(child_test, processes, dir, env);
-        assert_eq!(
-            history.grants().len(),
-            (processes * self.rounds) as usize,
-            "every round of every process was granted"
-        );
-        crate::check::assert_clean(&crate::check::well_formed(&history));
+        let history = run_rounds(child_test, processes, self.rounds, dir, env);
         crate::check::assert_clean(&crate::check::at_most(&history, self.permits as usize));
         let duplicates: Vec<_> = crate::check::fences_increase(&history)
             .into_iter()
@@ -558,13 +571,7 @@ impl ElectionWorkload {
         dir: &std::path::Path,
         env: &[(&str, &str)],
     ) -> History {
-        let history = run_children(child_test, processes, dir, env);
-        assert_eq!(
-            history.grants().len(),
-            (processes * self.rounds) as usize,
-            "every round of every candidate was elected"
-        );
-        crate::check::assert_clean(&crate::check::well_formed(&history));
+        let history = run_rounds(child_test, processes, self.rounds, dir, env);
         crate::check::assert_clean(&crate::check::no_overlap(&history));
         crate::check::assert_clean(&crate::check::fences_increase(&history));
         history
