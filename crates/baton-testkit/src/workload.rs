@@ -530,8 +530,7 @@ impl PermitWorkload {
 /// Candidates of one election, one per OS process, each campaigning, leading a moment and
 /// resigning, round after round: the recorded history of a store's elections, checked for
 /// no two leaders believing they lead at once and terms strictly increasing (see
-/// [`check::no_overlap`](crate::check::no_overlap) and
-/// [`check::fences_increase`](crate::check::fences_increase)).
+/// [`crate::check::no_overlap`] and [`crate::check::fences_increase`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ElectionWorkload {
     rounds: u32,

@@ -238,12 +238,22 @@ async fn next(observer: &mut super::Observer) -> Option<Leader> {
 /// Dropping a leadership without resigning frees the election in the background.
 pub async fn a_dropped_leadership_resigns(h: &ElectionHarness) {
     let e = election(h.open().await, &fresh_namespace(), "d");
+    let mut observer = e.observe().await.unwrap();
+    assert_eq!(next(&mut observer).await, None);
     let a = e.campaign("a", "", &options(LONG)).await.unwrap();
+    assert!(next(&mut observer).await.is_some(), "a leads");
     drop(a);
     eventually(Duration::from_secs(5), "background resignation", || async {
         e.leader().await.unwrap().is_none()
     })
     .await;
+    // Observers are told, not left to find out at their poll interval (5 s on stores that
+    // broadcast) or at the leader's TTL (30 s).
+    let seen = timeout(Duration::from_secs(3), observer.next())
+        .await
+        .expect("the observer is told of the resignation")
+        .unwrap();
+    assert_eq!(seen, None);
 }
 
 /// Elections of other names and namespaces are other elections, and a lock of the same

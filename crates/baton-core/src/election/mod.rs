@@ -305,7 +305,7 @@ impl Election {
 }
 
 /// The leadership of one election, won by [`Election::campaign`]. Resign with
-/// [`Leadership::resign`]; dropping it resigns in the background.
+/// [`Leadership::resign`]; dropping it resigns in the background (and tells observers).
 #[must_use = "dropping a Leadership resigns at once; bind it to a variable for as long as this process leads"]
 pub struct Leadership {
     election: Election,
@@ -420,8 +420,9 @@ impl Leadership {
             .guard
             .take()
             .expect("a leadership holds its grant until resigned");
+        let term = guard.fence().get();
         let outcome = guard.release().await;
-        self.notify().await;
+        self.publish(term).await;
         outcome
     }
 
@@ -429,10 +430,36 @@ impl Leadership {
     /// observer that misses it reads the leader again at its poll interval, and a failed
     /// publish is reported by the broadcast itself.
     async fn notify(&self) {
+        self.publish(self.term().get()).await;
+    }
+
+    async fn publish(&self, term: u64) {
         if let Some(broadcast) = &self.election.inner.notices {
-            let term = self.guard.as_ref().map_or(0, |g| g.fence().get());
             let _ = broadcast.publish(self.election.name(), &term).await;
         }
+    }
+}
+
+impl Drop for Leadership {
+    /// Resigns in the background, then tells observers, on the current tokio runtime; outside
+    /// any runtime the grant's own drop leaves the name to its TTL and says so.
+    fn drop(&mut self) {
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(guard);
+            return;
+        };
+        let notices = self.election.inner.notices.clone();
+        let name = self.election.inner.name.clone();
+        runtime.spawn(async move {
+            let term = guard.fence().get();
+            guard.release().await;
+            if let Some(broadcast) = notices {
+                let _ = broadcast.publish(&name, &term).await;
+            }
+        });
     }
 }
 
