@@ -217,7 +217,9 @@ impl Fields for HeldSemaphore {
     const HEADER: &'static [&'static str] = &["KEY", "HOLDERS", "HELD_BY"];
 
     fn cells(&self) -> Vec<Cell> {
-        let of = self.permits.map_or_else(|| "?".to_owned(), |n| n.to_string());
+        let of = self
+            .permits
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
         let held_by: Vec<String> = self.held_by.iter().map(HeldLock::brief).collect();
         vec![
             Cell::new(Kind::Number, format!("{}/{of}", self.holders)),
@@ -311,8 +313,9 @@ pub(crate) struct HeldElection {
 }
 
 impl HeldElection {
-    /// `pod-a (term 4, value "10.0.0.7", for another 12s unless renewed)`.
-    fn describe(&self) -> String {
+    /// `pod-a (term 4, value "10.0.0.7", for another 12s unless renewed)`, as `baton
+    /// leader` and `lock status` print a leader.
+    pub(crate) fn describe(&self) -> String {
         let value = if self.value.is_empty() {
             String::new()
         } else {
@@ -347,7 +350,7 @@ impl Fields for HeldElection {
 }
 
 /// An election's leader, as shown.
-fn held_election(leader: Leader) -> HeldElection {
+pub(crate) fn held_election(leader: Leader) -> HeldElection {
     HeldElection {
         candidate: leader.candidate,
         value: leader.value,

@@ -36,7 +36,9 @@ fn hold(base: Command, dir: &Path, marker: &str, args: &[&str]) -> Running {
         .args(args)
         .args(["--", "sh", "-c", &script]);
     let running = Running::spawn(command);
-    eventually(&format!("{marker} to be held"), || dir.join(marker).exists());
+    eventually(&format!("{marker} to be held"), || {
+        dir.join(marker).exists()
+    });
     running
 }
 
@@ -200,8 +202,15 @@ fn lock_status_shows_the_semaphore_rwlock_and_election_of_the_key() {
     };
 
     let builders = status("builders");
-    assert_eq!(builders["held"], false, "the lock itself is free: {builders}");
-    assert_eq!(builders["permits"].as_array().unwrap().len(), 2, "{builders}");
+    assert_eq!(
+        builders["held"], false,
+        "the lock itself is free: {builders}"
+    );
+    assert_eq!(
+        builders["permits"].as_array().unwrap().len(),
+        2,
+        "{builders}"
+    );
     assert!(builders.get("rwlock").is_none() && builders.get("leader").is_none());
 
     let model = status("model");
@@ -212,7 +221,10 @@ fn lock_status_shows_the_semaphore_rwlock_and_election_of_the_key() {
 
     let schema = status("schema");
     let rwlock = &schema["rwlock"];
-    assert_eq!(rwlock["writer"]["holder"], rwlock["gate"]["holder"], "{schema}");
+    assert_eq!(
+        rwlock["writer"]["holder"], rwlock["gate"]["holder"],
+        "{schema}"
+    );
     assert!(rwlock["readers"].as_array().unwrap().is_empty(), "{schema}");
 
     let scheduler = status("scheduler");
@@ -244,7 +256,10 @@ fn lock_status_shows_the_semaphore_rwlock_and_election_of_the_key() {
         "{text}"
     );
     let text = env.run(["lock", "status", "builders"]).stdout;
-    assert!(text.contains("semaphore builders: 2 permits held"), "{text}");
+    assert!(
+        text.contains("semaphore builders: 2 permits held"),
+        "{text}"
+    );
 
     let_go(&env, held);
     assert_eq!(

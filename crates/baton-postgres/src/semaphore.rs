@@ -30,9 +30,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::semaphore::PermitInfo;
-use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl, prefix_upper_bound};
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use sqlx::Row;
 
 use crate::error::{sql_error, unexpected};
@@ -351,29 +351,9 @@ impl SemaphoreStore for PostgresStore {
     }
 
     async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let what = || format!("permits of {prefix}*");
-        let upper = prefix_upper_bound(prefix);
         let rows = self
-            .db
-            .call(
-                what,
-                || match &upper {
-                    Some(upper) => sqlx::query(LIST)
-                        .bind(prefix)
-                        .bind(upper.as_str())
-                        .bind(limit)
-                        .fetch_all(self.db.exec()),
-                    None => sqlx::query(LIST_FROM)
-                        .bind(prefix)
-                        .bind(limit)
-                        .fetch_all(self.db.exec()),
-                },
-                |_| true,
-            )
+            .list_by_prefix(what, [LIST, LIST_FROM], prefix, limit)
             .await?;
         rows.iter()
             .map(|row| {

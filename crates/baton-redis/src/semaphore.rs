@@ -16,8 +16,8 @@
 //! release publishes nothing.
 
 use async_trait::async_trait;
-use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::semaphore::PermitInfo;
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use redis::Value;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! monotonic clock like every grant of this store, and `permits` the N of the claim that was
 //! granted the permit (0 for a permit granted by a baton that did not record it: the column
 //! was added later, with that default, so older files and older batons on newer files keep
-//! working; see [`ensure_schema`]). A permit's fence comes from the key's row
+//! working; see `ensure_schema`). A permit's fence comes from the key's row
 //! in `baton_grant`, the row a lock of the same qualified key would use (a semaphore's keys
 //! are of kind `semaphore`, so no lock ever shares it): that row holds no holder and is only
 //! the key's counter, so the fences of the key's permits increase as a lock's do, also after
@@ -23,8 +23,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::semaphore::PermitInfo;
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl, prefix_upper_bound};
 use rusqlite::{Connection, OptionalExtension, params};
 

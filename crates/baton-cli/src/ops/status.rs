@@ -403,14 +403,17 @@ fn render(s: &Snapshot) -> String {
             .sum();
         tile_u64(items, s.queues_truncated.unwrap_or(false), "items queued")
     });
-    let permits = s.semaphores.as_ref().map_or_else(String::new, |semaphores| {
-        let held: usize = semaphores.iter().map(|s| s.of.holders).sum();
-        tile(
-            held,
-            s.semaphores_truncated.unwrap_or(false),
-            "semaphore permits held",
-        )
-    });
+    let permits = s
+        .semaphores
+        .as_ref()
+        .map_or_else(String::new, |semaphores| {
+            let held: usize = semaphores.iter().map(|s| s.of.holders).sum();
+            tile(
+                held,
+                s.semaphores_truncated.unwrap_or(false),
+                "semaphore permits held",
+            )
+        });
     let _ = write!(
         html,
         "<div class=\"summary\">\n{}{}{permits}{}{queued}{}</div>\n",
@@ -443,7 +446,10 @@ fn render(s: &Snapshot) -> String {
             empty: "No semaphore permit is held.",
             head: row_head::<SemaphoreRow>(),
             rows: semaphores.iter().map(row_tr).collect(),
-            cut: s.semaphores_truncated.unwrap_or(false).then_some("semaphores"),
+            cut: s
+                .semaphores_truncated
+                .unwrap_or(false)
+                .then_some("semaphores"),
         }
         .render(&mut html);
     }
@@ -719,13 +725,19 @@ mod tests {
         with.rwlocks_truncated = Some(false);
         let html = render(&with);
         assert!(html.contains("<h2>Semaphores</h2>"), "{html}");
-        assert!(html.contains("<code>&lt;b&gt;builders&lt;/b&gt;</code>"), "{html}");
+        assert!(
+            html.contains("<code>&lt;b&gt;builders&lt;/b&gt;</code>"),
+            "{html}"
+        );
         assert!(
             html.contains("<td class=\"num\">1/?</td>"),
             "an N not recorded: {html}"
         );
         assert!(html.contains("h&lt;1&gt; (fence 9, 1.5s)"), "{html}");
-        assert!(html.contains("Only the first semaphores are shown"), "{html}");
+        assert!(
+            html.contains("Only the first semaphores are shown"),
+            "{html}"
+        );
         assert!(
             html.contains("<h2>Reader-writer locks</h2>")
                 && html.contains("No reader-writer lock is held."),

@@ -84,7 +84,11 @@ pub async fn list_shows_writers_and_readers_by_key(h: &RwLockHarness) {
     ];
     let written = rwlock(h, &ns, "jobs:write").await;
     let writer = written.write(&opts).await.expect("the writer");
-    let outside = rwlock(h, &ns, "other").await.read(&opts).await.expect("a reader");
+    let outside = rwlock(h, &ns, "other")
+        .await
+        .read(&opts)
+        .await
+        .expect("a reader");
     let list = |limit| {
         let (leases, permits, ns) = (Arc::clone(&leases), Arc::clone(&permits), ns.clone());
         async move {
@@ -101,8 +105,16 @@ pub async fn list_shows_writers_and_readers_by_key(h: &RwLockHarness) {
     assert_eq!(r.readers.len(), 2, "{r:?}");
     assert!(r.readers[0].fence < r.readers[1].fence);
     assert!(w.readers.is_empty(), "{w:?}");
-    assert_eq!(w.write.as_ref().map(|p| p.fence), Some(writer.fence()), "{w:?}");
-    assert_eq!(w.writer(), w.gate.as_ref(), "the writer is the gate's holder");
+    assert_eq!(
+        w.write.as_ref().map(|p| p.fence),
+        Some(writer.fence()),
+        "{w:?}"
+    );
+    assert_eq!(
+        w.writer(),
+        w.gate.as_ref(),
+        "the writer is the gate's holder"
+    );
     assert!(w.writer().is_some());
     let first = list(1).await;
     assert_eq!(first.len(), 1);

@@ -384,9 +384,13 @@ pub async fn list_permits_lists_keys_of_the_prefix_with_their_n(h: &SemaphoreHar
     );
     assert!(listed[0].grant.fence < listed[1].grant.fence);
     assert!(listed[2].grant.fence < listed[3].grant.fence);
-    assert!(listed.iter().all(|p| p.grant.remaining <= Duration::from_secs(30)
-        && p.grant.remaining > Duration::ZERO
-        && p.grant.reason.is_empty()));
+    assert!(
+        listed
+            .iter()
+            .all(|p| p.grant.remaining <= Duration::from_secs(30)
+                && p.grant.remaining > Duration::ZERO
+                && p.grant.reason.is_empty())
+    );
     let fences = |permits: &[PermitInfo]| -> Vec<(StoreKey, u64)> {
         permits
             .iter()
@@ -403,7 +407,9 @@ pub async fn list_permits_lists_keys_of_the_prefix_with_their_n(h: &SemaphoreHar
     let everything = ns.qualify_prefix(KeyKind::Semaphore, "").unwrap();
     assert_eq!(store.list_permits(&everything, 10).await.unwrap().len(), 5);
 
-    let grouped = Semaphore::list(store.as_ref(), &ns, "jobs:", 10).await.unwrap();
+    let grouped = Semaphore::list(store.as_ref(), &ns, "jobs:", 10)
+        .await
+        .unwrap();
     let summary: Vec<(&str, Option<u32>, usize)> = grouped
         .iter()
         .map(|s| (s.key.as_str(), s.permits, s.holders.len()))
