@@ -17,6 +17,7 @@ use crate::args;
 use crate::child::Child;
 use crate::cli::GlobalArgs;
 use crate::exit::{CONTENDED, Failure, INTERNAL, SIGNAL_BASE, SUCCESS, UNAVAILABLE};
+use crate::lock_cmd::held_election;
 use crate::output::{Output, human_duration, millis};
 use crate::run::{self, Ended, Held, OnLost, keep_alive_interval};
 use crate::signals::Forwarded;
@@ -200,19 +201,10 @@ fn print_leader(output: Output, name: &str, leader: Option<&Leader>) -> Result<(
     };
     output.line(&line, || match leader {
         None => format!("{name}: no leader"),
-        Some(leader) => {
-            let value = if leader.value.is_empty() {
-                String::new()
-            } else {
-                format!(", value {:?}", leader.value)
-            };
-            format!(
-                "{name}: led by {} (term {}{value}, for another {} unless renewed)",
-                leader.candidate,
-                leader.term,
-                human_duration(leader.remaining)
-            )
-        }
+        Some(leader) => format!(
+            "{name}: led by {}",
+            held_election(leader.clone()).describe()
+        ),
     })
 }
 

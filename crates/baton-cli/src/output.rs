@@ -76,25 +76,56 @@ impl Output {
         .map_err(write_failure)
     }
 
-    /// What `lock status KEY` and `lease status KEY` print: `{"key", "held", ...fields}` as
-    /// JSON; a table of one row, or `KEY: free`, for people. `permits`, the live permits of
-    /// the semaphore of the same key, follow as a table, or as the `permits` array (left out
-    /// when there are none).
+    /// What `lease status KEY` prints: `{"key", "held", ...fields}` as JSON; a table of one
+    /// row, or `KEY: free`, for people. `permits`, the live permits of the semaphore of the
+    /// same key, follow as a table, or as the `permits` array (left out when there are none).
     pub(crate) fn held<F: Fields, P: Row>(
         self,
         key: &str,
         held: Option<Keyed<F>>,
         permits: &[P],
     ) -> Result<(), Failure> {
+        /// The permits, left out when there are none.
+        #[derive(Serialize)]
+        struct Permits<'a, P> {
+            #[serde(skip_serializing_if = "<[P]>::is_empty")]
+            permits: &'a [P],
+        }
+        self.held_with(key, held, &Permits { permits }, || {
+            self.permits(key, permits)
+        })
+    }
+
+    /// The live permits of semaphore `key` under a line that counts them, as `lock status`
+    /// prints them after the lock; nothing when there are none.
+    pub(crate) fn permits<P: Row>(self, key: &str, permits: &[P]) -> Result<(), Failure> {
+        if permits.is_empty() {
+            return Ok(());
+        }
+        print_line(&format!("semaphore {key}: {} permits held", permits.len()))
+            .map_err(write_failure)?;
+        self.rows(permits)
+    }
+
+    /// What `lock status KEY` prints: [`Output::held`] with `related` (what else of KEY is
+    /// held) flattened into the JSON object after the fields, or printed by `related_text`
+    /// after the row for people.
+    pub(crate) fn held_with<F: Fields, X: Serialize>(
+        self,
+        key: &str,
+        held: Option<Keyed<F>>,
+        related: &X,
+        related_text: impl FnOnce() -> Result<(), Failure>,
+    ) -> Result<(), Failure> {
         /// `held`, and the fields when held.
         #[derive(Serialize)]
-        struct Status<'a, F, P> {
+        struct Status<'a, F, X> {
             key: &'a str,
             held: bool,
             #[serde(flatten)]
             fields: Option<F>,
-            #[serde(skip_serializing_if = "<[P]>::is_empty")]
-            permits: &'a [P],
+            #[serde(flatten)]
+            related: &'a X,
         }
         match (self.json, held) {
             (true, held) => {
@@ -102,19 +133,14 @@ impl Output {
                     key,
                     held: held.is_some(),
                     fields: held.map(|row| row.of),
-                    permits,
+                    related,
                 })
                 .map_err(write_failure);
             }
             (false, Some(row)) => self.row(&row)?,
             (false, None) => print_line(&format!("{key}: free")).map_err(write_failure)?,
         }
-        if !permits.is_empty() {
-            print_line(&format!("semaphore {key}: {} permits held", permits.len()))
-                .map_err(write_failure)?;
-            self.rows(permits)?;
-        }
-        Ok(())
+        related_text()
     }
 }
 

@@ -23,20 +23,249 @@ fn serve(command: Command) -> (Running, String) {
 
 /// A `baton run` that holds lock `key` until the file `done` appears in `dir`.
 fn hold_lock(base: Command, dir: &Path, key: &str) -> Running {
+    hold(base, dir, "started", &["run", "--ttl", "1m", key])
+}
+
+/// `baton ARGS -- COMMAND` whose COMMAND touches `marker` in `dir`, then runs until the file
+/// `done` appears there; returned once `marker` exists (so whatever ARGS take is held).
+fn hold(base: Command, dir: &Path, marker: &str, args: &[&str]) -> Running {
     let mut command = base;
-    command.current_dir(dir).args([
-        "run",
-        "--ttl",
-        "1m",
-        key,
-        "--",
-        "sh",
-        "-c",
-        "touch started; while [ ! -e done ]; do sleep 0.05; done",
-    ]);
+    let script = format!("touch {marker}; while [ ! -e done ]; do sleep 0.05; done");
+    command
+        .current_dir(dir)
+        .args(args)
+        .args(["--", "sh", "-c", &script]);
     let running = Running::spawn(command);
-    eventually("the lock to be held", || dir.join("started").exists());
+    eventually(&format!("{marker} to be held"), || {
+        dir.join(marker).exists()
+    });
     running
+}
+
+/// Holds, on `env`'s SQLite file: two permits of the semaphore `builders` of 3, two readers
+/// of the reader-writer lock `model`, the writer of `schema`, and the leadership of the
+/// election `scheduler` with a value that needs escaping.
+fn hold_primitives(env: &Env) -> Vec<Running> {
+    let dir = env.path("");
+    let base = || env.baton(Vec::<&str>::new());
+    let mut held = Vec::new();
+    for marker in ["builder-1", "builder-2"] {
+        held.push(hold(
+            base(),
+            &dir,
+            marker,
+            &["run", "--ttl", "1m", "--permits", "3", "builders"],
+        ));
+    }
+    for marker in ["reader-1", "reader-2"] {
+        held.push(hold(
+            base(),
+            &dir,
+            marker,
+            &["run", "--ttl", "1m", "--shared", "model"],
+        ));
+    }
+    held.push(hold(
+        base(),
+        &dir,
+        "writer",
+        &["run", "--ttl", "1m", "--exclusive", "schema"],
+    ));
+    held.push(hold(
+        base(),
+        &dir,
+        "leader",
+        &[
+            "elect",
+            "--id",
+            "pod-a",
+            "--value",
+            "<i>10.0.0.7</i>",
+            "--ttl",
+            "1m",
+            "scheduler",
+        ],
+    ));
+    held
+}
+
+/// Lets the holders of [`hold_primitives`] finish.
+fn let_go(env: &Env, held: Vec<Running>) {
+    std::fs::write(env.path("done"), "").unwrap();
+    for running in held {
+        running.finish().assert_status(0);
+    }
+}
+
+#[test]
+fn the_page_shows_semaphores_rwlocks_and_elections_with_their_holders() {
+    let env = Env::new();
+    let held = hold_primitives(&env);
+    let (server, addr) = serve(env.baton(["status", "--listen", "127.0.0.1:0"]));
+
+    let (status, head, json) = get(&addr, "/status.json");
+    assert_eq!(status, 200, "{head}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(json["store_error"], serde_json::Value::Null, "{json}");
+
+    let semaphores = json["semaphores"].as_array().expect("a semaphores section");
+    assert_eq!(semaphores.len(), 1, "{json}");
+    assert_eq!(semaphores[0]["key"], "builders");
+    assert_eq!(semaphores[0]["holders"], 2);
+    assert_eq!(semaphores[0]["permits"], 3, "N as the grants claimed it");
+    let permits = semaphores[0]["held_by"].as_array().unwrap();
+    assert_eq!(permits.len(), 2);
+    let fences: Vec<u64> = permits
+        .iter()
+        .map(|p| p["fence"].as_u64().unwrap())
+        .collect();
+    assert!(fences[0] < fences[1], "oldest first: {fences:?}");
+    for permit in permits {
+        let remaining = permit["remaining_ms"].as_u64().unwrap();
+        assert!(remaining > 0 && remaining <= 60_000, "{permit}");
+    }
+    assert_eq!(json["semaphores_truncated"], false);
+
+    let rwlocks = json["rwlocks"].as_array().expect("an rwlocks section");
+    let keys: Vec<&str> = rwlocks.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["model", "schema"], "{json}");
+    let (model, schema) = (&rwlocks[0], &rwlocks[1]);
+    assert!(model.get("writer").is_none(), "readers only: {model}");
+    assert_eq!(model["readers"].as_array().unwrap().len(), 2, "{model}");
+    let writer = &schema["writer"];
+    assert_eq!(
+        writer["holder"], schema["gate"]["holder"],
+        "the writer is the gate's holder: {schema}"
+    );
+    assert!(writer["fence"].as_u64().unwrap() > 0, "{schema}");
+    assert!(schema["readers"].as_array().unwrap().is_empty(), "{schema}");
+    assert_eq!(json["rwlocks_truncated"], false);
+
+    let elections = json["elections"].as_array().expect("an elections section");
+    assert_eq!(elections.len(), 1, "{json}");
+    assert_eq!(elections[0]["key"], "scheduler");
+    assert_eq!(elections[0]["candidate"], "pod-a");
+    assert_eq!(elections[0]["value"], "<i>10.0.0.7</i>");
+    assert!(elections[0]["term"].as_u64().unwrap() > 0);
+    let remaining = elections[0]["remaining_ms"].as_u64().unwrap();
+    assert!(remaining > 0 && remaining <= 60_000, "{remaining}");
+    assert_eq!(json["elections_truncated"], false);
+    // None of them is a lock or a lease.
+    assert!(json["locks"].as_array().unwrap().is_empty(), "{json}");
+    assert!(json["leases"].as_array().unwrap().is_empty(), "{json}");
+
+    let (_, _, page) = get(&addr, "/");
+    for section in ["Semaphores", "Reader-writer locks", "Elections"] {
+        assert!(page.contains(&format!("<h2>{section}</h2>")), "{page}");
+    }
+    assert!(page.contains("<td class=\"num\">2/3</td>"), "{page}");
+    assert!(page.contains(&format!("(fence {}, ", fences[0])), "{page}");
+    assert!(page.contains("<code>pod-a</code>"), "{page}");
+    assert!(
+        page.contains("&lt;i&gt;10.0.0.7&lt;/i&gt;") && !page.contains("<i>10.0.0.7"),
+        "the leader's value is escaped:\n{page}"
+    );
+    let fence = writer["fence"].as_u64().unwrap();
+    assert!(
+        page.contains(&format!("<td class=\"num\">{fence}</td>")),
+        "{page}"
+    );
+    assert!(
+        page.contains("<div class=\"n\">2</div><div class=\"label\">semaphore permits held</div>"),
+        "{page}"
+    );
+
+    let_go(&env, held);
+    eventually("the released holders to leave the page", || {
+        let (_, _, json) = get(&addr, "/status.json");
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        ["semaphores", "rwlocks", "elections"]
+            .iter()
+            .all(|section| json[section].as_array().is_some_and(Vec::is_empty))
+    });
+    let (_, _, page) = get(&addr, "/");
+    assert!(page.contains("No semaphore permit is held."), "{page}");
+    assert!(page.contains("No reader-writer lock is held."), "{page}");
+    assert!(page.contains("No election has a leader."), "{page}");
+    server.signal(Signal::SIGTERM);
+    server.finish().assert_status(0);
+}
+
+#[test]
+fn lock_status_shows_the_semaphore_rwlock_and_election_of_the_key() {
+    let env = Env::new();
+    let held = hold_primitives(&env);
+    let status = |key: &str| -> serde_json::Value {
+        let out = env.run(["lock", "status", key, "--json"]);
+        out.assert_status(0);
+        serde_json::from_str(&out.stdout).expect("JSON")
+    };
+
+    let builders = status("builders");
+    assert_eq!(
+        builders["held"], false,
+        "the lock itself is free: {builders}"
+    );
+    assert_eq!(
+        builders["permits"].as_array().unwrap().len(),
+        2,
+        "{builders}"
+    );
+    assert!(builders.get("rwlock").is_none() && builders.get("leader").is_none());
+
+    let model = status("model");
+    let rwlock = &model["rwlock"];
+    assert_eq!(rwlock["readers"].as_array().unwrap().len(), 2, "{model}");
+    assert!(rwlock.get("writer").is_none(), "{model}");
+    assert!(model.get("permits").is_none(), "{model}");
+
+    let schema = status("schema");
+    let rwlock = &schema["rwlock"];
+    assert_eq!(
+        rwlock["writer"]["holder"], rwlock["gate"]["holder"],
+        "{schema}"
+    );
+    assert!(rwlock["readers"].as_array().unwrap().is_empty(), "{schema}");
+
+    let scheduler = status("scheduler");
+    assert_eq!(scheduler["leader"]["candidate"], "pod-a", "{scheduler}");
+    assert_eq!(scheduler["leader"]["value"], "<i>10.0.0.7</i>");
+    assert!(scheduler["leader"]["term"].as_u64().unwrap() > 0);
+
+    // A key that is a prefix of the others shows none of theirs.
+    let other = status("mode");
+    assert_eq!(
+        other,
+        serde_json::json!({"key": "mode", "held": false}),
+        "nothing of model's"
+    );
+
+    let text = env.run(["lock", "status", "model"]);
+    text.assert_status(0);
+    assert!(text.stdout.starts_with("model: free\n"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("rwlock model: no writer; 2 readers"),
+        "{}",
+        text.stdout
+    );
+    let text = env.run(["lock", "status", "schema"]).stdout;
+    assert!(text.contains("rwlock schema: written by "), "{text}");
+    let text = env.run(["lock", "status", "scheduler"]).stdout;
+    assert!(
+        text.contains("election scheduler: led by pod-a (term "),
+        "{text}"
+    );
+    let text = env.run(["lock", "status", "builders"]).stdout;
+    assert!(
+        text.contains("semaphore builders: 2 permits held"),
+        "{text}"
+    );
+
+    let_go(&env, held);
+    assert_eq!(
+        status("scheduler"),
+        serde_json::json!({"key": "scheduler", "held": false})
+    );
 }
 
 #[test]

@@ -506,6 +506,43 @@ fn info(row: &PgRow, key: StoreKey) -> Result<(HolderInfo, i64), sqlx::Error> {
     ))
 }
 
+impl PostgresStore {
+    /// The rows of a listing of the keys that start with `prefix`, as one range read of
+    /// their index: `[bounded, open]`, where `bounded` takes `$1` prefix, `$2` its upper
+    /// bound ([`prefix_upper_bound`]) and `$3` limit, and `open` (for a prefix that has no
+    /// upper bound) `$1` prefix and `$2` limit. No rows for a limit of 0.
+    pub(crate) async fn list_by_prefix(
+        &self,
+        what: impl Fn() -> String,
+        [bounded, open]: [&'static str; 2],
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<PgRow>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let upper = prefix_upper_bound(prefix);
+        self.db
+            .call(
+                what,
+                || match &upper {
+                    Some(upper) => sqlx::query(bounded)
+                        .bind(prefix)
+                        .bind(upper.as_str())
+                        .bind(limit)
+                        .fetch_all(self.db.exec()),
+                    None => sqlx::query(open)
+                        .bind(prefix)
+                        .bind(limit)
+                        .fetch_all(self.db.exec()),
+                },
+                |_| true,
+            )
+            .await
+    }
+}
+
 #[async_trait]
 impl LeaseStore for PostgresStore {
     async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
@@ -628,29 +665,9 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let what = || format!("list of {prefix}*");
-        let upper = prefix_upper_bound(prefix);
         let rows = self
-            .db
-            .call(
-                what,
-                || match &upper {
-                    Some(upper) => sqlx::query(sql::LIST)
-                        .bind(prefix)
-                        .bind(upper.as_str())
-                        .bind(limit)
-                        .fetch_all(self.db.exec()),
-                    None => sqlx::query(sql::LIST_FROM)
-                        .bind(prefix)
-                        .bind(limit)
-                        .fetch_all(self.db.exec()),
-                },
-                |_| true,
-            )
+            .list_by_prefix(what, [sql::LIST, sql::LIST_FROM], prefix, limit)
             .await?;
         rows.iter()
             .map(|row| {

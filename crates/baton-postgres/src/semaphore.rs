@@ -5,12 +5,18 @@
 //! Created when a store connects if missing (idempotent, under the schema's migration lock,
 //! like the rate-limit objects; see `crate::schema`):
 //!
-//! - `baton_permit (key, slot, holder, fence, expires_at)`: one row per slot of a key that
-//!   was ever taken; an ended permit's row is reused by the next claim of its slot.
-//! - `baton_permit_claim_v1(...)`: the claim ([`CLAIM_FUNCTION`]): a free slot below N,
+//! - `baton_permit (key, slot, holder, fence, expires_at, permits)`: one row per slot of a
+//!   key that was ever taken; an ended permit's row is reused by the next claim of its slot.
+//!   `permits` is the N of the claim that was granted the permit, for listings; it was added
+//!   later (`ADD COLUMN IF NOT EXISTS`, default 0 = not recorded), not by a new schema
+//!   version, which every older replica would refuse.
+//! - `baton_permit_claim_v2(...)`: the claim ([`CLAIM_FUNCTION`]): a free slot below N,
 //!   taken by one `INSERT ... ON CONFLICT`, so claims of one key take no lock beyond the
 //!   slot's row and commit in parallel. A later algorithm gets a new name rather than
-//!   replacing this one under running replicas.
+//!   replacing this one under running replicas: v2 is v1 that also records N, and v1 is
+//!   left for the older replicas that call it (their permits record no N; one that reuses a
+//!   slot leaves the slot's earlier N, so during a rolling upgrade a listing's N may be
+//!   stale).
 //!
 //! Fences come from the `baton_fence` sequence, as lock grants' do, so they increase across
 //! every permit of a key (and every grant of the database).
@@ -24,6 +30,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use baton_core::semaphore::PermitInfo;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use sqlx::Row;
@@ -46,6 +53,7 @@ CREATE TABLE IF NOT EXISTS baton_permit (
     PRIMARY KEY (key, slot)
 );
 CREATE INDEX IF NOT EXISTS baton_permit_holder ON baton_permit (key, holder);
+ALTER TABLE baton_permit ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAULT 0;
 ";
 
 /// One claim (see the module docs). Returns one row: `outcome` (`granted`, `extended` or
@@ -60,7 +68,7 @@ CREATE INDEX IF NOT EXISTS baton_permit_holder ON baton_permit (key, holder);
 /// smaller N than others is refused while as many permits as its N are held (a smaller N
 /// revokes nothing).
 pub const CLAIM_FUNCTION: &str = r#"
-CREATE OR REPLACE FUNCTION baton_permit_claim_v1(
+CREATE OR REPLACE FUNCTION baton_permit_claim_v2(
     p_key text, p_holder text, p_ttl_ms bigint, p_permits bigint)
 RETURNS TABLE (outcome text, fence bigint, holder text, remaining_us bigint)
 LANGUAGE plpgsql VOLATILE AS $claim$
@@ -100,10 +108,11 @@ BEGIN
             -- Every permit ended or was released meanwhile: look again.
             CONTINUE;
         END IF;
-        INSERT INTO baton_permit AS p (key, slot, holder, fence, expires_at)
-        VALUES (p_key, free, p_holder, nextval('baton_fence'), until)
+        INSERT INTO baton_permit AS p (key, slot, holder, fence, expires_at, permits)
+        VALUES (p_key, free, p_holder, nextval('baton_fence'), until, p_permits)
         ON CONFLICT (key, slot) DO UPDATE
-            SET holder = excluded.holder, fence = excluded.fence, expires_at = excluded.expires_at
+            SET holder = excluded.holder, fence = excluded.fence, expires_at = excluded.expires_at,
+                permits = excluded.permits
             WHERE p.expires_at <= clock_timestamp()
         RETURNING 'granted', p.fence, NULL::text, NULL::bigint
         INTO outcome, fence, holder, remaining_us;
@@ -121,13 +130,16 @@ $claim$;
 pub const OBJECTS_EXIST: &str = "\
 SELECT to_regclass('baton_permit') IS NOT NULL
    AND to_regclass('baton_permit_holder') IS NOT NULL
-   AND to_regprocedure('baton_permit_claim_v1(text, text, bigint, bigint)') IS NOT NULL";
+   AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+               WHERE attrelid = to_regclass('baton_permit') AND attname = 'permits'
+                 AND NOT attisdropped)
+   AND to_regprocedure('baton_permit_claim_v2(text, text, bigint, bigint)') IS NOT NULL";
 
 /// A claim.
 ///
 /// Parameters: `$1` key, `$2` holder, `$3` ttl (ms), `$4` permits.
 pub const CLAIM: &str =
-    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v1($1, $2, $3, $4)";
+    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v2($1, $2, $3, $4)";
 
 /// Renews the caller's live permit (one changed row: renewed).
 ///
@@ -160,6 +172,39 @@ SELECT holder, fence,
            AS remaining_us
 FROM baton_permit WHERE key = $1 AND expires_at > clock_timestamp()
 ORDER BY fence";
+
+/// The live permits of the first `$3` keys in `[$1, $2)` that have any, by key then fence:
+/// `key`, `holder`, `fence`, `remaining_us`, `permits`. One range read of the primary key.
+///
+/// Parameters: `$1` prefix, `$2` its upper bound, `$3` limit (keys).
+pub const LIST: &str = "\
+WITH c AS (SELECT clock_timestamp() AS now),
+listed AS (
+    SELECT DISTINCT p.key FROM baton_permit AS p, c
+    WHERE p.key >= $1 AND p.key < $2 AND p.expires_at > c.now
+    ORDER BY p.key LIMIT $3
+)
+SELECT p.key, p.holder, p.fence, p.permits,
+       greatest((extract(epoch FROM p.expires_at - c.now) * 1000000)::bigint, 0) AS remaining_us
+FROM baton_permit AS p JOIN listed USING (key), c
+WHERE p.expires_at > c.now
+ORDER BY p.key, p.fence";
+
+/// [`LIST`] for a prefix that has no upper bound (it is empty, or ends in U+10FFFF only).
+///
+/// Parameters: `$1` prefix, `$2` limit (keys).
+pub const LIST_FROM: &str = "\
+WITH c AS (SELECT clock_timestamp() AS now),
+listed AS (
+    SELECT DISTINCT p.key FROM baton_permit AS p, c
+    WHERE p.key >= $1 AND p.expires_at > c.now
+    ORDER BY p.key LIMIT $2
+)
+SELECT p.key, p.holder, p.fence, p.permits,
+       greatest((extract(epoch FROM p.expires_at - c.now) * 1000000)::bigint, 0) AS remaining_us
+FROM baton_permit AS p JOIN listed USING (key), c
+WHERE p.expires_at > c.now
+ORDER BY p.key, p.fence";
 
 fn millis(ttl: Ttl) -> i64 {
     i64::try_from(ttl.get().as_millis()).unwrap_or(i64::MAX)
@@ -305,6 +350,31 @@ impl SemaphoreStore for PostgresStore {
             .map_err(|e| sql_error(e, &what(), &self.db.server))
     }
 
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
+        let what = || format!("permits of {prefix}*");
+        let rows = self
+            .list_by_prefix(what, [LIST, LIST_FROM], prefix, limit)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let key: String = row.try_get("key")?;
+                let permits: i32 = row.try_get("permits")?;
+                Ok(PermitInfo {
+                    grant: HolderInfo {
+                        key: StoreKey::from_stored(key),
+                        holder: Holder::from_stored(row.try_get::<String, _>("holder")?),
+                        fence: fence(row.try_get("fence")?),
+                        remaining: remaining(row.try_get("remaining_us")?),
+                        reason: String::new(),
+                    },
+                    // 0: granted by a baton that did not record N.
+                    permits: u32::try_from(permits).ok().filter(|n| *n > 0),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(|e| sql_error(e, &what(), &self.db.server))
+    }
+
     fn permit_wakeups(&self) -> Wakeups {
         self.wakeups()
     }
@@ -316,7 +386,7 @@ mod tests {
 
     #[test]
     fn statements_take_values_only_as_parameters() {
-        for text in [CLAIM, RENEW, RELEASE, LIVE, OBJECTS_EXIST] {
+        for text in [CLAIM, RENEW, RELEASE, LIVE, LIST, LIST_FROM, OBJECTS_EXIST] {
             assert!(!text.contains("{}"));
         }
         assert!(CLAIM_FUNCTION.contains("clock_timestamp()"));

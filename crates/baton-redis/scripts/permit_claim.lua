@@ -1,6 +1,6 @@
 -- permit_claim: take a permit of a semaphore for a holder. Extends the holder's own live
--- permit (same fence); grants a new one, with the next fence, while fewer than N live permits
--- are held; otherwise reports the live permit that ends soonest, and queues this store if one
+-- permit (same fence); grants a new one, with the next fence and a record of N, while fewer
+-- than N live permits are held; otherwise reports the live permit that ends soonest, and queues this store if one
 -- of its waiters waits for a permit.
 -- (Runs after lock_prelude.lua and permit_prelude.lua.)
 --
@@ -38,7 +38,7 @@ if redis.call('ZCOUNT', KEYS[1], live, '+inf') <= tonumber(ARGV[3]) then
         redis.call('ZREM', KEYS[1], ARGV[1])
         return err
     end
-    redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', fence))
+    redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', fence), n_field(ARGV[1]), ARGV[3])
     keep_permits(KEYS[1], KEYS[2], ttl, now)
     if ARGV[4] then
         -- A queued store whose waiter took a permit leaves the queue; its next waiter, if
@@ -51,7 +51,7 @@ end
 -- ended permits while here.
 redis.call('ZREM', KEYS[1], ARGV[1])
 if had then
-    redis.call('HDEL', KEYS[2], ARGV[1])
+    redis.call('HDEL', KEYS[2], ARGV[1], n_field(ARGV[1]))
 end
 drop_ended(KEYS[1], KEYS[2], now)
 local soonest = redis.call('ZRANGEBYSCORE', KEYS[1], live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)

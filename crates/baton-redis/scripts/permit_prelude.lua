@@ -8,7 +8,9 @@
 --     "{Q}:permits"  sorted set: member = holder, score = when its permit ends, in
 --                    milliseconds of the server's TIME (a permit whose score is not above now
 --                    has ended and counts for nothing)
---     "{Q}:fences"   hash: holder -> the fence of its permit
+--     "{Q}:fences"   hash: holder -> the fence of its permit, and n_field(holder) -> the N
+--                    its claim was made with (for listings; a permit granted by a baton
+--                    that did not record N has no such field)
 -- both with a PX expiry at least as long as the longest permit in them, so a key nobody uses
 -- any more leaves nothing behind. Fences come from the counter "{Q}:fence", as a lock's do
 -- (next_fence in lock_prelude.lua: never below the server clock, so they keep increasing after
@@ -29,6 +31,12 @@ local function ms(n)
     return string.format('%d', n)
 end
 
+-- The field of "{Q}:fences" that holds the N of `holder`'s permit: the holder, a newline and
+-- "n". No holder contains a control character, so it never names a holder's fence.
+local function n_field(holder)
+    return holder .. '\nn'
+end
+
 -- Drops the permits of `permits` that ended by `now`, and their fences, a few at a time (a
 -- later call drops the rest). The scripts count and read only live permits (scores above
 -- now), so this only keeps the keys small: ended permits are those of holders that stopped
@@ -37,7 +45,12 @@ local function drop_ended(permits, fences, now)
     local ended = redis.call('ZRANGEBYSCORE', permits, '-inf', ms(now), 'LIMIT', 0, 64)
     if #ended > 0 then
         redis.call('ZREM', permits, unpack(ended))
-        redis.call('HDEL', fences, unpack(ended))
+        local fields = {}
+        for i, holder in ipairs(ended) do
+            fields[2 * i - 1] = holder
+            fields[2 * i] = n_field(holder)
+        end
+        redis.call('HDEL', fences, unpack(fields))
     end
 end
 

@@ -17,7 +17,7 @@ if not ends then
     return 2
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], n_field(ARGV[1]))
 if tonumber(ends) <= now_ms() then
     return 2
 end

@@ -16,7 +16,7 @@
 //! | Redis key | type | holds |
 //! |---|---|---|
 //! | `{Q}:permits` | sorted set, with a PX expiry | the permits: member = holder, score = when it ends (server ms) |
-//! | `{Q}:fences` | hash, with a PX expiry | the permits' fences: holder → fence |
+//! | `{Q}:fences` | hash, with a PX expiry | the permits' fences: holder → fence; and the N each was claimed with: holder + `"\nn"` → N |
 //!
 //! All start with `{Q`, so Redis Cluster hashes them on the same tag: the text between the
 //! first `{` and the first `}` after it. That is all of `Q` when `Q` contains no `}`, and

@@ -356,7 +356,19 @@ impl RedisStore {
     }
 
     async fn scan(&self, prefix: &str) -> Result<BTreeSet<StoreKey>> {
-        let pattern = keys::grant_pattern(prefix);
+        self.scan_matching(&keys::grant_pattern(prefix), prefix, keys::from_grant_key)
+            .await
+    }
+
+    /// The qualified keys that start with `prefix` of the Redis keys that `SCAN MATCH
+    /// pattern` finds and `parse` reads back (a grant's `{Q}`, a semaphore's
+    /// `{Q}:permits`), in key order.
+    pub(crate) async fn scan_matching(
+        &self,
+        pattern: &str,
+        prefix: &str,
+        parse: fn(&str) -> Option<StoreKey>,
+    ) -> Result<BTreeSet<StoreKey>> {
         let mut found = BTreeSet::new();
         let mut cursor: u64 = 0;
         loop {
@@ -364,7 +376,7 @@ impl RedisStore {
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor)
                 .arg("MATCH")
-                .arg(&pattern)
+                .arg(pattern)
                 .arg("COUNT")
                 .arg(SCAN_BATCH);
             let step = scan.query_async::<(u64, Vec<String>)>(&mut conn);
@@ -372,7 +384,7 @@ impl RedisStore {
             found.extend(
                 batch
                     .iter()
-                    .filter_map(|k| keys::from_grant_key(k))
+                    .filter_map(|k| parse(k))
                     .filter(|k| k.as_str().starts_with(prefix)),
             );
             if next == 0 {

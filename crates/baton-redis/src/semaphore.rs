@@ -16,6 +16,7 @@
 //! release publishes nothing.
 
 use async_trait::async_trait;
+use baton_core::semaphore::PermitInfo;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use redis::Value;
@@ -37,32 +38,49 @@ fn parse_release(value: &Value) -> Option<(Release, bool)> {
     }
 }
 
-/// The answer of the list script: holder, fence, remaining ms, for each live permit; sorted
-/// here by fence (oldest first).
-fn parse_permits(key: &StoreKey, value: &Value) -> Option<Vec<HolderInfo>> {
+/// The answer of the list script: holder, fence, remaining ms and the claim's N (0: not
+/// recorded), for each live permit; sorted here by fence (oldest first).
+fn parse_permits(key: &StoreKey, value: &Value) -> Option<Vec<PermitInfo>> {
     let Value::Array(items) = value else {
         return None;
     };
-    if items.len() % 3 != 0 {
+    if items.len() % 4 != 0 {
         return None;
     }
     let mut permits = items
-        .chunks(3)
+        .chunks(4)
         .map(|p| {
-            Some(HolderInfo {
-                key: key.clone(),
-                holder: Holder::from_stored(text(&p[0])?),
-                fence: fence(&p[1])?,
-                remaining: remaining(&p[2])?,
-                reason: String::new(),
+            Some(PermitInfo {
+                grant: HolderInfo {
+                    key: key.clone(),
+                    holder: Holder::from_stored(text(&p[0])?),
+                    fence: fence(&p[1])?,
+                    remaining: remaining(&p[2])?,
+                    reason: String::new(),
+                },
+                permits: u32::try_from(int(&p[3])?).ok().filter(|n| *n > 0),
             })
         })
         .collect::<Option<Vec<_>>>()?;
-    permits.sort_by_key(|p| p.fence);
+    permits.sort_by_key(|p| p.grant.fence);
     Some(permits)
 }
 
+/// The qualified key of a semaphore's `{Q}:permits`, or `None` for any other Redis key.
+fn from_permits_key(redis_key: &str) -> Option<StoreKey> {
+    keys::from_grant_key(redis_key.strip_suffix(":permits")?)
+}
+
 impl RedisStore {
+    /// The live permits of `key`, oldest fence first, with the N of each claim.
+    async fn permits_of(&self, key: &StoreKey) -> Result<Vec<PermitInfo>> {
+        let mut invocation = Evalsha::new(&SCRIPTS.permit_list, 2, 2 * key.as_str().len());
+        invocation.arg(keys::permits(key)).arg(keys::fences(key));
+        let what = || format!("permits of {key}");
+        self.call(what, &invocation, |v| parse_permits(key, v), |_| true)
+            .await
+    }
+
     /// Gives back `holder`'s permit of `key` without waiting for the answer: a permit the
     /// replicas did not confirm. A failure is only logged; the permit's TTL ends it then.
     fn release_permit_in_background(&self, key: &StoreKey, holder: &str) {
@@ -213,11 +231,39 @@ impl SemaphoreStore for RedisStore {
     }
 
     async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
-        let mut invocation = Evalsha::new(&SCRIPTS.permit_list, 2, 2 * key.as_str().len());
-        invocation.arg(keys::permits(key)).arg(keys::fences(key));
-        let what = || format!("permits of {key}");
-        self.call(what, &invocation, |v| parse_permits(key, v), |_| true)
-            .await
+        Ok(self
+            .permits_of(key)
+            .await?
+            .into_iter()
+            .map(|p| p.grant)
+            .collect())
+    }
+
+    /// Scans for the keys' `{Q}:permits` (as the lock listing scans for grants), then reads
+    /// each key's live permits with the list script, in key order, until `limit` keys had
+    /// some: one round trip per key read.
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut pattern = keys::grant_pattern(prefix);
+        pattern.push_str(":permits");
+        let candidates = self
+            .scan_matching(&pattern, prefix, from_permits_key)
+            .await?;
+        let (mut listed, mut keys) = (Vec::new(), 0);
+        for key in &candidates {
+            let permits = self.permits_of(key).await?;
+            // A key whose permits all ended since the scan is simply not listed.
+            if !permits.is_empty() {
+                listed.extend(permits);
+                keys += 1;
+                if keys == limit {
+                    break;
+                }
+            }
+        }
+        Ok(listed)
     }
 
     fn permit_wakeups(&self) -> Wakeups {
@@ -417,17 +463,26 @@ mod tests {
                 bulk("b"),
                 bulk("9"),
                 Value::Int(100),
+                bulk("0"),
                 bulk("a"),
                 bulk("7"),
                 Value::Int(2500),
+                bulk("3"),
             ]),
         )
         .unwrap();
         assert_eq!(permits.len(), 2);
-        assert_eq!(permits[0].holder.as_str(), "a");
-        assert_eq!(permits[0].fence, Fence::new(7));
-        assert_eq!(permits[0].remaining, Duration::from_millis(2500));
-        assert_eq!(permits[1].fence, Fence::new(9));
+        assert_eq!(permits[0].grant.holder.as_str(), "a");
+        assert_eq!(permits[0].grant.fence, Fence::new(7));
+        assert_eq!(permits[0].grant.remaining, Duration::from_millis(2500));
+        assert_eq!(permits[0].permits, Some(3));
+        assert_eq!(permits[1].grant.fence, Fence::new(9));
+        assert_eq!(permits[1].permits, None, "not recorded");
+        assert_eq!(
+            from_permits_key("{ns:semaphore:a}:fences}:permits"),
+            Some(StoreKey::from_stored("ns:semaphore:a}:fences".into()))
+        );
+        assert_eq!(from_permits_key("{ns:semaphore:a}:fences"), None);
         assert_eq!(parse_permits(&key, &Value::Array(vec![])), Some(vec![]));
         assert_eq!(parse_permits(&key, &Value::Array(vec![bulk("a")])), None);
         assert_eq!(parse_permits(&key, &Value::Int(1)), None);

@@ -1,8 +1,11 @@
 //! Semaphores in the SQLite file: one row per live permit, each operation one
 //! `BEGIN IMMEDIATE` transaction.
 //!
-//! `baton_permit (key, holder, fence, expires_at)`, with `expires_at` on the host's
-//! monotonic clock like every grant of this store. A permit's fence comes from the key's row
+//! `baton_permit (key, holder, fence, expires_at, permits)`, with `expires_at` on the host's
+//! monotonic clock like every grant of this store, and `permits` the N of the claim that was
+//! granted the permit (0 for a permit granted by a baton that did not record it: the column
+//! was added later, with that default, so older files and older batons on newer files keep
+//! working; see `ensure_schema`). A permit's fence comes from the key's row
 //! in `baton_grant`, the row a lock of the same qualified key would use (a semaphore's keys
 //! are of kind `semaphore`, so no lock ever shares it): that row holds no holder and is only
 //! the key's counter, so the fences of the key's permits increase as a lock's do, also after
@@ -20,8 +23,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use baton_core::semaphore::PermitInfo;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
-use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl};
+use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl, prefix_upper_bound};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
@@ -40,9 +44,22 @@ CREATE TABLE IF NOT EXISTS baton_permit (
     holder     TEXT    NOT NULL,
     fence      INTEGER NOT NULL,
     expires_at INTEGER NOT NULL,
+    permits    INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (key, holder)
 ) WITHOUT ROWID;
 ";
+
+/// Whether `baton_permit` has the `permits` column (a file from before it does not).
+///
+/// Parameters: none.
+pub const HAS_PERMITS_COLUMN: &str =
+    "SELECT count(*) > 0 FROM pragma_table_info('baton_permit') WHERE name = 'permits'";
+
+/// Adds the `permits` column to a file from before it; its permits read as 0 (not recorded).
+///
+/// Parameters: none.
+pub const ADD_PERMITS_COLUMN: &str =
+    "ALTER TABLE baton_permit ADD COLUMN permits INTEGER NOT NULL DEFAULT 0";
 
 /// Deletes the ended permits of a key.
 ///
@@ -74,9 +91,9 @@ RETURNING fence";
 
 /// Records a new permit.
 ///
-/// Parameters: `?1` key, `?2` holder, `?3` fence, `?4` expires at.
-pub const INSERT: &str =
-    "INSERT INTO baton_permit (key, holder, fence, expires_at) VALUES (?1, ?2, ?3, ?4)";
+/// Parameters: `?1` key, `?2` holder, `?3` fence, `?4` expires at, `?5` the claim's N.
+pub const INSERT: &str = "\
+INSERT INTO baton_permit (key, holder, fence, expires_at, permits) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /// The live permit that ends soonest: `holder`, `expires_at`.
 ///
@@ -106,6 +123,27 @@ pub const LIVE: &str = "\
 SELECT holder, fence, expires_at FROM baton_permit WHERE key = ?1 AND expires_at > ?2
 ORDER BY fence";
 
+/// The live permits of the first `?4` keys in `[?1, ?2)` that have any, by key then fence:
+/// `key`, `holder`, `fence`, `expires_at`, `permits`. One range read of the primary key.
+///
+/// Parameters: `?1` prefix, `?2` its upper bound, `?3` now, `?4` limit (keys).
+pub const LIST: &str = "\
+SELECT key, holder, fence, expires_at, permits FROM baton_permit
+WHERE key IN (SELECT DISTINCT key FROM baton_permit
+              WHERE key >= ?1 AND key < ?2 AND expires_at > ?3 ORDER BY key LIMIT ?4)
+  AND expires_at > ?3
+ORDER BY key, fence";
+
+/// [`LIST`] for a prefix that has no upper bound (it is empty, or ends in U+10FFFF only).
+///
+/// Parameters: `?1` prefix, `?2` now, `?3` limit (keys).
+pub const LIST_FROM: &str = "\
+SELECT key, holder, fence, expires_at, permits FROM baton_permit
+WHERE key IN (SELECT DISTINCT key FROM baton_permit
+              WHERE key >= ?1 AND expires_at > ?2 ORDER BY key LIMIT ?3)
+  AND expires_at > ?2
+ORDER BY key, fence";
+
 /// After a reboot: every permit is from the old boot, whose holders are gone.
 ///
 /// Parameters: none.
@@ -117,10 +155,70 @@ pub const FREE_ALL: &str = "DELETE FROM baton_permit";
 /// Parameters: `?1` now, `?2` the longest TTL.
 pub const FREE_FROM_EARLIER_BOOT: &str = "DELETE FROM baton_permit WHERE expires_at > ?1 + ?2";
 
-/// Creates the permits table.
+/// Creates the permits table, or adds the `permits` column to one from before it.
+///
+/// The column is added in place rather than by a new schema version: a file at a newer
+/// version is refused by every older baton, and this change needs none of them to stop (an
+/// older baton's permits simply record no N). The check is repeated inside a
+/// `BEGIN IMMEDIATE` transaction, so processes that open an old file at once add it once.
 pub(crate) fn ensure_schema(conn: &Connection) -> Result<(), OpError> {
     conn.execute_batch(SCHEMA)?;
+    let has = |conn: &Connection| -> Result<bool, OpError> {
+        Ok(conn
+            .prepare_cached(HAS_PERMITS_COLUMN)?
+            .query_row([], |r| r.get(0))?)
+    };
+    if !has(conn)? {
+        immediate(conn, |conn| {
+            if !has(conn)? {
+                conn.execute(ADD_PERMITS_COLUMN, [])?;
+            }
+            Ok(())
+        })?;
+    }
     Ok(())
+}
+
+/// The N a permit recorded: 0 is "not recorded".
+fn recorded_permits(raw: i64) -> Option<u32> {
+    u32::try_from(raw).ok().filter(|n| *n > 0)
+}
+
+/// The live permits under `prefix`, for at most `limit` keys (see [`LIST`]).
+fn list(conn: &Connection, prefix: &str, limit: i64) -> Result<Vec<PermitInfo>, OpError> {
+    let now = clock::now();
+    let read = |r: &rusqlite::Row<'_>| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, i64>(4)?,
+        ))
+    };
+    let rows = match prefix_upper_bound(prefix) {
+        Some(upper) => conn
+            .prepare_cached(LIST)?
+            .query_map(params![prefix, upper, now, limit], read)?
+            .collect::<rusqlite::Result<Vec<_>>>()?,
+        None => conn
+            .prepare_cached(LIST_FROM)?
+            .query_map(params![prefix, now, limit], read)?
+            .collect::<rusqlite::Result<Vec<_>>>()?,
+    };
+    Ok(rows
+        .into_iter()
+        .map(|(key, holder, raw_fence, expires_at, permits)| PermitInfo {
+            grant: HolderInfo {
+                key: StoreKey::from_stored(key),
+                holder: Holder::from_stored(holder),
+                fence: fence(raw_fence),
+                remaining: remaining(expires_at, now),
+                reason: String::new(),
+            },
+            permits: recorded_permits(permits),
+        })
+        .collect())
 }
 
 /// Nanoseconds, as the store's times are.
@@ -163,7 +261,7 @@ fn claim(
                 .prepare_cached(NEXT_FENCE)?
                 .query_row(params![key, now, clock::wall_micros()], |r| r.get(0))?;
             conn.prepare_cached(INSERT)?
-                .execute(params![key, holder, next, now + ttl])?;
+                .execute(params![key, holder, next, now + ttl, permits])?;
             return Ok(Claim::Granted { fence: fence(next) });
         }
         let (holder, expires_at): (String, i64) = conn
@@ -282,6 +380,19 @@ impl SemaphoreStore for SqliteStore {
             .await
     }
 
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let prefix = prefix.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.database()
+            .run(Role::Read, "semaphore listing", move |conn, _| {
+                list(conn, &prefix, limit)
+            })
+            .await
+    }
+
     fn permit_wakeups(&self) -> Wakeups {
         self.wakeups()
     }
@@ -296,5 +407,25 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         ensure_schema(&conn).unwrap();
         ensure_schema(&conn).unwrap();
+    }
+
+    /// A file from before the `permits` column gets it, and its permits read as not recorded.
+    #[test]
+    fn a_permit_table_from_before_the_permits_column_gets_it() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE baton_permit (key TEXT NOT NULL, holder TEXT NOT NULL, \
+             fence INTEGER NOT NULL, expires_at INTEGER NOT NULL, PRIMARY KEY (key, holder)) \
+             WITHOUT ROWID; \
+             INSERT INTO baton_permit VALUES ('ns:semaphore:k', 'old', 3, 9223372036854775807);",
+        )
+        .unwrap();
+        ensure_schema(&conn).unwrap();
+        ensure_schema(&conn).unwrap();
+        let listed = list(&conn, "ns:semaphore:", 10).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].grant.holder.as_str(), "old");
+        assert_eq!(listed[0].permits, None);
+        assert_eq!(recorded_permits(4), Some(4));
     }
 }

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use crate::{Baton, Key, Result};
-pub use baton_core::rwlock::{RwHolders, RwLock, WriteGuard};
+pub use baton_core::rwlock::{RwHolders, RwLock, RwLockInfo, WriteGuard};
 
 impl Baton {
     /// The reader-writer lock `key` on this store, in this connection's namespace.

@@ -12,7 +12,9 @@
 use std::sync::Arc;
 
 use crate::{Baton, Result};
-pub use baton_core::semaphore::{MAX_PERMITS, Semaphore, SemaphoreStore, check_permits};
+pub use baton_core::semaphore::{
+    MAX_PERMITS, PermitInfo, Semaphore, SemaphoreInfo, SemaphoreStore, check_permits,
+};
 
 impl Baton {
     /// The semaphore `key` of `permits` permits on this store, in this connection's

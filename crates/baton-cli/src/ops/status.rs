@@ -3,7 +3,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/` | the page: locks (key, holder, fence, remaining), leases (the same and the reason), queues (for stores with claimable work), recent events; `<meta http-equiv="refresh">` reloads it every `--refresh` |
+//! | `/` | the page: locks (key, holder, fence, remaining), leases (the same and the reason), semaphores (key, holders/N, each holder's fence and remaining time) and reader-writer locks (key, writer, its fence, readers) for stores that keep semaphores, elections (name, leader, value, term, remaining), queues (for stores with claimable work), recent events; `<meta http-equiv="refresh">` reloads it every `--refresh` |
 //! | `/status.json` | the same snapshot as one JSON document |
 //!
 //! The page has no script at all (its content security policy forbids any) and loads
@@ -14,6 +14,18 @@
 //! Recent events are the last ones *this* process emitted ([`baton::telemetry::recent_events`]),
 //! such as its own store connection losing Redis pub/sub; events of other processes are in
 //! their logs and metrics.
+//!
+//! Semaphores and reader-writer locks: for a store that keeps semaphores (every store the CLI
+//! opens today), the snapshot has `semaphores` and `rwlocks` sections, the same rows as
+//! `baton lock status` shows; a store without them has neither field, and the page neither
+//! section, as for queues below. A semaphore's N is the one its most recent grant was claimed
+//! with (`?` when that permit was granted by a baton that did not record it): N belongs to
+//! each client, so clients that disagree show the latest one's. A reader-writer lock's writer
+//! is its gate's holder while a write permit is live; a gate held without one is shown as
+//! `(gate: HOLDER)`, a writer waiting for its readers to leave (or, for a moment, a reader on
+//! its way in). `--limit` counts keys: a listed semaphore has all its holders.
+//!
+//! Elections: every store keeps them; one row per election with a leader.
 //!
 //! Queues: for a store with claimable work (`sqlite://`, `postgres://`, `memory://`) the
 //! snapshot has a `queues` section — one row per queue with items (ready, scheduled,
@@ -32,6 +44,11 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use baton::election::{Election, Leader};
+use baton::lease::LeaseInfo;
+use baton::rwlock::{RwLock, RwLockInfo};
+use baton::semaphore::{Semaphore, SemaphoreInfo};
+use baton::store::HolderInfo;
 use baton::telemetry::{self, Alarm, RecentEvent};
 use clap::Args;
 use serde::Serialize;
@@ -45,7 +62,10 @@ use crate::args::{self, DEFAULT_LIST_LIMIT};
 use crate::cli::GlobalArgs;
 use crate::exit::Failure;
 use crate::lease_cmd::{LeaseRow, lease_row};
-use crate::lock_cmd::{LockRow, lock_row};
+use crate::lock_cmd::{
+    ElectionRow, LockRow, RwLockRow, SemaphoreRow, election_row, lock_row, rwlock_row,
+    semaphore_row,
+};
 use crate::output::{Kind, Row, millis, title_words};
 use crate::queue_cmd::{StatsRow, list_queues, url_keeps_work};
 
@@ -71,7 +91,8 @@ pub(crate) struct StatusArgs {
     #[arg(long, value_name = "P", default_value = "", value_parser = args::prefix)]
     pub(crate) prefix: String,
 
-    /// At most this many locks, this many leases and this many queues.
+    /// At most this many locks, leases, semaphores, reader-writer locks, elections and
+    /// queues (each).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIST_LIMIT)]
     pub(crate) limit: usize,
 }
@@ -106,6 +127,24 @@ struct Snapshot {
     leases: Vec<LeaseRow>,
     /// `leases` stopped at `--limit`.
     leases_truncated: bool,
+    /// The semaphores with live permits, for a store that keeps semaphores; absent for the
+    /// others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    semaphores: Option<Vec<SemaphoreRow>>,
+    /// `semaphores` stopped at `--limit`; absent with `semaphores`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    semaphores_truncated: Option<bool>,
+    /// The held reader-writer locks, for a store that keeps semaphores; absent for the
+    /// others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rwlocks: Option<Vec<RwLockRow>>,
+    /// `rwlocks` stopped at `--limit`; absent with `rwlocks`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rwlocks_truncated: Option<bool>,
+    /// The elections with a leader.
+    elections: Vec<ElectionRow>,
+    /// `elections` stopped at `--limit`.
+    elections_truncated: bool,
     /// The queues with items, for a store with claimable work; absent for the others.
     #[serde(skip_serializing_if = "Option::is_none")]
     queues: Option<Vec<StatsRow>>,
@@ -178,32 +217,58 @@ impl Page {
             let baton = self.store.get().await?;
             // One more than shown, to know whether there are more.
             let ask = self.limit.saturating_add(1);
-            let locks = baton.locks().list(&self.prefix, ask).await?;
-            let leases = baton.leases().list(&self.prefix, ask).await?;
+            let (prefix, namespace) = (self.prefix.as_str(), baton.namespace());
+            let locks = baton.locks().list(prefix, ask).await?;
+            let leases = baton.leases().list(prefix, ask).await?;
+            let lease_store = baton.locks().store();
+            // Only a store that keeps semaphores has semaphores and reader-writer locks.
+            let (semaphores, rwlocks) = match Arc::clone(baton.store()).semaphore_store() {
+                Ok(store) => (
+                    Some(Semaphore::list(&*store, namespace, prefix, ask).await?),
+                    Some(RwLock::list(&**lease_store, &*store, namespace, prefix, ask).await?),
+                ),
+                Err(_) => (None, None),
+            };
+            let elections = Election::list(&**lease_store, namespace, prefix, ask).await?;
             // Only a store with claimable work has queues.
             let queues = match baton.work_store() {
-                Ok(store) => Some(list_queues(&baton, &store, &self.prefix).await?),
+                Ok(store) => Some(list_queues(&baton, &store, prefix).await?),
                 Err(_) => None,
             };
-            Ok::<_, baton::Error>((locks, leases, queues))
+            Ok::<_, baton::Error>(Listed {
+                locks,
+                leases,
+                semaphores,
+                rwlocks,
+                elections,
+                queues,
+            })
         }
         .await;
-        let (mut locks, mut leases, mut queues, store_error) = match listed {
-            Ok((locks, leases, queues)) => (locks, leases, queues, None),
+        let (listed, store_error) = match listed {
+            Ok(listed) => (listed, None),
             Err(e) => {
-                // Unreachable now, but the section stays for a store that keeps queues.
+                // Unreachable now, but the sections stay for a store that keeps them (every
+                // store the CLI opens keeps semaphores).
                 let queues = url_keeps_work(&self.store.display_url()).then(Vec::new);
-                (Vec::new(), Vec::new(), queues, Some(e.to_string()))
+                let listed = Listed {
+                    locks: Vec::new(),
+                    leases: Vec::new(),
+                    semaphores: Some(Vec::new()),
+                    rwlocks: Some(Vec::new()),
+                    elections: Vec::new(),
+                    queues,
+                };
+                (listed, Some(e.to_string()))
             }
         };
-        let locks_truncated = locks.len() > self.limit;
-        let leases_truncated = leases.len() > self.limit;
-        let queues_truncated = queues.as_ref().map(|q| q.len() > self.limit);
-        locks.truncate(self.limit);
-        leases.truncate(self.limit);
-        if let Some(queues) = &mut queues {
-            queues.truncate(self.limit);
-        }
+        let limit = self.limit;
+        let (locks, locks_truncated) = cut(listed.locks, limit);
+        let (leases, leases_truncated) = cut(listed.leases, limit);
+        let (elections, elections_truncated) = cut(listed.elections, limit);
+        let (semaphores, semaphores_truncated) = cut_some(listed.semaphores, limit);
+        let (rwlocks, rwlocks_truncated) = cut_some(listed.rwlocks, limit);
+        let (queues, queues_truncated) = cut_some(listed.queues, limit);
         Snapshot {
             store: self.store.display_url(),
             namespace: self.store.namespace().to_owned(),
@@ -216,6 +281,12 @@ impl Page {
             leases_truncated,
             locks: locks.into_iter().map(lock_row).collect(),
             leases: leases.into_iter().map(lease_row).collect(),
+            semaphores: semaphores.map(|s| s.into_iter().map(semaphore_row).collect()),
+            semaphores_truncated,
+            rwlocks: rwlocks.map(|r| r.into_iter().map(rwlock_row).collect()),
+            rwlocks_truncated,
+            elections: elections.into_iter().map(election_row).collect(),
+            elections_truncated,
             queues,
             queues_truncated,
             events: telemetry::recent_events()
@@ -224,6 +295,34 @@ impl Page {
                 .map(event_row)
                 .collect(),
         }
+    }
+}
+
+/// What one listing of the store found, before `--limit` is applied.
+struct Listed {
+    locks: Vec<HolderInfo>,
+    leases: Vec<LeaseInfo>,
+    semaphores: Option<Vec<SemaphoreInfo>>,
+    rwlocks: Option<Vec<RwLockInfo>>,
+    elections: Vec<(String, Leader)>,
+    queues: Option<Vec<StatsRow>>,
+}
+
+/// The first `limit` of `rows` (listed with one more), and whether there were more.
+fn cut<T>(mut rows: Vec<T>, limit: usize) -> (Vec<T>, bool) {
+    let truncated = rows.len() > limit;
+    rows.truncate(limit);
+    (rows, truncated)
+}
+
+/// [`cut`] of a section that only some stores have.
+fn cut_some<T>(rows: Option<Vec<T>>, limit: usize) -> (Option<Vec<T>>, Option<bool>) {
+    match rows {
+        Some(rows) => {
+            let (rows, truncated) = cut(rows, limit);
+            (Some(rows), Some(truncated))
+        }
+        None => (None, None),
     }
 }
 
@@ -304,11 +403,23 @@ fn render(s: &Snapshot) -> String {
             .sum();
         tile_u64(items, s.queues_truncated.unwrap_or(false), "items queued")
     });
+    let permits = s
+        .semaphores
+        .as_ref()
+        .map_or_else(String::new, |semaphores| {
+            let held: usize = semaphores.iter().map(|s| s.of.holders).sum();
+            tile(
+                held,
+                s.semaphores_truncated.unwrap_or(false),
+                "semaphore permits held",
+            )
+        });
     let _ = write!(
         html,
-        "<div class=\"summary\">\n{}{}{queued}{}</div>\n",
+        "<div class=\"summary\">\n{}{}{permits}{}{queued}{}</div>\n",
         tile(s.locks.len(), s.locks_truncated, "locks held"),
         tile(s.leases.len(), s.leases_truncated, "leases held"),
+        tile(s.elections.len(), s.elections_truncated, "elections led"),
         tile(s.events.len(), false, "recent events"),
     );
 
@@ -326,6 +437,41 @@ fn render(s: &Snapshot) -> String {
         head: row_head::<LeaseRow>(),
         rows: s.leases.iter().map(row_tr).collect(),
         cut: s.leases_truncated.then_some("leases"),
+    }
+    .render(&mut html);
+
+    if let Some(semaphores) = &s.semaphores {
+        Section {
+            heading: "Semaphores".to_owned(),
+            empty: "No semaphore permit is held.",
+            head: row_head::<SemaphoreRow>(),
+            rows: semaphores.iter().map(row_tr).collect(),
+            cut: s
+                .semaphores_truncated
+                .unwrap_or(false)
+                .then_some("semaphores"),
+        }
+        .render(&mut html);
+    }
+    if let Some(rwlocks) = &s.rwlocks {
+        Section {
+            heading: "Reader-writer locks".to_owned(),
+            empty: "No reader-writer lock is held.",
+            head: row_head::<RwLockRow>(),
+            rows: rwlocks.iter().map(row_tr).collect(),
+            cut: s
+                .rwlocks_truncated
+                .unwrap_or(false)
+                .then_some("reader-writer locks"),
+        }
+        .render(&mut html);
+    }
+    Section {
+        heading: "Elections".to_owned(),
+        empty: "No election has a leader.",
+        head: row_head::<ElectionRow>(),
+        rows: s.elections.iter().map(row_tr).collect(),
+        cut: s.elections_truncated.then_some("elections"),
     }
     .render(&mut html);
 
@@ -516,6 +662,12 @@ mod tests {
                 },
             }],
             leases_truncated: false,
+            semaphores: None,
+            semaphores_truncated: None,
+            rwlocks: None,
+            rwlocks_truncated: None,
+            elections: Vec::new(),
+            elections_truncated: false,
             queues: None,
             queues_truncated: None,
             events: Vec::new(),
@@ -532,6 +684,70 @@ mod tests {
         assert!(html.contains("<td class=\"num\">27.5s</td>"));
         assert!(html.contains("<td class=\"num\">4m30s</td>"));
         assert!(html.contains("No event since this process started."));
+    }
+
+    #[test]
+    fn semaphores_and_rwlocks_show_only_for_stores_that_keep_them() {
+        let without = snapshot();
+        let html = render(&without);
+        assert!(!html.contains("<h2>Semaphores</h2>"), "{html}");
+        assert!(!html.contains("<h2>Reader-writer locks</h2>"), "{html}");
+        assert!(!html.contains("semaphore permits held"), "{html}");
+        assert!(
+            html.contains("<h2>Elections</h2>") && html.contains("No election has a leader."),
+            "every store keeps elections"
+        );
+        let json = serde_json::to_value(&without).unwrap();
+        for field in [
+            "semaphores",
+            "semaphores_truncated",
+            "rwlocks",
+            "rwlocks_truncated",
+        ] {
+            assert!(json.get(field).is_none(), "{field}: {json}");
+        }
+
+        let mut with = snapshot();
+        with.semaphores = Some(vec![SemaphoreRow {
+            key: "<b>builders</b>".into(),
+            of: crate::lock_cmd::HeldSemaphore {
+                holders: 1,
+                permits: None,
+                held_by: vec![HeldLock {
+                    holder: "h<1>".into(),
+                    fence: 9,
+                    remaining_ms: 1_500,
+                }],
+            },
+        }]);
+        with.semaphores_truncated = Some(true);
+        with.rwlocks = Some(Vec::new());
+        with.rwlocks_truncated = Some(false);
+        let html = render(&with);
+        assert!(html.contains("<h2>Semaphores</h2>"), "{html}");
+        assert!(
+            html.contains("<code>&lt;b&gt;builders&lt;/b&gt;</code>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td class=\"num\">1/?</td>"),
+            "an N not recorded: {html}"
+        );
+        assert!(html.contains("h&lt;1&gt; (fence 9, 1.5s)"), "{html}");
+        assert!(
+            html.contains("Only the first semaphores are shown"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<h2>Reader-writer locks</h2>")
+                && html.contains("No reader-writer lock is held."),
+            "{html}"
+        );
+        let json = serde_json::to_value(&with).unwrap();
+        assert_eq!(json["semaphores"][0]["holders"], 1);
+        assert!(json["semaphores"][0].get("permits").is_none(), "{json}");
+        assert_eq!(json["semaphores_truncated"], true);
+        assert_eq!(json["rwlocks"], serde_json::json!([]));
     }
 
     #[test]

@@ -261,6 +261,28 @@ impl Election {
             .map(Leader::from_holder))
     }
 
+    /// The elections of `namespace` whose name starts with `prefix` and that have a leader,
+    /// in name order, at most `limit` of them: each election's name and its leader, read
+    /// from `leases` (the store's lease atom, where a leadership is a grant).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a prefix no name could start with; `Unavailable` when the store
+    /// faulted.
+    pub async fn list(
+        leases: &dyn LeaseStore,
+        namespace: &Namespace,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Leader)>> {
+        let qualified = namespace.qualify_prefix(KeyKind::Election, prefix)?;
+        Ok(leases
+            .list(&qualified, limit)
+            .await?
+            .into_iter()
+            .map(|info| (info.key.user_key().to_owned(), Leader::from_holder(info)))
+            .collect())
+    }
+
     /// A stream of the election's leaders: the first [`Observer::next`] answers the current
     /// leader (or none), and every later one the next change (a new leader, a new value, no
     /// leader).

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, timeout};
 
-use super::RwLock;
+use super::{RwLock, RwLockInfo};
 use crate::ErrorKind;
 use crate::conformance::{FaultyStore, Opens, eventually, fresh_namespace, ms};
 use crate::key::{KeyKind, Namespace};
@@ -47,6 +47,7 @@ macro_rules! rwlock_conformance_tests {
             keep_alive_holds_a_writer_across_ttls,
             release_outcomes,
             try_read_and_try_write_answer_contention,
+            list_shows_writers_and_readers_by_key,
             bad_input_is_rejected_before_io,
         );
     };
@@ -69,6 +70,62 @@ fn options(ttl: Duration) -> LockOptions {
 }
 
 const LONG: Duration = Duration::from_secs(30);
+
+/// `RwLock::list` lists the held locks of a prefix in key order: a writer as the gate's
+/// holder beside its write permit, readers by their permits; at most `limit` keys.
+pub async fn list_shows_writers_and_readers_by_key(h: &RwLockHarness) {
+    let ns = fresh_namespace();
+    let (leases, permits) = stores(h).await;
+    let opts = options(LONG);
+    let read = rwlock(h, &ns, "jobs:read").await;
+    let readers = [
+        read.read(&opts).await.expect("a reader"),
+        read.read(&opts).await.expect("another"),
+    ];
+    let written = rwlock(h, &ns, "jobs:write").await;
+    let writer = written.write(&opts).await.expect("the writer");
+    let outside = rwlock(h, &ns, "other")
+        .await
+        .read(&opts)
+        .await
+        .expect("a reader");
+    let list = |limit| {
+        let (leases, permits, ns) = (Arc::clone(&leases), Arc::clone(&permits), ns.clone());
+        async move {
+            RwLock::list(leases.as_ref(), permits.as_ref(), &ns, "jobs:", limit)
+                .await
+                .unwrap()
+        }
+    };
+    let listed: Vec<RwLockInfo> = list(10).await;
+    let keys: Vec<&str> = listed.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(keys, ["jobs:read", "jobs:write"], "{listed:?}");
+    let (r, w) = (&listed[0], &listed[1]);
+    assert!(r.writer().is_none() && r.write.is_none(), "{r:?}");
+    assert_eq!(r.readers.len(), 2, "{r:?}");
+    assert!(r.readers[0].fence < r.readers[1].fence);
+    assert!(w.readers.is_empty(), "{w:?}");
+    assert_eq!(
+        w.write.as_ref().map(|p| p.fence),
+        Some(writer.fence()),
+        "{w:?}"
+    );
+    assert_eq!(
+        w.writer(),
+        w.gate.as_ref(),
+        "the writer is the gate's holder"
+    );
+    assert!(w.writer().is_some());
+    let first = list(1).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].key, "jobs:read");
+    for reader in readers {
+        reader.release().await;
+    }
+    writer.release().await;
+    outside.release().await;
+    assert!(list(10).await.is_empty());
+}
 
 /// Readers hold at once, each with its own fence; nobody writes meanwhile.
 pub async fn readers_share(h: &RwLockHarness) {

@@ -60,6 +60,7 @@
 pub mod conformance;
 mod guard;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -290,6 +291,82 @@ impl RwLock {
 }
 
 /// Contention as `Ok(None)`.
+/// A reader-writer lock that is held, as [`RwLock::list`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockInfo {
+    /// The lock's key, as given (not qualified).
+    pub key: String,
+    /// The gate's holder: the writer (writing, or waiting for readers to leave), or, for a
+    /// moment, a reader on its way in.
+    pub gate: Option<HolderInfo>,
+    /// The writer's live permit (the one claimed out of one), when a writer is in.
+    pub write: Option<HolderInfo>,
+    /// The readers' live permits, oldest first.
+    pub readers: Vec<HolderInfo>,
+}
+
+impl RwLockInfo {
+    /// The writer: the gate's holder while a write permit is live. `None` while nobody
+    /// writes, also while a writer waits at the gate for the readers to leave.
+    pub fn writer(&self) -> Option<&HolderInfo> {
+        self.write.as_ref().and(self.gate.as_ref())
+    }
+}
+
+impl RwLock {
+    /// The reader-writer locks of `namespace` whose key starts with `prefix` and that are
+    /// held (a gate or a permit is live), in key order, at most `limit` of them: their
+    /// gates from `leases` and their permits from `permits`, the stores [`RwLock::new`]
+    /// takes. A permit claimed out of one is the writer's (readers claim out of
+    /// [`MAX_PERMITS`]); one granted by a baton that did not record its N counts as a
+    /// reader's.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a prefix no key could start with; `Unavailable` when a store
+    /// faulted.
+    pub async fn list(
+        leases: &dyn LeaseStore,
+        permits: &dyn SemaphoreStore,
+        namespace: &Namespace,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<RwLockInfo>> {
+        let gates = leases
+            .list(&namespace.qualify_prefix(KeyKind::RwGate, prefix)?, limit)
+            .await?;
+        let granted = permits
+            .list_permits(&namespace.qualify_prefix(KeyKind::RwLock, prefix)?, limit)
+            .await?;
+        let mut locks: BTreeMap<String, RwLockInfo> = BTreeMap::new();
+        for gate in gates {
+            let key = gate.key.user_key().to_owned();
+            locks.entry(key.clone()).or_insert_with(|| empty(key)).gate = Some(gate);
+        }
+        for permit in granted {
+            let key = permit.grant.key.user_key().to_owned();
+            let lock = locks.entry(key.clone()).or_insert_with(|| empty(key));
+            if permit.permits == Some(1) {
+                lock.write = Some(permit.grant);
+            } else {
+                lock.readers.push(permit.grant);
+            }
+        }
+        // Each store listed the first `limit` keys it holds: the first `limit` of either
+        // are the first `limit` of both.
+        Ok(locks.into_values().take(limit).collect())
+    }
+}
+
+fn empty(key: String) -> RwLockInfo {
+    RwLockInfo {
+        key,
+        gate: None,
+        write: None,
+        readers: Vec::new(),
+    }
+}
+
 fn optional<T>(result: Result<T, AcquireError>) -> Result<Option<T>> {
     match result {
         Ok(guard) => Ok(Some(guard)),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use super::{MAX_PERMITS, Semaphore, SemaphoreStore};
+use super::{MAX_PERMITS, PermitInfo, Semaphore, SemaphoreStore};
 use crate::ErrorKind;
 use crate::conformance::{Opens, fresh_namespace, ms};
 use crate::holder::Holder;
@@ -42,6 +42,7 @@ macro_rules! semaphore_conformance_tests {
             lowering_the_permits_revokes_nothing,
             never_more_than_n_holders_at_once,
             holders_are_the_live_permits_oldest_first,
+            list_permits_lists_keys_of_the_prefix_with_their_n,
             keys_and_namespaces_are_separate,
             bad_permits_are_rejected_before_io,
         );
@@ -336,6 +337,95 @@ pub async fn holders_are_the_live_permits_oldest_first(h: &SemaphoreHarness) {
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].fence, b.fence());
     b.release().await;
+}
+
+/// `list_permits` lists the live permits of the keys under a qualified prefix, by key and
+/// then fence, each with the N of its claim; `limit` counts keys, and a listed key has all its
+/// permits.
+pub async fn list_permits_lists_keys_of_the_prefix_with_their_n(h: &SemaphoreHarness) {
+    let (ns, other) = (fresh_namespace(), fresh_namespace());
+    let store = h.open().await;
+    let opts = options(Duration::from_secs(30));
+    let mut held = Vec::new();
+    // Acquired out of key order, so the listing's order is the store's.
+    for (key, n, count) in [("jobs:b", 2, 1), ("jobs:a", 3, 2), ("other", 1, 1)] {
+        let sem = semaphore(Arc::clone(&store), &ns, key, n);
+        for _ in 0..count {
+            held.push(sem.try_acquire(&opts).await.unwrap().expect("free"));
+        }
+    }
+    // Another N for the same key: each permit records the N of its own claim.
+    let wider = semaphore(Arc::clone(&store), &ns, "jobs:b", 5);
+    held.push(wider.try_acquire(&opts).await.unwrap().expect("free"));
+    let outsider = semaphore(Arc::clone(&store), &other, "jobs:a", 1);
+    let outside = outsider.try_acquire(&opts).await.unwrap().expect("free");
+    let ended = semaphore(Arc::clone(&store), &ns, "jobs:c", 1)
+        .try_acquire(&options(ms(200)))
+        .await
+        .unwrap()
+        .expect("free");
+    sleep(ms(400)).await;
+
+    let prefix = ns.qualify_prefix(KeyKind::Semaphore, "jobs:").unwrap();
+    let listed = store.list_permits(&prefix, 10).await.unwrap();
+    let seen: Vec<(&str, Option<u32>)> = listed
+        .iter()
+        .map(|p| (p.grant.key.user_key(), p.permits))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("jobs:a", Some(3)),
+            ("jobs:a", Some(3)),
+            ("jobs:b", Some(2)),
+            ("jobs:b", Some(5)),
+        ],
+        "by key, then fence; the ended permit of jobs:c is not listed: {listed:?}"
+    );
+    assert!(listed[0].grant.fence < listed[1].grant.fence);
+    assert!(listed[2].grant.fence < listed[3].grant.fence);
+    assert!(
+        listed
+            .iter()
+            .all(|p| p.grant.remaining <= Duration::from_secs(30)
+                && p.grant.remaining > Duration::ZERO
+                && p.grant.reason.is_empty())
+    );
+    let fences = |permits: &[PermitInfo]| -> Vec<(StoreKey, u64)> {
+        permits
+            .iter()
+            .map(|p| (p.grant.key.clone(), p.grant.fence.get()))
+            .collect()
+    };
+    let first = store.list_permits(&prefix, 1).await.unwrap();
+    assert_eq!(
+        fences(&first),
+        fences(&listed[..2]),
+        "one key, with all its permits"
+    );
+    assert!(store.list_permits(&prefix, 0).await.unwrap().is_empty());
+    let everything = ns.qualify_prefix(KeyKind::Semaphore, "").unwrap();
+    assert_eq!(store.list_permits(&everything, 10).await.unwrap().len(), 5);
+
+    let grouped = Semaphore::list(store.as_ref(), &ns, "jobs:", 10)
+        .await
+        .unwrap();
+    let summary: Vec<(&str, Option<u32>, usize)> = grouped
+        .iter()
+        .map(|s| (s.key.as_str(), s.permits, s.holders.len()))
+        .collect();
+    assert_eq!(
+        summary,
+        [("jobs:a", Some(3), 2), ("jobs:b", Some(5), 2)],
+        "N of the most recent grant"
+    );
+
+    for guard in held {
+        guard.release().await;
+    }
+    outside.release().await;
+    assert_eq!(ended.release().await, ReleaseOutcome::Expired);
+    assert!(store.list_permits(&prefix, 10).await.unwrap().is_empty());
 }
 
 /// Permits of one key or namespace do not count against another.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::SemaphoreStore;
+use super::{PermitInfo, SemaphoreStore};
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::holder::Holder;
@@ -33,6 +33,8 @@ struct Permit {
     holder: Holder,
     fence: u64,
     expires_at: Instant,
+    /// The N of the claim that was granted it.
+    permits: u32,
 }
 
 impl MemoryPermits {
@@ -91,6 +93,7 @@ impl SemaphoreStore for MemoryStore {
                     holder: request.holder.clone(),
                     fence,
                     expires_at: until,
+                    permits,
                 });
                 Claim::Granted {
                     fence: Fence::new(fence),
@@ -154,6 +157,31 @@ impl SemaphoreStore for MemoryStore {
         let (live, _) = state.live(key, now);
         // Permits are pushed in fence order, and only ever removed.
         Ok(live.iter().map(|p| info(key, p, now)).collect())
+    }
+
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
+        let now = self.clock.now();
+        let mut state = self.permit_state();
+        let mut keys: Vec<&StoreKey> = state
+            .keys
+            .iter()
+            .filter(|(key, permits)| {
+                key.as_str().starts_with(prefix) && permits.iter().any(|p| p.expires_at > now)
+            })
+            .map(|(key, _)| key)
+            .collect();
+        keys.sort();
+        keys.truncate(limit);
+        let keys: Vec<StoreKey> = keys.into_iter().cloned().collect();
+        let mut listed = Vec::new();
+        for key in keys {
+            let (live, _) = state.live(&key, now);
+            listed.extend(live.iter().map(|p| PermitInfo {
+                grant: info(&key, p, now),
+                permits: Some(p.permits),
+            }));
+        }
+        Ok(listed)
     }
 
     fn permit_wakeups(&self) -> Wakeups {

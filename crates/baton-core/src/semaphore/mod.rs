@@ -21,6 +21,10 @@
 //!   may be held. Give every replica the same N.
 //! - **Waiting** wakes on releases, as a lock's waiters do; a waiter also looks again when
 //!   the permit that ends soonest ends, so an expired permit is taken without a signal.
+//! - **Listing**: each granted permit records the N its claim was made with, so
+//!   [`Semaphore::list`] can say, per key, how many hold out of how many: the N of the most
+//!   recent grant (the live permit with the largest fence), which is what a status page shows
+//!   as `holders/N`.
 //! - Lost permits are reported as
 //!   [`baton.semaphore.permit_lost`](crate::telemetry::events::SEMAPHORE_PERMIT_LOST).
 
@@ -38,7 +42,7 @@ use crate::store::HolderInfo;
 use crate::telemetry::{Event, events};
 
 use store::PermitLocks;
-pub use store::SemaphoreStore;
+pub use store::{PermitInfo, SemaphoreStore};
 
 /// The most permits one semaphore may have.
 pub const MAX_PERMITS: u32 = 10_000;
@@ -142,6 +146,59 @@ impl Semaphore {
             .qualify(KeyKind::Semaphore, &Key::new(&self.key)?);
         self.store.permits(&key).await
     }
+}
+
+/// The semaphores that have live permits, as [`Semaphore::list`] reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreInfo {
+    /// The semaphore's key, as given (not qualified).
+    pub key: String,
+    /// The N of the most recent grant (the live permit with the largest fence): how many
+    /// permits the client that took it allows. `None` when that permit was granted by a
+    /// baton that did not record N.
+    pub permits: Option<u32>,
+    /// The live permits, oldest fence first.
+    pub holders: Vec<PermitInfo>,
+}
+
+impl Semaphore {
+    /// The semaphores of `namespace` whose key starts with `prefix` and that have live
+    /// permits, in key order, at most `limit` of them, each with all its live permits.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a prefix no key could start with; `Unavailable` when the store
+    /// faulted.
+    pub async fn list(
+        store: &dyn SemaphoreStore,
+        namespace: &Namespace,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<SemaphoreInfo>> {
+        let qualified = namespace.qualify_prefix(KeyKind::Semaphore, prefix)?;
+        Ok(group_by_key(store.list_permits(&qualified, limit).await?))
+    }
+}
+
+/// Permits in key order, grouped by key: each group's N is its most recent grant's.
+pub(crate) fn group_by_key(permits: Vec<PermitInfo>) -> Vec<SemaphoreInfo> {
+    let mut keys: Vec<SemaphoreInfo> = Vec::new();
+    for permit in permits {
+        let key = permit.grant.key.user_key();
+        match keys.last_mut() {
+            Some(last) if last.key == key => last.holders.push(permit),
+            _ => keys.push(SemaphoreInfo {
+                key: key.to_owned(),
+                permits: None,
+                holders: vec![permit],
+            }),
+        }
+    }
+    for semaphore in &mut keys {
+        semaphore.holders.sort_by_key(|p| p.grant.fence);
+        semaphore.permits = semaphore.holders.last().and_then(|p| p.permits);
+    }
+    keys
 }
 
 /// The lock policy over the permits of `store`, for keys of `kind`, each claim admitting up

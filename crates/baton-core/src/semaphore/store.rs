@@ -12,6 +12,17 @@ use crate::key::StoreKey;
 use crate::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use crate::time::Ttl;
 
+/// A live permit as [`SemaphoreStore::list_permits`] reports it: the grant, and the number
+/// of permits (N) the claim that was granted it was made with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitInfo {
+    /// The permit's key, holder, fence and remaining time (`reason` is empty).
+    pub grant: HolderInfo,
+    /// The N of the claim that was granted this permit (an extension keeps it); `None` for a
+    /// permit granted by a baton that did not record it.
+    pub permits: Option<u32>,
+}
+
 /// The atomic permit operations of one store.
 ///
 /// # Contract
@@ -26,6 +37,7 @@ use crate::time::Ttl;
 ///   grant nothing until enough of them end; nothing already granted is revoked.
 /// - Fences strictly increase per key across every permit of it, also after expiry and after
 ///   the store is restarted or re-opened.
+/// - A granted permit records the N of its claim, which `list_permits` reports.
 /// - `renew_permit` and `release_permit` change only the holder's own live permit.
 /// - A release that removed a permit signals [`Wakeups::hub`] for that key.
 /// - Store faults are errors of kind `Unavailable`; they never look like contention.
@@ -48,6 +60,13 @@ pub trait SemaphoreStore: Send + Sync + fmt::Debug + 'static {
 
     /// The live permits of `key`, oldest fence first.
     async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>>;
+
+    /// The live permits of the keys whose qualified key starts with `prefix`, ordered by key
+    /// and then by fence (oldest first), each with the number of permits its claim was made
+    /// with. At most `limit` **keys**, each with all of its live permits, so a listed key's
+    /// holders are never cut short; a key whose permits have all ended is not listed and
+    /// does not count.
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>>;
 
     /// How waiters for permits of this store are woken.
     fn permit_wakeups(&self) -> Wakeups;
