@@ -19,7 +19,16 @@
 //!   current [`IDEM_BUCKET`] (so contenders in every process race for it), do the effect,
 //!   finalize it as completed; retry ids they saw pending, so lapsed attempts are taken over;
 //! - **rate contenders** ([`RATE_CONTENDERS`]): ask for 1 to 3 units of [`RATE_KEY`] under
-//!   [`RATE_MAX`] per [`RATE_WINDOW`], all the time.
+//!   [`RATE_MAX`] per [`RATE_WINDOW`], all the time;
+//! - **permit contenders** ([`SEM_CONTENDERS`]): take one of the [`SEM_PERMITS`] permits of
+//!   [`SEM_KEY`] (waiting up to [`GRANT_WAIT`], kept alive), hold it a moment (now and
+//!   then longer than the TTL), release;
+//! - **reader-writer contenders** ([`RW_CONTENDERS`]): read [`RW_KEY`], or, one time in
+//!   [`RW_WRITE_ONE_IN`], write it, hold and release, as the permit contenders;
+//! - **candidates** ([`ELECT_CANDIDATES`]): campaign in the election [`ELECT_NAME`] (waiting
+//!   up to [`GRANT_WAIT`] to be elected), lead a moment (kept alive), resign.
+//!
+//! A permit, read, write or leadership holder stops holding early when its `lost()` fires.
 //!
 //! Once the deadline passes every contender finishes its operation, releases what it
 //! holds, and the worker exits.
@@ -31,7 +40,9 @@ use std::time::Duration;
 
 use baton::idempotency::{Acquire, AcquireOptions, Finalize, Outcome, Scope};
 use baton::lease::{ClaimResult, LeaseOptions, RemoveResult, Renewal};
-use baton::lock::{AcquireError, LockOptions, ReleaseOutcome};
+use baton::election::Leadership;
+use baton::lock::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
+use baton::rwlock::WriteGuard;
 use baton::{Baton, Fence};
 use baton_testkit::{FencedRegister, MonoTime};
 use rand::{Rng, SeedableRng};
@@ -80,10 +91,39 @@ pub const RATE_MAX: u32 = 20;
 /// ... in any window of this length.
 pub const RATE_WINDOW: Duration = Duration::from_secs(1);
 
+/// The semaphore every permit contender of every process takes permits of.
+pub const SEM_KEY: &str = "sem-0";
+/// Its permits: fewer than its contenders across the workers, so they queue.
+pub const SEM_PERMITS: u32 = 3;
+/// Permit contenders per worker.
+pub const SEM_CONTENDERS: u32 = 2;
+
+/// The reader-writer lock every reader-writer contender of every process takes.
+pub const RW_KEY: &str = "rw-0";
+/// Reader-writer contenders per worker.
+pub const RW_CONTENDERS: u32 = 2;
+/// One acquire in this many is a write, the rest reads.
+pub const RW_WRITE_ONE_IN: u32 = 4;
+
+/// The election every candidate of every process campaigns in.
+pub const ELECT_NAME: &str = "elect-0";
+/// Candidates per worker.
+pub const ELECT_CANDIDATES: u32 = 1;
+
+/// The TTL of permits, reads, writes and leaderships.
+pub const GRANT_TTL: Duration = Duration::from_millis(1_500);
+/// Their keep-alive interval.
+pub const GRANT_KEEP_ALIVE: Duration = Duration::from_millis(400);
+/// How long an acquire, read, write or campaign waits.
+pub const GRANT_WAIT: Duration = Duration::from_secs(2);
+
 /// The first contender id of each family, so ids tell the family.
 const LEASE_BASE: u32 = 100;
 const IDEM_BASE: u32 = 200;
 const RATE_BASE: u32 = 300;
+const SEM_BASE: u32 = 400;
+const RW_BASE: u32 = 500;
+const ELECT_BASE: u32 = 600;
 
 /// The layout of a run directory, shared by the parent and the workers.
 #[derive(Debug, Clone)]
@@ -239,6 +279,15 @@ async fn worker(args: WorkerArgs) -> Result<(), String> {
     }
     for c in RATE_BASE..RATE_BASE + RATE_CONTENDERS {
         tasks.push(tokio::spawn(rate_contender(shared.clone(), c, rng(c))));
+    }
+    for c in SEM_BASE..SEM_BASE + SEM_CONTENDERS {
+        tasks.push(tokio::spawn(permit_contender(shared.clone(), c, rng(c))));
+    }
+    for c in RW_BASE..RW_BASE + RW_CONTENDERS {
+        tasks.push(tokio::spawn(rw_contender(shared.clone(), c, rng(c))));
+    }
+    for c in ELECT_BASE..ELECT_BASE + ELECT_CANDIDATES {
+        tasks.push(tokio::spawn(candidate(shared.clone(), c, rng(c))));
     }
     for task in tasks {
         task.await
@@ -405,26 +454,213 @@ async fn lock_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
             };
             fenced_write(&shared, c, write).await;
         }
-        let fence = guard.fence().get();
-        let valid_until = mono(guard.valid_until());
-        let call = journal.invoke(
-            c,
-            Op::LockRelease,
-            key,
-            Detail {
-                fence: Some(fence),
-                valid_until: Some(valid_until),
-                ..Detail::default()
-            },
-        );
-        match guard.release().await {
-            ReleaseOutcome::Released => journal.complete(call, Phase::Ok, outcome("released")),
-            ReleaseOutcome::Expired => journal.complete(call, Phase::Ok, outcome("expired")),
-            other => journal.complete(
-                call,
-                Phase::Info,
-                outcome(&format!("{other:?}").to_lowercase()),
-            ),
+        release(&shared, c, Op::LockRelease, key, guard).await;
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
+    }
+}
+
+/// What a contender holds: a lock, permit or read guard, a write guard, a leadership.
+trait Held: Send {
+    /// The grant's fence (a leadership's term).
+    fn fence(&self) -> Fence;
+    /// Its current deadline, moved forward by keep-alive.
+    fn valid_until(&self) -> tokio::time::Instant;
+    /// Resolves when it is known or presumed gone.
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static;
+    /// Gives it back.
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send;
+}
+
+impl Held for LockGuard {
+    fn fence(&self) -> Fence {
+        LockGuard::fence(self)
+    }
+    fn valid_until(&self) -> tokio::time::Instant {
+        LockGuard::valid_until(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        LockGuard::lost(self)
+    }
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
+        LockGuard::release(self)
+    }
+}
+
+impl Held for WriteGuard {
+    fn fence(&self) -> Fence {
+        WriteGuard::fence(self)
+    }
+    fn valid_until(&self) -> tokio::time::Instant {
+        WriteGuard::valid_until(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        WriteGuard::lost(self)
+    }
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
+        WriteGuard::release(self)
+    }
+}
+
+impl Held for Leadership {
+    fn fence(&self) -> Fence {
+        self.term()
+    }
+    fn valid_until(&self) -> tokio::time::Instant {
+        Leadership::valid_until(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        Leadership::lost(self)
+    }
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
+        self.resign()
+    }
+}
+
+/// The `ok` detail of a grant: its fence and deadline.
+fn granted(held: &impl Held) -> Detail {
+    Detail {
+        fence: Some(held.fence().get()),
+        valid_until: Some(mono(held.valid_until())),
+        ..Detail::default()
+    }
+}
+
+/// Releases `held`, journaled as `op` with its fence and last deadline (read just before the
+/// release is sent, so the believed window ends no later than the release).
+async fn release(shared: &Shared, c: u32, op: Op, key: &str, held: impl Held) {
+    let call = shared.journal.invoke(c, op, key, granted(&held));
+    let (phase, answer) = match held.release().await {
+        ReleaseOutcome::Released => (Phase::Ok, "released".to_owned()),
+        ReleaseOutcome::Expired => (Phase::Ok, "expired".to_owned()),
+        other => (Phase::Info, format!("{other:?}").to_lowercase()),
+    };
+    shared.journal.complete(call, phase, outcome(&answer));
+}
+
+/// Holds `held` a moment — 0 to `short` ms, one time in twelve 0.5–2.5 s, so keep-alive has
+/// to renew it — or until its lost signal fires, then releases it as `op`.
+async fn hold_and_release(
+    shared: &Shared,
+    c: u32,
+    rng: &mut ChaCha8Rng,
+    (op, key): (Op, &str),
+    short: u64,
+    held: impl Held,
+) {
+    let hold = if rng.random_bool(0.08) {
+        ms(rng, 500, 2_500)
+    } else {
+        ms(rng, 0, short)
+    };
+    tokio::select! {
+        () = tokio::time::sleep(hold) => {}
+        () = held.lost() => {}
+    }
+    release(shared, c, op, key, held).await;
+}
+
+/// Completes the journaled acquire `call` with `answer`: the grant, answered; contention, a
+/// `fail`; anything else indeterminate, after a short pause.
+async fn granted_or<H: Held>(
+    shared: &Shared,
+    call: crate::journal::Invocation,
+    answer: Result<H, AcquireError>,
+    rng: &mut ChaCha8Rng,
+) -> Option<H> {
+    match answer {
+        Ok(held) => {
+            shared.journal.complete(call, Phase::Ok, granted(&held));
+            Some(held)
+        }
+        Err(AcquireError::Contended { .. }) => {
+            shared.journal.complete(call, Phase::Fail, outcome("contended"));
+            None
+        }
+        Err(e) => {
+            shared.journal.complete(call, Phase::Info, error(&e));
+            tokio::time::sleep(ms(rng, 20, 100)).await;
+            None
+        }
+    }
+}
+
+fn grant_options() -> LockOptions {
+    LockOptions::new(GRANT_TTL)
+        .wait(GRANT_WAIT)
+        .keep_alive(GRANT_KEEP_ALIVE)
+}
+
+async fn permit_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let semaphore = shared
+        .baton
+        .semaphore(SEM_KEY, SEM_PERMITS)
+        .expect("every store of the soak keeps semaphores");
+    let options = grant_options();
+    while !shared.over() {
+        let call = shared
+            .journal
+            .invoke(c, Op::SemAcquire, SEM_KEY, Detail::default());
+        let answer = semaphore.acquire(&options).await;
+        if let Some(permit) = granted_or(&shared, call, answer, &mut rng).await {
+            let release = (Op::SemRelease, SEM_KEY);
+            hold_and_release(&shared, c, &mut rng, release, 50, permit).await;
+        }
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
+    }
+}
+
+async fn rw_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let lock = shared
+        .baton
+        .rwlock(RW_KEY)
+        .expect("every store of the soak keeps reader-writer locks");
+    let options = grant_options();
+    while !shared.over() {
+        if rng.random_ratio(1, RW_WRITE_ONE_IN) {
+            let call = shared
+                .journal
+                .invoke(c, Op::RwWrite, RW_KEY, Detail::default());
+            let answer = lock.write(&options).await;
+            if let Some(write) = granted_or(&shared, call, answer, &mut rng).await {
+                let release = (Op::RwWriteRelease, RW_KEY);
+                hold_and_release(&shared, c, &mut rng, release, 20, write).await;
+            }
+        } else {
+            let call = shared
+                .journal
+                .invoke(c, Op::RwRead, RW_KEY, Detail::default());
+            let answer = lock.read(&options).await;
+            if let Some(read) = granted_or(&shared, call, answer, &mut rng).await {
+                let release = (Op::RwReadRelease, RW_KEY);
+                hold_and_release(&shared, c, &mut rng, release, 40, read).await;
+            }
+        }
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
+    }
+}
+
+async fn candidate(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let election = shared
+        .baton
+        .election(ELECT_NAME)
+        .expect("every store of the soak holds elections");
+    let id = format!("p{}-c{c}", std::process::id());
+    let options = grant_options();
+    while !shared.over() {
+        let call = shared
+            .journal
+            .invoke(c, Op::ElectCampaign, ELECT_NAME, Detail::default());
+        let answer = match election.try_campaign(&id, "soak", &options).await {
+            Ok(Some(leadership)) => Ok(leadership),
+            Ok(None) => Err(AcquireError::Contended {
+                holder: None,
+                remaining: None,
+            }),
+            Err(e) => Err(AcquireError::Unavailable(e)),
+        };
+        if let Some(leadership) = granted_or(&shared, call, answer, &mut rng).await {
+            let resign = (Op::ElectResign, ELECT_NAME);
+            hold_and_release(&shared, c, &mut rng, resign, 300, leadership).await;
         }
         tokio::time::sleep(ms(&mut rng, 0, 20)).await;
     }
