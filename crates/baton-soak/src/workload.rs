@@ -1,5 +1,6 @@
-//! The worker process: contenders doing locks, leases, idempotent effects and rate-limit
-//! decisions against the store until the run's deadline, journaling every operation.
+//! The worker process: contenders doing locks, leases, idempotent effects, rate-limit
+//! decisions, semaphore permits, reader-writer locks and elections against the store until
+//! the run's deadline, journaling every operation.
 //!
 //! A worker is the `soak` binary itself, started by the parent with the hidden `worker`
 //! subcommand. It connects through the [`baton`] facade to the URL it is given (through
@@ -38,9 +39,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton::election::Leadership;
 use baton::idempotency::{Acquire, AcquireOptions, Finalize, Outcome, Scope};
 use baton::lease::{ClaimResult, LeaseOptions, RemoveResult, Renewal};
-use baton::election::Leadership;
 use baton::lock::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
 use baton::rwlock::WriteGuard;
 use baton::{Baton, Fence};
@@ -459,213 +460,6 @@ async fn lock_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
     }
 }
 
-/// What a contender holds: a lock, permit or read guard, a write guard, a leadership.
-trait Held: Send {
-    /// The grant's fence (a leadership's term).
-    fn fence(&self) -> Fence;
-    /// Its current deadline, moved forward by keep-alive.
-    fn valid_until(&self) -> tokio::time::Instant;
-    /// Resolves when it is known or presumed gone.
-    fn lost(&self) -> impl Future<Output = ()> + Send + 'static;
-    /// Gives it back.
-    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send;
-}
-
-impl Held for LockGuard {
-    fn fence(&self) -> Fence {
-        LockGuard::fence(self)
-    }
-    fn valid_until(&self) -> tokio::time::Instant {
-        LockGuard::valid_until(self)
-    }
-    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        LockGuard::lost(self)
-    }
-    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
-        LockGuard::release(self)
-    }
-}
-
-impl Held for WriteGuard {
-    fn fence(&self) -> Fence {
-        WriteGuard::fence(self)
-    }
-    fn valid_until(&self) -> tokio::time::Instant {
-        WriteGuard::valid_until(self)
-    }
-    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        WriteGuard::lost(self)
-    }
-    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
-        WriteGuard::release(self)
-    }
-}
-
-impl Held for Leadership {
-    fn fence(&self) -> Fence {
-        self.term()
-    }
-    fn valid_until(&self) -> tokio::time::Instant {
-        Leadership::valid_until(self)
-    }
-    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        Leadership::lost(self)
-    }
-    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
-        self.resign()
-    }
-}
-
-/// The `ok` detail of a grant: its fence and deadline.
-fn granted(held: &impl Held) -> Detail {
-    Detail {
-        fence: Some(held.fence().get()),
-        valid_until: Some(mono(held.valid_until())),
-        ..Detail::default()
-    }
-}
-
-/// Releases `held`, journaled as `op` with its fence and last deadline (read just before the
-/// release is sent, so the believed window ends no later than the release).
-async fn release(shared: &Shared, c: u32, op: Op, key: &str, held: impl Held) {
-    let call = shared.journal.invoke(c, op, key, granted(&held));
-    let (phase, answer) = match held.release().await {
-        ReleaseOutcome::Released => (Phase::Ok, "released".to_owned()),
-        ReleaseOutcome::Expired => (Phase::Ok, "expired".to_owned()),
-        other => (Phase::Info, format!("{other:?}").to_lowercase()),
-    };
-    shared.journal.complete(call, phase, outcome(&answer));
-}
-
-/// Holds `held` a moment — 0 to `short` ms, one time in twelve 0.5–2.5 s, so keep-alive has
-/// to renew it — or until its lost signal fires, then releases it as `op`.
-async fn hold_and_release(
-    shared: &Shared,
-    c: u32,
-    rng: &mut ChaCha8Rng,
-    (op, key): (Op, &str),
-    short: u64,
-    held: impl Held,
-) {
-    let hold = if rng.random_bool(0.08) {
-        ms(rng, 500, 2_500)
-    } else {
-        ms(rng, 0, short)
-    };
-    tokio::select! {
-        () = tokio::time::sleep(hold) => {}
-        () = held.lost() => {}
-    }
-    release(shared, c, op, key, held).await;
-}
-
-/// Completes the journaled acquire `call` with `answer`: the grant, answered; contention, a
-/// `fail`; anything else indeterminate, after a short pause.
-async fn granted_or<H: Held>(
-    shared: &Shared,
-    call: crate::journal::Invocation,
-    answer: Result<H, AcquireError>,
-    rng: &mut ChaCha8Rng,
-) -> Option<H> {
-    match answer {
-        Ok(held) => {
-            shared.journal.complete(call, Phase::Ok, granted(&held));
-            Some(held)
-        }
-        Err(AcquireError::Contended { .. }) => {
-            shared.journal.complete(call, Phase::Fail, outcome("contended"));
-            None
-        }
-        Err(e) => {
-            shared.journal.complete(call, Phase::Info, error(&e));
-            tokio::time::sleep(ms(rng, 20, 100)).await;
-            None
-        }
-    }
-}
-
-fn grant_options() -> LockOptions {
-    LockOptions::new(GRANT_TTL)
-        .wait(GRANT_WAIT)
-        .keep_alive(GRANT_KEEP_ALIVE)
-}
-
-async fn permit_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
-    let semaphore = shared
-        .baton
-        .semaphore(SEM_KEY, SEM_PERMITS)
-        .expect("every store of the soak keeps semaphores");
-    let options = grant_options();
-    while !shared.over() {
-        let call = shared
-            .journal
-            .invoke(c, Op::SemAcquire, SEM_KEY, Detail::default());
-        let answer = semaphore.acquire(&options).await;
-        if let Some(permit) = granted_or(&shared, call, answer, &mut rng).await {
-            let release = (Op::SemRelease, SEM_KEY);
-            hold_and_release(&shared, c, &mut rng, release, 50, permit).await;
-        }
-        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
-    }
-}
-
-async fn rw_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
-    let lock = shared
-        .baton
-        .rwlock(RW_KEY)
-        .expect("every store of the soak keeps reader-writer locks");
-    let options = grant_options();
-    while !shared.over() {
-        if rng.random_ratio(1, RW_WRITE_ONE_IN) {
-            let call = shared
-                .journal
-                .invoke(c, Op::RwWrite, RW_KEY, Detail::default());
-            let answer = lock.write(&options).await;
-            if let Some(write) = granted_or(&shared, call, answer, &mut rng).await {
-                let release = (Op::RwWriteRelease, RW_KEY);
-                hold_and_release(&shared, c, &mut rng, release, 20, write).await;
-            }
-        } else {
-            let call = shared
-                .journal
-                .invoke(c, Op::RwRead, RW_KEY, Detail::default());
-            let answer = lock.read(&options).await;
-            if let Some(read) = granted_or(&shared, call, answer, &mut rng).await {
-                let release = (Op::RwReadRelease, RW_KEY);
-                hold_and_release(&shared, c, &mut rng, release, 40, read).await;
-            }
-        }
-        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
-    }
-}
-
-async fn candidate(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
-    let election = shared
-        .baton
-        .election(ELECT_NAME)
-        .expect("every store of the soak holds elections");
-    let id = format!("p{}-c{c}", std::process::id());
-    let options = grant_options();
-    while !shared.over() {
-        let call = shared
-            .journal
-            .invoke(c, Op::ElectCampaign, ELECT_NAME, Detail::default());
-        let answer = match election.try_campaign(&id, "soak", &options).await {
-            Ok(Some(leadership)) => Ok(leadership),
-            Ok(None) => Err(AcquireError::Contended {
-                holder: None,
-                remaining: None,
-            }),
-            Err(e) => Err(AcquireError::Unavailable(e)),
-        };
-        if let Some(leadership) = granted_or(&shared, call, answer, &mut rng).await {
-            let resign = (Op::ElectResign, ELECT_NAME);
-            hold_and_release(&shared, c, &mut rng, resign, 300, leadership).await;
-        }
-        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
-    }
-}
-
 async fn lease_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
     let registers: Vec<Arc<FencedRegister>> = LEASE_KEYS
         .iter()
@@ -949,6 +743,180 @@ async fn rate_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
             Err(e) => journal.complete(call, Phase::Info, error(&e)),
         }
         tokio::time::sleep(ms(&mut rng, 5, 25)).await;
+    }
+}
+
+/// What a contender holds: a lock, permit or read guard, a write guard, a leadership.
+trait Held: Send {
+    /// The grant's fence (a leadership's term).
+    fn fence(&self) -> Fence;
+    /// Its current deadline, moved forward by keep-alive.
+    fn valid_until(&self) -> tokio::time::Instant;
+    /// Resolves when it is known or presumed gone.
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static;
+    /// Gives it back.
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send;
+}
+
+/// A guard whose own methods are [`Held`]'s.
+macro_rules! held_guard {
+    ($guard:ty) => {
+        impl Held for $guard {
+            fn fence(&self) -> Fence {
+                <$guard>::fence(self)
+            }
+            fn valid_until(&self) -> tokio::time::Instant {
+                <$guard>::valid_until(self)
+            }
+            fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+                <$guard>::lost(self)
+            }
+            fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
+                <$guard>::release(self)
+            }
+        }
+    };
+}
+
+held_guard!(LockGuard);
+held_guard!(WriteGuard);
+
+impl Held for Leadership {
+    fn fence(&self) -> Fence {
+        self.term()
+    }
+    fn valid_until(&self) -> tokio::time::Instant {
+        Leadership::valid_until(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        Leadership::lost(self)
+    }
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
+        self.resign()
+    }
+}
+
+/// The `ok` detail of a grant: its fence and deadline.
+fn granted(held: &impl Held) -> Detail {
+    Detail {
+        fence: Some(held.fence().get()),
+        valid_until: Some(mono(held.valid_until())),
+        ..Detail::default()
+    }
+}
+
+/// Releases `held`, journaled as `op` with its fence and last deadline (read just before the
+/// release is sent, so the believed window ends no later than the release).
+async fn release(shared: &Shared, c: u32, op: Op, key: &str, held: impl Held) {
+    let call = shared.journal.invoke(c, op, key, granted(&held));
+    let (phase, answer) = match held.release().await {
+        ReleaseOutcome::Released => (Phase::Ok, "released".to_owned()),
+        ReleaseOutcome::Expired => (Phase::Ok, "expired".to_owned()),
+        other => (Phase::Info, format!("{other:?}").to_lowercase()),
+    };
+    shared.journal.complete(call, phase, outcome(&answer));
+}
+
+/// One round of a permit, read, write or campaign contender: journals the invocation of
+/// `ops.0` on `ops.2`, awaits `acquire` (not started until then), and once granted holds it
+/// a moment — 0 to `short` ms, one time in twelve 0.5–2.5 s, so keep-alive has to renew it —
+/// or until its lost signal fires, then releases it as `ops.1`. Contention is a `fail`;
+/// anything else is indeterminate, followed by a short pause.
+async fn round<H: Held>(
+    shared: &Shared,
+    c: u32,
+    rng: &mut ChaCha8Rng,
+    (op, release_op, key): (Op, Op, &str),
+    short: u64,
+    acquire: impl Future<Output = Result<H, AcquireError>>,
+) {
+    let journal = &shared.journal;
+    let call = journal.invoke(c, op, key, Detail::default());
+    let held = match acquire.await {
+        Ok(held) => {
+            journal.complete(call, Phase::Ok, granted(&held));
+            held
+        }
+        Err(AcquireError::Contended { .. }) => {
+            journal.complete(call, Phase::Fail, outcome("contended"));
+            return;
+        }
+        Err(e) => {
+            journal.complete(call, Phase::Info, error(&e));
+            tokio::time::sleep(ms(rng, 20, 100)).await;
+            return;
+        }
+    };
+    let hold = if rng.random_bool(0.08) {
+        ms(rng, 500, 2_500)
+    } else {
+        ms(rng, 0, short)
+    };
+    tokio::select! {
+        () = tokio::time::sleep(hold) => {}
+        () = held.lost() => {}
+    }
+    release(shared, c, release_op, key, held).await;
+}
+
+fn grant_options() -> LockOptions {
+    LockOptions::new(GRANT_TTL)
+        .wait(GRANT_WAIT)
+        .keep_alive(GRANT_KEEP_ALIVE)
+}
+
+async fn permit_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let semaphore = shared
+        .baton
+        .semaphore(SEM_KEY, SEM_PERMITS)
+        .expect("every store of the soak keeps semaphores");
+    let options = grant_options();
+    let ops = (Op::SemAcquire, Op::SemRelease, SEM_KEY);
+    while !shared.over() {
+        round(&shared, c, &mut rng, ops, 50, semaphore.acquire(&options)).await;
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
+    }
+}
+
+async fn rw_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let lock = shared
+        .baton
+        .rwlock(RW_KEY)
+        .expect("every store of the soak keeps reader-writer locks");
+    let options = grant_options();
+    while !shared.over() {
+        if rng.random_ratio(1, RW_WRITE_ONE_IN) {
+            let ops = (Op::RwWrite, Op::RwWriteRelease, RW_KEY);
+            round(&shared, c, &mut rng, ops, 20, lock.write(&options)).await;
+        } else {
+            let ops = (Op::RwRead, Op::RwReadRelease, RW_KEY);
+            round(&shared, c, &mut rng, ops, 40, lock.read(&options)).await;
+        }
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
+    }
+}
+
+async fn candidate(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let election = shared
+        .baton
+        .election(ELECT_NAME)
+        .expect("every store of the soak holds elections");
+    let id = format!("p{}-c{c}", std::process::id());
+    let options = grant_options();
+    let ops = (Op::ElectCampaign, Op::ElectResign, ELECT_NAME);
+    while !shared.over() {
+        let campaign = async {
+            match election.try_campaign(&id, "soak", &options).await {
+                Ok(Some(leadership)) => Ok(leadership),
+                Ok(None) => Err(AcquireError::Contended {
+                    holder: None,
+                    remaining: None,
+                }),
+                Err(e) => Err(AcquireError::Unavailable(e)),
+            }
+        };
+        round(&shared, c, &mut rng, ops, 300, campaign).await;
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
     }
 }
 

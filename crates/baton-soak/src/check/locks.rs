@@ -1,5 +1,7 @@
 //! Locks and leases: the journal turned into a testkit [`History`], checked by the testkit's
-//! checkers, plus the lost-update check on the fenced registers.
+//! checkers, plus the lost-update check on the fenced registers. The same conversion turns
+//! semaphore permits, reader-writer grants and leaderships into histories for
+//! [`primitives`](super::primitives); `well-formed` checks the releases of every family.
 //!
 //! A grant's believed window runs from the moment its acquire (or claim) returned to the
 //! earlier of the moment its release was sent and its last known `valid_until`. Keep-alive
@@ -269,20 +271,21 @@ pub fn check(operations: &[Operation<'_>], losses: &Losses, report: &mut CheckRe
 
     // Every grant's release, of every family.
     let every = convert(operations, &FAMILIES);
-    report.checked("well-formed", format!("{} releases", every.releases));
-    for v in check::well_formed(&every.history) {
-        report.violation("well-formed", &v, None);
-    }
-
-    report.checked("no-overlap", on_keys.clone());
-    for v in check::no_overlap(history) {
-        report.violation("no-overlap", &v, overlap_explained(&v, losses));
-    }
-
-    report.checked("fences-increase", on_keys);
-    for v in check::fences_increase(history) {
-        report.violation("fences-increase", &v, None);
-    }
+    let releases = format!("{} releases", every.releases);
+    report.testkit(
+        "well-formed",
+        releases,
+        check::well_formed(&every.history),
+        |_| None,
+    );
+    report.testkit(
+        "no-overlap",
+        on_keys.clone(),
+        check::no_overlap(history),
+        |v| overlap_explained(v, losses),
+    );
+    let fences = check::fences_increase(history);
+    report.testkit("fences-increase", on_keys, fences, |_| None);
 
     let rejected = converted.writes.iter().filter(|w| !w.accepted).count();
     report.stat("stale writes rejected by a register", rejected as u64);
@@ -366,7 +369,7 @@ fn lost_updates(writes: &[WriteInfo], grants: &[Grant], losses: &Losses, report:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::tests::{assert_violations, report_of, row, t};
+    use crate::check::tests::{assert_violations, event, report_of, row, t};
     use crate::journal::{Detail, Event};
 
     /// Builds journals of key `k` by hand.
@@ -413,18 +416,8 @@ mod tests {
                 [(invoke.0, Phase::Invoke, invoke.1), (ok.0, Phase::Ok, ok.1)]
             {
                 let seq = self.events.len() as u64;
-                self.events.push(Event {
-                    process: holder.0,
-                    worker: 0,
-                    contender: holder.1,
-                    seq,
-                    id,
-                    at: t(at),
-                    op,
-                    phase,
-                    key: "k".into(),
-                    detail,
-                });
+                let what = (op, phase, detail);
+                self.events.push(event(holder, (seq, id), at, what));
             }
         }
 

@@ -245,6 +245,21 @@ impl CheckReport {
         }
     }
 
+    /// Registers testkit checker `name` as having checked `checked` and adds what it
+    /// `found`, each a violation unless `documented` names the window that explains it.
+    pub fn testkit(
+        &mut self,
+        name: &'static str,
+        checked: String,
+        found: Vec<baton_testkit::Violation>,
+        documented: impl Fn(&baton_testkit::Violation) -> Option<String>,
+    ) {
+        self.checked(name, checked);
+        for v in found {
+            self.violation(name, &v, documented(&v));
+        }
+    }
+
     /// Adds `n` to statistic `name`.
     pub fn stat(&mut self, name: &str, n: u64) {
         *self.stats.entry(name.to_owned()).or_default() += n;
@@ -283,11 +298,33 @@ pub fn check_all(events: &Events, losses: &Losses, audit: &Audit) -> CheckReport
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::journal::{Event, Operation};
+    use crate::journal::{Detail, Event, Op, Operation, Phase};
 
     /// `ms` milliseconds after the journals' start, one second after the clock's zero.
     pub(crate) fn t(ms: u64) -> MonoTime {
         MonoTime::from_nanos(1_000_000_000 + ms * 1_000_000)
+    }
+
+    /// Event `id` of `holder` (process, contender) on key `k`: `op` in `phase` at `at` ms,
+    /// recorded `seq`-th in its process.
+    pub(crate) fn event(
+        holder: (u32, u32),
+        (seq, id): (u64, u64),
+        at: u64,
+        (op, phase, detail): (Op, Phase, Detail),
+    ) -> Event {
+        Event {
+            process: holder.0,
+            worker: 0,
+            contender: holder.1,
+            seq,
+            id,
+            at: t(at),
+            op,
+            phase,
+            key: "k".into(),
+            detail,
+        }
     }
 
     /// The report of `check` over hand-built `events`, read as journals are (in process and

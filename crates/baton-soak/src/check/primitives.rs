@@ -56,21 +56,17 @@ fn permits(history: &History, losses: &Losses, report: &mut CheckReport) {
         "most permit holders at once",
         most_at_once(history, permits) as u64,
     );
-    report.checked(
+    report.testkit(
         "permits-at-most",
         format!("{on_keys}, at most {permits} at once"),
+        check::at_most(history, permits),
+        |v| overlap_explained(v, losses),
     );
-    for v in check::at_most(history, permits) {
-        report.violation("permits-at-most", &v, overlap_explained(&v, losses));
-    }
     // Permits overlap, so their grant order says nothing about their fences' order: only
     // a fence handed out twice is wrong.
-    report.checked("permit-fences", on_keys);
-    for v in check::fences_increase(history) {
-        if v.rule == Rule::DuplicateFence {
-            report.violation("permit-fences", &v, None);
-        }
-    }
+    let mut repeated = check::fences_increase(history);
+    repeated.retain(|v| v.rule == Rule::DuplicateFence);
+    report.testkit("permit-fences", on_keys, repeated, |_| None);
 }
 
 fn rwlocks(history: &History, losses: &Losses, report: &mut CheckReport) {
@@ -92,34 +88,36 @@ fn rwlocks(history: &History, losses: &Losses, report: &mut CheckReport) {
         most_at_once(&readers, reads) as u64,
     );
     let checked = format!("{writes} writes beside {reads} reads");
-    report.checked("rw-writers-alone", checked.clone());
-    for v in check::writers_alone(history) {
-        report.violation("rw-writers-alone", &v, overlap_explained(&v, losses));
-    }
-    report.checked("rw-writer-fence", checked);
-    for v in check::writer_fences_above_earlier(history) {
-        report.violation("rw-writer-fence", &v, None);
-    }
+    report.testkit(
+        "rw-writers-alone",
+        checked.clone(),
+        check::writers_alone(history),
+        |v| overlap_explained(v, losses),
+    );
+    let fences = check::writer_fences_above_earlier(history);
+    report.testkit("rw-writer-fence", checked, fences, |_| None);
 }
 
 fn elections(history: &History, losses: &Losses, report: &mut CheckReport) {
     let (grants, on_keys) = on_keys(history);
     report.stat("leaderships", grants as u64);
-    let checked = on_keys.replace("grants on", "leaderships of").replace("keys", "elections");
-    report.checked("leaders-no-overlap", checked.clone());
-    for v in check::no_overlap(history) {
-        report.violation("leaders-no-overlap", &v, overlap_explained(&v, losses));
-    }
-    report.checked("terms-increase", checked);
-    for v in check::fences_increase(history) {
-        report.violation("terms-increase", &v, None);
-    }
+    let checked = on_keys
+        .replace("grants on", "leaderships of")
+        .replace("keys", "elections");
+    report.testkit(
+        "leaders-no-overlap",
+        checked.clone(),
+        check::no_overlap(history),
+        |v| overlap_explained(v, losses),
+    );
+    let terms = check::fences_increase(history);
+    report.testkit("terms-increase", checked, terms, |_| None);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::tests::{assert_violations, report_of, row, t};
+    use crate::check::tests::{assert_violations, event, report_of, row, t};
     use crate::check::{DataLoss, LossCause};
     use crate::journal::{Detail, Event, Op, Phase};
 
@@ -130,20 +128,9 @@ mod tests {
     }
 
     impl Grants {
-        fn event(&mut self, holder: (u32, u32), id: u64, at: u64, what: (Op, Phase, Detail)) {
-            let (op, phase, detail) = what;
-            self.events.push(Event {
-                process: holder.0,
-                worker: 0,
-                contender: holder.1,
-                seq: self.events.len() as u64,
-                id,
-                at: t(at),
-                op,
-                phase,
-                key: "k".into(),
-                detail,
-            });
+        fn push(&mut self, holder: (u32, u32), id: u64, at: u64, what: (Op, Phase, Detail)) {
+            let seq = self.events.len() as u64;
+            self.events.push(event(holder, (seq, id), at, what));
         }
 
         /// A grant by `ops.0`, released by `ops.1`, to process `p` with `fence`, returned
@@ -160,10 +147,15 @@ mod tests {
             };
             let id = self.events.len() as u64;
             let holder = (p, 0);
-            self.event(holder, id, from - 1, (ops.0, Phase::Invoke, Detail::default()));
-            self.event(holder, id, from, (ops.0, Phase::Ok, grant.clone()));
-            self.event(holder, id + 1, to, (ops.1, Phase::Invoke, grant));
-            self.event(holder, id + 1, to + 1, (ops.1, Phase::Ok, released));
+            self.push(
+                holder,
+                id,
+                from - 1,
+                (ops.0, Phase::Invoke, Detail::default()),
+            );
+            self.push(holder, id, from, (ops.0, Phase::Ok, grant.clone()));
+            self.push(holder, id + 1, to, (ops.1, Phase::Invoke, grant));
+            self.push(holder, id + 1, to + 1, (ops.1, Phase::Ok, released));
             self
         }
 
@@ -197,7 +189,10 @@ mod tests {
 
     #[test]
     fn permits_up_to_the_limit_and_one_more() {
-        assert_eq!(SEM_PERMITS, 3, "the journals below hold 3 and 4 permits at once");
+        assert_eq!(
+            SEM_PERMITS, 3,
+            "the journals below hold 3 and 4 permits at once"
+        );
         let three = Grants::default()
             .permit(1, 1, 10, 100)
             .permit(2, 2, 20, 100)
