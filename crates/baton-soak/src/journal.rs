@@ -62,11 +62,41 @@ pub enum Op {
     /// were admitted.
     #[serde(rename = "rate.acquire")]
     RateAcquire,
+    /// `semaphore(key, permits).acquire()` with wait and keep-alive; ok: `fence`,
+    /// `valid_until`; fail: every permit held for the whole wait.
+    #[serde(rename = "sem.acquire")]
+    SemAcquire,
+    /// `permit.release()`; invoke: `fence` and the permit's last `valid_until`; ok or
+    /// indeterminate: `outcome`.
+    #[serde(rename = "sem.release")]
+    SemRelease,
+    /// `rwlock(key).read()`; ok: `fence`, `valid_until`; fail: a writer held or waited for
+    /// the whole wait.
+    #[serde(rename = "rw.read")]
+    RwRead,
+    /// The read guard's `release()`, as [`Op::SemRelease`].
+    #[serde(rename = "rw.read.release")]
+    RwReadRelease,
+    /// `rwlock(key).write()`; ok: `fence`, `valid_until`; fail: the gate held, or readers
+    /// inside, for the whole wait.
+    #[serde(rename = "rw.write")]
+    RwWrite,
+    /// The write guard's `release()`, as [`Op::SemRelease`].
+    #[serde(rename = "rw.write.release")]
+    RwWriteRelease,
+    /// `election(name).try_campaign(candidate)` with a wait; ok: `fence` the term,
+    /// `valid_until`; fail: another candidate led for the whole wait.
+    #[serde(rename = "elect.campaign")]
+    ElectCampaign,
+    /// `leadership.resign()`; invoke: `fence` the term and the leadership's last
+    /// `valid_until`; ok or indeterminate: `outcome`.
+    #[serde(rename = "elect.resign")]
+    ElectResign,
 }
 
 impl Op {
     /// Every operation, in report order.
-    pub const ALL: [Op; 11] = [
+    pub const ALL: [Op; 19] = [
         Op::LockAcquire,
         Op::LockWrite,
         Op::LockRelease,
@@ -78,6 +108,14 @@ impl Op {
         Op::IdemEffect,
         Op::IdemFinalize,
         Op::RateAcquire,
+        Op::SemAcquire,
+        Op::SemRelease,
+        Op::RwRead,
+        Op::RwReadRelease,
+        Op::RwWrite,
+        Op::RwWriteRelease,
+        Op::ElectCampaign,
+        Op::ElectResign,
     ];
 
     /// The name in reports.
@@ -94,6 +132,14 @@ impl Op {
             Op::IdemEffect => "idem.effect",
             Op::IdemFinalize => "idem.finalize",
             Op::RateAcquire => "rate.acquire",
+            Op::SemAcquire => "sem.acquire",
+            Op::SemRelease => "sem.release",
+            Op::RwRead => "rw.read",
+            Op::RwReadRelease => "rw.read.release",
+            Op::RwWrite => "rw.write",
+            Op::RwWriteRelease => "rw.write.release",
+            Op::ElectCampaign => "elect.campaign",
+            Op::ElectResign => "elect.resign",
         }
     }
 }
@@ -164,7 +210,8 @@ pub struct Event {
     pub op: Op,
     /// The phase.
     pub phase: Phase,
-    /// The key (lock, lease, idempotency or rate-limit key).
+    /// The key (lock, lease, idempotency, rate-limit, semaphore or reader-writer lock key, or
+    /// election name).
     pub key: String,
     /// The operation-specific fields.
     #[serde(flatten)]

@@ -5,13 +5,15 @@
 //! ```
 //!
 //! Contenders in several worker processes take locks, claim and renew leases, run
-//! idempotent effects and ask a rate limiter for units, against a real store, while a
+//! idempotent effects, ask a rate limiter for units, take semaphore permits, read and write
+//! a reader-writer lock and campaign in an election, against a real store, while a
 //! nemesis injects faults on a schedule derived from the seed: server kill and restart,
 //! SIGSTOP/SIGCONT and SIGKILL of workers, proxy latency, blackhole, reset and dropped
 //! replies, `SCRIPT FLUSH`, connection kills. Every operation is journaled (invoke / ok /
 //! fail / info, process, key, fence, monotonic times); afterwards the checkers look for
-//! overlapping holders, fences out of order, stale fences accepted, lost updates,
-//! idempotent effects not exactly once and the rate limit exceeded, and a summary table
+//! overlapping holders, more permit holders than permits, a writer beside a reader or
+//! writer, two leaders at once, fences and terms out of order, stale fences accepted, lost
+//! updates, idempotent effects not exactly once and the rate limit exceeded, and a summary table
 //! says what ran, what was injected and what was found. See `dev/soak.md`.
 //!
 //! - [`plan`]: the fault schedule, from the seed alone.

@@ -1,5 +1,6 @@
-//! The worker process: contenders doing locks, leases, idempotent effects and rate-limit
-//! decisions against the store until the run's deadline, journaling every operation.
+//! The worker process: contenders doing locks, leases, idempotent effects, rate-limit
+//! decisions, semaphore permits, reader-writer locks and elections against the store until
+//! the run's deadline, journaling every operation.
 //!
 //! A worker is the `soak` binary itself, started by the parent with the hidden `worker`
 //! subcommand. It connects through the [`baton`] facade to the URL it is given (through
@@ -19,7 +20,16 @@
 //!   current [`IDEM_BUCKET`] (so contenders in every process race for it), do the effect,
 //!   finalize it as completed; retry ids they saw pending, so lapsed attempts are taken over;
 //! - **rate contenders** ([`RATE_CONTENDERS`]): ask for 1 to 3 units of [`RATE_KEY`] under
-//!   [`RATE_MAX`] per [`RATE_WINDOW`], all the time.
+//!   [`RATE_MAX`] per [`RATE_WINDOW`], all the time;
+//! - **permit contenders** ([`SEM_CONTENDERS`]): take one of the [`SEM_PERMITS`] permits of
+//!   [`SEM_KEY`] (waiting up to [`GRANT_WAIT`], kept alive), hold it a moment (now and
+//!   then longer than the TTL), release;
+//! - **reader-writer contenders** ([`RW_CONTENDERS`]): read [`RW_KEY`], or, one time in
+//!   [`RW_WRITE_ONE_IN`], write it, hold and release, as the permit contenders;
+//! - **candidates** ([`ELECT_CANDIDATES`]): campaign in the election [`ELECT_NAME`] (waiting
+//!   up to [`GRANT_WAIT`] to be elected), lead a moment (kept alive), resign.
+//!
+//! A permit, read, write or leadership holder stops holding early when its `lost()` fires.
 //!
 //! Once the deadline passes every contender finishes its operation, releases what it
 //! holds, and the worker exits.
@@ -29,9 +39,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton::election::Leadership;
 use baton::idempotency::{Acquire, AcquireOptions, Finalize, Outcome, Scope};
 use baton::lease::{ClaimResult, LeaseOptions, RemoveResult, Renewal};
-use baton::lock::{AcquireError, LockOptions, ReleaseOutcome};
+use baton::lock::{AcquireError, LockGuard, LockOptions, ReleaseOutcome};
+use baton::rwlock::WriteGuard;
 use baton::{Baton, Fence};
 use baton_testkit::{FencedRegister, MonoTime};
 use rand::{Rng, SeedableRng};
@@ -80,10 +92,39 @@ pub const RATE_MAX: u32 = 20;
 /// ... in any window of this length.
 pub const RATE_WINDOW: Duration = Duration::from_secs(1);
 
+/// The semaphore every permit contender of every process takes permits of.
+pub const SEM_KEY: &str = "sem-0";
+/// Its permits: fewer than its contenders across the workers, so they queue.
+pub const SEM_PERMITS: u32 = 3;
+/// Permit contenders per worker.
+pub const SEM_CONTENDERS: u32 = 2;
+
+/// The reader-writer lock every reader-writer contender of every process takes.
+pub const RW_KEY: &str = "rw-0";
+/// Reader-writer contenders per worker.
+pub const RW_CONTENDERS: u32 = 2;
+/// One acquire in this many is a write, the rest reads.
+pub const RW_WRITE_ONE_IN: u32 = 4;
+
+/// The election every candidate of every process campaigns in.
+pub const ELECT_NAME: &str = "elect-0";
+/// Candidates per worker.
+pub const ELECT_CANDIDATES: u32 = 1;
+
+/// The TTL of permits, reads, writes and leaderships.
+pub const GRANT_TTL: Duration = Duration::from_millis(1_500);
+/// Their keep-alive interval.
+pub const GRANT_KEEP_ALIVE: Duration = Duration::from_millis(400);
+/// How long an acquire, read, write or campaign waits.
+pub const GRANT_WAIT: Duration = Duration::from_secs(2);
+
 /// The first contender id of each family, so ids tell the family.
 const LEASE_BASE: u32 = 100;
 const IDEM_BASE: u32 = 200;
 const RATE_BASE: u32 = 300;
+const SEM_BASE: u32 = 400;
+const RW_BASE: u32 = 500;
+const ELECT_BASE: u32 = 600;
 
 /// The layout of a run directory, shared by the parent and the workers.
 #[derive(Debug, Clone)]
@@ -239,6 +280,15 @@ async fn worker(args: WorkerArgs) -> Result<(), String> {
     }
     for c in RATE_BASE..RATE_BASE + RATE_CONTENDERS {
         tasks.push(tokio::spawn(rate_contender(shared.clone(), c, rng(c))));
+    }
+    for c in SEM_BASE..SEM_BASE + SEM_CONTENDERS {
+        tasks.push(tokio::spawn(permit_contender(shared.clone(), c, rng(c))));
+    }
+    for c in RW_BASE..RW_BASE + RW_CONTENDERS {
+        tasks.push(tokio::spawn(rw_contender(shared.clone(), c, rng(c))));
+    }
+    for c in ELECT_BASE..ELECT_BASE + ELECT_CANDIDATES {
+        tasks.push(tokio::spawn(candidate(shared.clone(), c, rng(c))));
     }
     for task in tasks {
         task.await
@@ -405,27 +455,7 @@ async fn lock_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
             };
             fenced_write(&shared, c, write).await;
         }
-        let fence = guard.fence().get();
-        let valid_until = mono(guard.valid_until());
-        let call = journal.invoke(
-            c,
-            Op::LockRelease,
-            key,
-            Detail {
-                fence: Some(fence),
-                valid_until: Some(valid_until),
-                ..Detail::default()
-            },
-        );
-        match guard.release().await {
-            ReleaseOutcome::Released => journal.complete(call, Phase::Ok, outcome("released")),
-            ReleaseOutcome::Expired => journal.complete(call, Phase::Ok, outcome("expired")),
-            other => journal.complete(
-                call,
-                Phase::Info,
-                outcome(&format!("{other:?}").to_lowercase()),
-            ),
-        }
+        release(&shared, c, Op::LockRelease, key, guard).await;
         tokio::time::sleep(ms(&mut rng, 0, 20)).await;
     }
 }
@@ -713,6 +743,180 @@ async fn rate_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
             Err(e) => journal.complete(call, Phase::Info, error(&e)),
         }
         tokio::time::sleep(ms(&mut rng, 5, 25)).await;
+    }
+}
+
+/// What a contender holds: a lock, permit or read guard, a write guard, a leadership.
+trait Held: Send {
+    /// The grant's fence (a leadership's term).
+    fn fence(&self) -> Fence;
+    /// Its current deadline, moved forward by keep-alive.
+    fn valid_until(&self) -> tokio::time::Instant;
+    /// Resolves when it is known or presumed gone.
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static;
+    /// Gives it back.
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send;
+}
+
+/// A guard whose own methods are [`Held`]'s.
+macro_rules! held_guard {
+    ($guard:ty) => {
+        impl Held for $guard {
+            fn fence(&self) -> Fence {
+                <$guard>::fence(self)
+            }
+            fn valid_until(&self) -> tokio::time::Instant {
+                <$guard>::valid_until(self)
+            }
+            fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+                <$guard>::lost(self)
+            }
+            fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
+                <$guard>::release(self)
+            }
+        }
+    };
+}
+
+held_guard!(LockGuard);
+held_guard!(WriteGuard);
+
+impl Held for Leadership {
+    fn fence(&self) -> Fence {
+        self.term()
+    }
+    fn valid_until(&self) -> tokio::time::Instant {
+        Leadership::valid_until(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        Leadership::lost(self)
+    }
+    fn release(self) -> impl Future<Output = ReleaseOutcome> + Send {
+        self.resign()
+    }
+}
+
+/// The `ok` detail of a grant: its fence and deadline.
+fn granted(held: &impl Held) -> Detail {
+    Detail {
+        fence: Some(held.fence().get()),
+        valid_until: Some(mono(held.valid_until())),
+        ..Detail::default()
+    }
+}
+
+/// Releases `held`, journaled as `op` with its fence and last deadline (read just before the
+/// release is sent, so the believed window ends no later than the release).
+async fn release(shared: &Shared, c: u32, op: Op, key: &str, held: impl Held) {
+    let call = shared.journal.invoke(c, op, key, granted(&held));
+    let (phase, answer) = match held.release().await {
+        ReleaseOutcome::Released => (Phase::Ok, "released".to_owned()),
+        ReleaseOutcome::Expired => (Phase::Ok, "expired".to_owned()),
+        other => (Phase::Info, format!("{other:?}").to_lowercase()),
+    };
+    shared.journal.complete(call, phase, outcome(&answer));
+}
+
+/// One round of a permit, read, write or campaign contender: journals the invocation of
+/// `ops.0` on `ops.2`, awaits `acquire` (not started until then), and once granted holds it
+/// a moment — 0 to `short` ms, one time in twelve 0.5–2.5 s, so keep-alive has to renew it —
+/// or until its lost signal fires, then releases it as `ops.1`. Contention is a `fail`;
+/// anything else is indeterminate, followed by a short pause.
+async fn round<H: Held>(
+    shared: &Shared,
+    c: u32,
+    rng: &mut ChaCha8Rng,
+    (op, release_op, key): (Op, Op, &str),
+    short: u64,
+    acquire: impl Future<Output = Result<H, AcquireError>>,
+) {
+    let journal = &shared.journal;
+    let call = journal.invoke(c, op, key, Detail::default());
+    let held = match acquire.await {
+        Ok(held) => {
+            journal.complete(call, Phase::Ok, granted(&held));
+            held
+        }
+        Err(AcquireError::Contended { .. }) => {
+            journal.complete(call, Phase::Fail, outcome("contended"));
+            return;
+        }
+        Err(e) => {
+            journal.complete(call, Phase::Info, error(&e));
+            tokio::time::sleep(ms(rng, 20, 100)).await;
+            return;
+        }
+    };
+    let hold = if rng.random_bool(0.08) {
+        ms(rng, 500, 2_500)
+    } else {
+        ms(rng, 0, short)
+    };
+    tokio::select! {
+        () = tokio::time::sleep(hold) => {}
+        () = held.lost() => {}
+    }
+    release(shared, c, release_op, key, held).await;
+}
+
+fn grant_options() -> LockOptions {
+    LockOptions::new(GRANT_TTL)
+        .wait(GRANT_WAIT)
+        .keep_alive(GRANT_KEEP_ALIVE)
+}
+
+async fn permit_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let semaphore = shared
+        .baton
+        .semaphore(SEM_KEY, SEM_PERMITS)
+        .expect("every store of the soak keeps semaphores");
+    let options = grant_options();
+    let ops = (Op::SemAcquire, Op::SemRelease, SEM_KEY);
+    while !shared.over() {
+        round(&shared, c, &mut rng, ops, 50, semaphore.acquire(&options)).await;
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
+    }
+}
+
+async fn rw_contender(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let lock = shared
+        .baton
+        .rwlock(RW_KEY)
+        .expect("every store of the soak keeps reader-writer locks");
+    let options = grant_options();
+    while !shared.over() {
+        if rng.random_ratio(1, RW_WRITE_ONE_IN) {
+            let ops = (Op::RwWrite, Op::RwWriteRelease, RW_KEY);
+            round(&shared, c, &mut rng, ops, 20, lock.write(&options)).await;
+        } else {
+            let ops = (Op::RwRead, Op::RwReadRelease, RW_KEY);
+            round(&shared, c, &mut rng, ops, 40, lock.read(&options)).await;
+        }
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
+    }
+}
+
+async fn candidate(shared: Arc<Shared>, c: u32, mut rng: ChaCha8Rng) {
+    let election = shared
+        .baton
+        .election(ELECT_NAME)
+        .expect("every store of the soak holds elections");
+    let id = format!("p{}-c{c}", std::process::id());
+    let options = grant_options();
+    let ops = (Op::ElectCampaign, Op::ElectResign, ELECT_NAME);
+    while !shared.over() {
+        let campaign = async {
+            match election.try_campaign(&id, "soak", &options).await {
+                Ok(Some(leadership)) => Ok(leadership),
+                Ok(None) => Err(AcquireError::Contended {
+                    holder: None,
+                    remaining: None,
+                }),
+                Err(e) => Err(AcquireError::Unavailable(e)),
+            }
+        };
+        round(&shared, c, &mut rng, ops, 300, campaign).await;
+        tokio::time::sleep(ms(&mut rng, 0, 20)).await;
     }
 }
 

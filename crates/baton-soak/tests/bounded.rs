@@ -1,6 +1,7 @@
 //! The bounded soak: every store (and the Redis Sentinel topology) for 30 seconds with a fixed seed, asserting that nothing
 //! was violated, that every kind of fault the store is subjected to was injected, and that
-//! every kind of operation happened. The four runs take turns (about 35 s each, under three
+//! every kind of operation happened (locks, leases, idempotency, rate limits, semaphores,
+//! reader-writer locks and elections). The four runs take turns (about 35 s each, under three
 //! minutes in all); the full soak runs by hand for as long as asked (`dev/soak.md`).
 //!
 //! A missing `redis-server` or PostgreSQL fails these tests with the install hint, never
@@ -115,6 +116,14 @@ fn bounded(store: StoreKind) {
         ("idem.effect", 20),
         ("idem.finalize", 20),
         ("rate.acquire", 500),
+        ("sem.acquire", 50),
+        ("sem.release", 20),
+        ("rw.read", 20),
+        ("rw.read.release", 10),
+        ("rw.write", 5),
+        ("rw.write.release", 5),
+        ("elect.campaign", 10),
+        ("elect.resign", 10),
     ] {
         assert!(
             ok(op) >= at_least,
@@ -135,6 +144,12 @@ fn bounded(store: StoreKind) {
         "idem-effects-once",
         "idem-final-state",
         "rate-limit",
+        "permits-at-most",
+        "permit-fences",
+        "rw-writers-alone",
+        "rw-writer-fence",
+        "leaders-no-overlap",
+        "terms-increase",
         "command-in-lock",
         "supervisor-death",
     ] {
@@ -144,6 +159,13 @@ fn bounded(store: StoreKind) {
         );
     }
     assert!(summary["stats"]["rate units admitted"].as_u64().unwrap() > 0);
+    // The permits and the reads were shared, not taken one at a time.
+    for shared in ["most permit holders at once", "most rw readers at once"] {
+        assert!(
+            summary["stats"][shared].as_u64().unwrap_or(0) >= 2,
+            "{shared}: {printed}"
+        );
+    }
     // `baton run` took turns on the supervised lock, also after supervisors were killed.
     assert!(
         summary["stats"]["supervised COMMANDs"]

@@ -1,5 +1,7 @@
 //! Locks and leases: the journal turned into a testkit [`History`], checked by the testkit's
-//! checkers, plus the lost-update check on the fenced registers.
+//! checkers, plus the lost-update check on the fenced registers. The same conversion turns
+//! semaphore permits, reader-writer grants and leaderships into histories for
+//! [`primitives`](super::primitives); `well-formed` checks the releases of every family.
 //!
 //! A grant's believed window runs from the moment its acquire (or claim) returned to the
 //! earlier of the moment its release was sent and its last known `valid_until`. Keep-alive
@@ -11,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use baton_testkit::check::{self, Rule};
+use baton_testkit::check::{self, Mode, Rule, rw_key};
 use baton_testkit::{Grant, History, MonoTime, OpKind, Outcome, Recorder};
 
 use super::{CheckReport, Losses};
@@ -25,8 +27,10 @@ enum Role {
     Release,
 }
 
-fn role(op: Op) -> Option<(&'static str, Role)> {
-    Some(match op {
+/// The family of `op` (the history key's prefix), the reader-writer mode it takes or
+/// gives back, and its role in a grant's life.
+fn role(op: Op) -> Option<(&'static str, Option<Mode>, Role)> {
+    let (family, role) = match op {
         Op::LockAcquire => ("lock", Role::Acquire),
         Op::LockWrite => ("lock", Role::Write),
         Op::LockRelease => ("lock", Role::Release),
@@ -34,8 +38,41 @@ fn role(op: Op) -> Option<(&'static str, Role)> {
         Op::LeaseRenew => ("lease", Role::Renew),
         Op::LeaseWrite => ("lease", Role::Write),
         Op::LeaseRelease => ("lease", Role::Release),
+        Op::SemAcquire => (SEMAPHORE, Role::Acquire),
+        Op::SemRelease => (SEMAPHORE, Role::Release),
+        Op::ElectCampaign => (ELECTION, Role::Acquire),
+        Op::ElectResign => (ELECTION, Role::Release),
+        Op::RwRead => return Some((RWLOCK, Some(Mode::Read), Role::Acquire)),
+        Op::RwReadRelease => return Some((RWLOCK, Some(Mode::Read), Role::Release)),
+        Op::RwWrite => return Some((RWLOCK, Some(Mode::Write), Role::Acquire)),
+        Op::RwWriteRelease => return Some((RWLOCK, Some(Mode::Write), Role::Release)),
         _ => return None,
-    })
+    };
+    Some((family, None, role))
+}
+
+/// Every family of grants.
+const FAMILIES: [&str; 5] = ["lock", "lease", SEMAPHORE, RWLOCK, ELECTION];
+
+/// The history key prefix of semaphore permits.
+pub(super) const SEMAPHORE: &str = "sem";
+/// The history key prefix of reader-writer locks (then `@read` or `@write`, see
+/// [`rw_key`]).
+pub(super) const RWLOCK: &str = "rw";
+/// The history key prefix of elections (a grant is a leadership, its fence the term).
+pub(super) const ELECTION: &str = "elect";
+
+/// The history key of `op` on `key`, and its role, when `op` belongs to one of `families`.
+fn history_key(op: Op, key: &str, families: &[&str]) -> Option<(String, Role)> {
+    let (family, mode, role) = role(op)?;
+    if !families.contains(&family) {
+        return None;
+    }
+    let hkey = format!("{family}:{key}");
+    match mode {
+        Some(mode) => Some((rw_key(&hkey, mode), role)),
+        None => Some((hkey, role)),
+    }
 }
 
 /// The key of a grant: process, contender, history key (`lock:<key>`), fence.
@@ -54,22 +91,23 @@ struct WriteInfo {
 
 /// The journal's lock and lease operations as a testkit history, with the writes that
 /// completed and the (register, fence) of writes that never did.
-struct Converted {
-    history: History,
+pub(super) struct Converted {
+    pub(super) history: History,
     writes: Vec<WriteInfo>,
     unfinished_writes: Vec<(String, u64)>,
     releases: usize,
 }
 
-fn convert(operations: &[Operation<'_>]) -> Converted {
+/// The grants of the `families` (`lock`, `lease`, [`SEMAPHORE`], [`RWLOCK`], [`ELECTION`])
+/// in `operations`, as a testkit history.
+pub(super) fn convert(operations: &[Operation<'_>], families: &[&str]) -> Converted {
     // Pass 1: the largest valid_until recorded for each grant.
     let mut until: HashMap<GrantId, MonoTime> = HashMap::new();
     for op in operations {
         let event = op.any();
-        let Some((family, role)) = role(event.op) else {
+        let Some((hkey, role)) = history_key(event.op, &event.key, families) else {
             continue;
         };
-        let hkey = format!("{family}:{}", event.key);
         let (fence, valid_until) = match role {
             Role::Acquire => match op.done.filter(|_| op.is_ok()) {
                 Some(done) => (done.detail.fence, done.detail.valid_until),
@@ -99,10 +137,9 @@ fn convert(operations: &[Operation<'_>]) -> Converted {
     let mut releases = 0;
     for op in operations {
         let event = op.any();
-        let Some((family, role)) = role(event.op) else {
+        let Some((hkey, role)) = history_key(event.op, &event.key, families) else {
             continue;
         };
-        let hkey = format!("{family}:{}", event.key);
         let recorder = recorders
             .entry(event.process)
             .or_insert_with(|| Recorder::new(event.process));
@@ -190,6 +227,19 @@ fn convert(operations: &[Operation<'_>]) -> Converted {
     }
 }
 
+/// The documented window that explains the holders an overlap violation `v` names being
+/// believed at once: a data loss between the earliest one's request and the latest one's
+/// grant.
+pub(super) fn overlap_explained(v: &baton_testkit::Violation, losses: &Losses) -> Option<String> {
+    let times = acquired_times(&v.ops);
+    match (times.first(), times.last()) {
+        (Some(&(_, earlier_requested)), Some(&(later_acquired, _))) => {
+            losses.explain(earlier_requested, later_acquired)
+        }
+        _ => None,
+    }
+}
+
 /// The (acquired, requested) times of the grants an overlap violation names, earliest
 /// acquired first.
 fn acquired_times(ops: &[baton_testkit::Op]) -> Vec<(MonoTime, MonoTime)> {
@@ -206,7 +256,7 @@ fn acquired_times(ops: &[baton_testkit::Op]) -> Vec<(MonoTime, MonoTime)> {
 
 /// Runs the lock and lease checkers.
 pub fn check(operations: &[Operation<'_>], losses: &Losses, report: &mut CheckReport) {
-    let converted = convert(operations);
+    let converted = convert(operations, &["lock", "lease"]);
     let history = &converted.history;
     let grants = history.grants();
     let keys: std::collections::BTreeSet<&str> = grants.iter().map(|g| g.key.as_str()).collect();
@@ -219,27 +269,23 @@ pub fn check(operations: &[Operation<'_>], losses: &Losses, report: &mut CheckRe
         report.stat(&format!("{family} grants"), n as u64);
     }
 
-    report.checked("well-formed", format!("{} releases", converted.releases));
-    for v in check::well_formed(history) {
-        report.violation("well-formed", &v, None);
-    }
-
-    report.checked("no-overlap", on_keys.clone());
-    for v in check::no_overlap(history) {
-        let times = acquired_times(&v.ops);
-        let documented = match (times.first(), times.last()) {
-            (Some(&(_, earlier_requested)), Some(&(later_acquired, _))) => {
-                losses.explain(earlier_requested, later_acquired)
-            }
-            _ => None,
-        };
-        report.violation("no-overlap", &v, documented);
-    }
-
-    report.checked("fences-increase", on_keys);
-    for v in check::fences_increase(history) {
-        report.violation("fences-increase", &v, None);
-    }
+    // Every grant's release, of every family.
+    let every = convert(operations, &FAMILIES);
+    let releases = format!("{} releases", every.releases);
+    report.testkit(
+        "well-formed",
+        releases,
+        check::well_formed(&every.history),
+        |_| None,
+    );
+    report.testkit(
+        "no-overlap",
+        on_keys.clone(),
+        check::no_overlap(history),
+        |v| overlap_explained(v, losses),
+    );
+    let fences = check::fences_increase(history);
+    report.testkit("fences-increase", on_keys, fences, |_| None);
 
     let rejected = converted.writes.iter().filter(|w| !w.accepted).count();
     report.stat("stale writes rejected by a register", rejected as u64);
@@ -323,7 +369,7 @@ fn lost_updates(writes: &[WriteInfo], grants: &[Grant], losses: &Losses, report:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::tests::{assert_violations, report_of, row, t};
+    use crate::check::tests::{assert_violations, event, report_of, row, t};
     use crate::journal::{Detail, Event};
 
     /// Builds journals of key `k` by hand.
@@ -370,18 +416,8 @@ mod tests {
                 [(invoke.0, Phase::Invoke, invoke.1), (ok.0, Phase::Ok, ok.1)]
             {
                 let seq = self.events.len() as u64;
-                self.events.push(Event {
-                    process: holder.0,
-                    worker: 0,
-                    contender: holder.1,
-                    seq,
-                    id,
-                    at: t(at),
-                    op,
-                    phase,
-                    key: "k".into(),
-                    detail,
-                });
+                let what = (op, phase, detail);
+                self.events.push(event(holder, (seq, id), at, what));
             }
         }
 

@@ -2,7 +2,7 @@
 //!
 //! | checker | rule | from |
 //! |---|---|---|
-//! | `well-formed` | every release matches a recorded grant | testkit [`check::well_formed`] |
+//! | `well-formed` | every release (of every family of grants) matches a recorded grant | testkit [`check::well_formed`] |
 //! | `no-overlap` | no two holders of one lock or lease key with overlapping believed windows | testkit [`check::no_overlap`] |
 //! | `fences-increase` | fences strictly increase per key in grant order, never repeat | testkit [`check::fences_increase`] |
 //! | `stale-fence` | a fenced register never accepts a fence below one it accepted (nor rejects the current one) | testkit [`check::stale_fences`] |
@@ -13,6 +13,12 @@
 //! | `idem-effects-once` | every acknowledged completion's effect happened exactly once | testkit [`check::exactly_once`] |
 //! | `idem-final-state` | every acknowledged completion is still in the store at the end | [`idem`] |
 //! | `rate-limit` | no window of the limiter's length holds more admitted units than the limit | [`rate`] |
+//! | `permits-at-most` | never more permit holders of a semaphore with overlapping believed windows than its permits | testkit [`check::at_most`], in [`primitives`] |
+//! | `permit-fences` | no permit fence handed out twice per semaphore | testkit [`check::fences_increase`] |
+//! | `rw-writers-alone` | no writer's believed window overlaps a reader's or another writer's | testkit [`check::writers_alone`] |
+//! | `rw-writer-fence` | a writer's fence is above every grant's of the lock made before it asked | testkit [`check::writer_fences_above_earlier`] |
+//! | `leaders-no-overlap` | no two leaders of an election with overlapping believed windows | testkit [`check::no_overlap`] |
+//! | `terms-increase` | terms strictly increase in leadership order and are never handed out twice | testkit [`check::fences_increase`] |
 //!
 //! Every check errs toward *not* reporting: a time is only used where it bounds the store's
 //! own moment of decision from the safe side (an invocation from below, a completion from
@@ -30,9 +36,13 @@
 //! [`check::fences_increase`]: baton_testkit::check::fences_increase
 //! [`check::stale_fences`]: baton_testkit::check::stale_fences
 //! [`check::exactly_once`]: baton_testkit::check::exactly_once
+//! [`check::at_most`]: baton_testkit::check::at_most
+//! [`check::writers_alone`]: baton_testkit::check::writers_alone
+//! [`check::writer_fences_above_earlier`]: baton_testkit::check::writer_fences_above_earlier
 
 pub mod idem;
 pub mod locks;
+pub mod primitives;
 pub mod rate;
 
 use std::collections::BTreeMap;
@@ -235,6 +245,21 @@ impl CheckReport {
         }
     }
 
+    /// Registers testkit checker `name` as having checked `checked` and adds what it
+    /// `found`, each a violation unless `documented` names the window that explains it.
+    pub fn testkit(
+        &mut self,
+        name: &'static str,
+        checked: String,
+        found: Vec<baton_testkit::Violation>,
+        documented: impl Fn(&baton_testkit::Violation) -> Option<String>,
+    ) {
+        self.checked(name, checked);
+        for v in found {
+            self.violation(name, &v, documented(&v));
+        }
+    }
+
     /// Adds `n` to statistic `name`.
     pub fn stat(&mut self, name: &str, n: u64) {
         *self.stats.entry(name.to_owned()).or_default() += n;
@@ -266,17 +291,40 @@ pub fn check_all(events: &Events, losses: &Losses, audit: &Audit) -> CheckReport
     locks::check(&operations, losses, &mut report);
     idem::check(&operations, losses, audit, &mut report);
     rate::check(&operations, losses, &mut report);
+    primitives::check(&operations, losses, &mut report);
     report
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::journal::{Event, Operation};
+    use crate::journal::{Detail, Event, Op, Operation, Phase};
 
     /// `ms` milliseconds after the journals' start, one second after the clock's zero.
     pub(crate) fn t(ms: u64) -> MonoTime {
         MonoTime::from_nanos(1_000_000_000 + ms * 1_000_000)
+    }
+
+    /// Event `id` of `holder` (process, contender) on key `k`: `op` in `phase` at `at` ms,
+    /// recorded `seq`-th in its process.
+    pub(crate) fn event(
+        holder: (u32, u32),
+        (seq, id): (u64, u64),
+        at: u64,
+        (op, phase, detail): (Op, Phase, Detail),
+    ) -> Event {
+        Event {
+            process: holder.0,
+            worker: 0,
+            contender: holder.1,
+            seq,
+            id,
+            at: t(at),
+            op,
+            phase,
+            key: "k".into(),
+            detail,
+        }
     }
 
     /// The report of `check` over hand-built `events`, read as journals are (in process and
