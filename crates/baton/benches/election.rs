@@ -106,6 +106,10 @@ fn main() {
 fn failover(url: &str, dir: &Path, round: u32) -> Option<Duration> {
     let leader_out = dir.join(format!("leader-{round}"));
     let follower_out = dir.join(format!("follower-{round}"));
+    // The files of the store measured before are not this round's.
+    for out in [&leader_out, &follower_out] {
+        let _ = fs::remove_file(out);
+    }
     let mut leader = spawn("leader", url, &leader_out);
     wait_for_line(&leader_out, "elected");
     let follower = spawn("follower", url, &follower_out);
@@ -122,6 +126,12 @@ fn failover(url: &str, dir: &Path, round: u32) -> Option<Duration> {
     // A follower elected before the kill means the leader lost its leadership while alive
     // (a renewal that did not reach the store in time, as on a starved machine): no
     // failover to measure.
+    if elected < killed && std::env::var_os("BATON_BENCH_DEBUG").is_some() {
+        eprintln!(
+            "round {round}: killed at {killed}, follower elected at {elected}; leader said {:?}",
+            fs::read_to_string(&leader_out).unwrap_or_default()
+        );
+    }
     (elected > killed).then(|| Duration::from_nanos(elected - killed))
 }
 
@@ -201,6 +211,9 @@ fn child(args: &[String]) {
         writeln!(out, "elected {}", MonoTime::now().as_nanos()).expect("write");
         out.flush().expect("flush");
         if role == "leader" {
+            // Leads until killed; a leadership lost before that is said, with when.
+            leadership.lost().await;
+            writeln!(out, "lost {}", MonoTime::now().as_nanos()).expect("write");
             std::future::pending::<()>().await;
         }
         leadership.resign().await;
