@@ -314,9 +314,11 @@ pub async fn a_grant_past_its_ttl_fires_lost(h: &RwLockHarness) {
     assert!(reader.is_lost());
     // `lost()` fires at `valid_until`, measured from before the claim was sent, so a little
     // before the store's own expiry: the release answers Expired once the store agrees.
-    eventually(Duration::from_secs(5), "the store ends the read", || async {
-        rw.holders().await.unwrap().permits.is_empty()
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the store ends the read",
+        || async { rw.holders().await.unwrap().permits.is_empty() },
+    )
     .await;
     assert_eq!(reader.release().await, ReleaseOutcome::Expired);
     let writer = rw.write(&opts).await.unwrap();

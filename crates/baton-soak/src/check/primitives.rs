@@ -1,5 +1,5 @@
 //! Semaphores, reader-writer locks and elections: their journaled grants turned into
-//! testkit [`History`](baton_testkit::History)s (as [`locks`](super::locks) turns locks and
+//! testkit `History`s (as [`locks`](super::locks) turns locks and
 //! leases), checked by the testkit's checkers.
 //!
 //! A grant's believed window is as for locks: from the moment its acquire (read, write,
