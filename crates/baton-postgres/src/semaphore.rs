@@ -10,11 +10,13 @@
 //!   `permits` is the N of the claim that was granted the permit, for listings; it was added
 //!   later (`ADD COLUMN IF NOT EXISTS`, default 0 = not recorded), not by a new schema
 //!   version, which every older replica would refuse.
-//! - `baton_permit_claim_v2(...)`: the claim ([`CLAIM_FUNCTION`]): a free slot below N,
+//! - `baton_permit_claim_v3(...)`: the claim ([`CLAIM_FUNCTION`]): a free slot below N,
 //!   taken by one `INSERT ... ON CONFLICT`, so claims of one key take no lock beyond the
 //!   slot's row and commit in parallel. A later algorithm gets a new name rather than
-//!   replacing this one under running replicas: v2 is v1 that also records N, and v1 is
-//!   left for the older replicas that call it (their permits record no N; one that reuses a
+//!   replacing this one under running replicas: v2 is v1 that also records N, v3 is v2
+//!   that reads the key's live permits once (the count and the free slot from one
+//!   materialized scan, instead of a count and a probe per slot), and the earlier ones are
+//!   left for the older replicas that call them (v1's permits record no N; one that reuses a
 //!   slot leaves the slot's earlier N, so during a rolling upgrade a listing's N may be
 //!   stale).
 //!
@@ -68,7 +70,7 @@ ALTER TABLE baton_permit ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAU
 /// smaller N than others is refused while as many permits as its N are held (a smaller N
 /// revokes nothing).
 pub const CLAIM_FUNCTION: &str = r#"
-CREATE OR REPLACE FUNCTION baton_permit_claim_v2(
+CREATE OR REPLACE FUNCTION baton_permit_claim_v3(
     p_key text, p_holder text, p_ttl_ms bigint, p_permits bigint)
 RETURNS TABLE (outcome text, fence bigint, holder text, remaining_us bigint)
 LANGUAGE plpgsql VOLATILE AS $claim$
@@ -86,15 +88,17 @@ BEGIN
         RETURN;
     END IF;
     LOOP
-        free := NULL;
-        IF (SELECT count(*) FROM baton_permit AS p
-            WHERE p.key = p_key AND p.expires_at > clock_timestamp()) < p_permits THEN
-            SELECT s INTO free FROM generate_series(0, p_permits - 1) AS s
-            WHERE NOT EXISTS (SELECT 1 FROM baton_permit AS p
-                              WHERE p.key = p_key AND p.slot = s
-                                AND p.expires_at > clock_timestamp())
-            ORDER BY random() LIMIT 1;
-        END IF;
+        -- One read of the key's live permits: how many, and a free slot below N.
+        WITH live AS MATERIALIZED (
+            SELECT p.slot FROM baton_permit AS p
+            WHERE p.key = p_key AND p.expires_at > clock_timestamp()
+        )
+        SELECT CASE WHEN (SELECT count(*) FROM live) < p_permits THEN
+                   (SELECT s FROM generate_series(0, p_permits - 1) AS s
+                    WHERE s NOT IN (SELECT l.slot FROM live AS l)
+                    ORDER BY random() LIMIT 1)
+               END
+        INTO free;
         IF free IS NULL THEN
             SELECT 'held', NULL::bigint, p.holder,
                    greatest((extract(epoch FROM p.expires_at - clock_timestamp()) * 1000000)::bigint, 0)
@@ -133,13 +137,13 @@ SELECT to_regclass('baton_permit') IS NOT NULL
    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                WHERE attrelid = to_regclass('baton_permit') AND attname = 'permits'
                  AND NOT attisdropped)
-   AND to_regprocedure('baton_permit_claim_v2(text, text, bigint, bigint)') IS NOT NULL";
+   AND to_regprocedure('baton_permit_claim_v3(text, text, bigint, bigint)') IS NOT NULL";
 
 /// A claim.
 ///
 /// Parameters: `$1` key, `$2` holder, `$3` ttl (ms), `$4` permits.
 pub const CLAIM: &str =
-    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v2($1, $2, $3, $4)";
+    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v3($1, $2, $3, $4)";
 
 /// Renews the caller's live permit (one changed row: renewed).
 ///
