@@ -7,9 +7,8 @@ use baton_core::{LockOptions, RwLock};
 
 use crate::check::{self, Mode, rw_key};
 use crate::history::{History, OpKind, Outcome, Recorder};
-use crate::process;
 use crate::time::MonoTime;
-use crate::workload::{child_place, history_file, ready_and_wait_for_go, run_rounds};
+use crate::workload::{run_child, run_rounds};
 
 /// How often each contender reads and writes, and for how long.
 #[derive(Debug, Clone, Copy)]
@@ -106,13 +105,7 @@ impl RwLockWorkload {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = RwLock>,
     {
-        let Some((dir, index)) = child_place() else {
-            return;
-        };
-        process::child_runtime().block_on(async {
-            let lock = open().await;
-            let recorder = Recorder::for_this_process();
-            ready_and_wait_for_go(&dir, index).await;
+        run_child(open, async |lock, recorder, index| {
             let options = LockOptions::new(Duration::from_secs(10))
                 .wait(Duration::from_secs(60))
                 .keep_alive(Duration::from_secs(3));
@@ -122,7 +115,7 @@ impl RwLockWorkload {
                     let guard = lock.write(&options).await.expect("a write in time");
                     let key = rw_key(lock.key(), Mode::Write);
                     acquired(
-                        &recorder,
+                        recorder,
                         index,
                         &key,
                         guard.fence().get(),
@@ -133,12 +126,12 @@ impl RwLockWorkload {
                     std::thread::sleep(self.write_hold);
                     let (fence, sent) = (guard.fence().get(), MonoTime::now());
                     let outcome = guard.release().await;
-                    released(&recorder, index, &key, fence, sent, Outcome::from(&outcome));
+                    released(recorder, index, &key, fence, sent, Outcome::from(&outcome));
                 } else {
                     let guard = lock.read(&options).await.expect("a read in time");
                     let key = rw_key(lock.key(), Mode::Read);
                     acquired(
-                        &recorder,
+                        recorder,
                         index,
                         &key,
                         guard.fence().get(),
@@ -148,12 +141,9 @@ impl RwLockWorkload {
                     std::thread::sleep(self.read_hold);
                     let (fence, sent) = (guard.fence().get(), MonoTime::now());
                     let outcome = guard.release().await;
-                    released(&recorder, index, &key, fence, sent, Outcome::from(&outcome));
+                    released(recorder, index, &key, fence, sent, Outcome::from(&outcome));
                 }
             }
-            recorder
-                .write_jsonl(history_file(&dir, index))
-                .expect("write the history");
         });
     }
 }

@@ -362,6 +362,32 @@ pub async fn admitted_concurrently(
 /// Starts `processes` children running `child_test`, each told its directory and index;
 /// waits until every one is ready (has opened its store), tells them to go, waits for them
 /// to succeed, and merges their histories.
+/// The child side the multi-process workloads share: when this process is one of
+/// [`run_children`]'s (else it returns at once), opens what it contends for with `open`,
+/// waits for the parent's go, runs `rounds` with its recorder and index, and writes the
+/// recorded history where the parent reads it.
+///
+/// # Panics
+/// When the parent's files cannot be read or written.
+pub(crate) fn run_child<T, F, Fut>(open: F, rounds: impl AsyncFnOnce(&T, &Recorder, u32))
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let Some((dir, index)) = child_place() else {
+        return;
+    };
+    process::child_runtime().block_on(async {
+        let opened = open().await;
+        let recorder = Recorder::for_this_process();
+        ready_and_wait_for_go(&dir, index).await;
+        rounds(&opened, &recorder, index).await;
+        recorder
+            .write_jsonl(history_file(&dir, index))
+            .expect("write the history");
+    });
+}
+
 /// [`run_children`] whose every process is granted `rounds` times: the merged history, checked
 /// well formed and with every round granted.
 pub(crate) fn run_rounds(
@@ -502,14 +528,8 @@ impl PermitWorkload {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = baton_core::Semaphore>,
     {
-        let Some((dir, index)) = child_place() else {
-            return;
-        };
-        process::child_runtime().block_on(async {
-            let semaphore = open().await;
-            let recorder = Recorder::for_this_process();
+        run_child(open, async |semaphore, recorder, index| {
             let log = recorder.contender(index);
-            ready_and_wait_for_go(&dir, index).await;
             for _ in 0..self.rounds {
                 let requested = MonoTime::now();
                 let options =
@@ -520,9 +540,6 @@ impl PermitWorkload {
                 std::thread::sleep(self.hold);
                 log.release(permit).await;
             }
-            recorder
-                .write_jsonl(history_file(&dir, index))
-                .expect("write the history");
         });
     }
 }
@@ -588,15 +605,9 @@ impl ElectionWorkload {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = baton_core::Election>,
     {
-        let Some((dir, index)) = child_place() else {
-            return;
-        };
-        process::child_runtime().block_on(async {
-            let election = open().await;
-            let recorder = Recorder::for_this_process();
+        run_child(open, async |election, recorder, index| {
             let log = recorder.contender(index);
             let candidate = format!("candidate-{index}");
-            ready_and_wait_for_go(&dir, index).await;
             for _ in 0..self.rounds {
                 let requested = MonoTime::now();
                 let options = LockOptions::new(Duration::from_secs(10));
@@ -612,9 +623,6 @@ impl ElectionWorkload {
                 std::thread::sleep(self.hold);
                 log.resign(election.name(), leadership).await;
             }
-            recorder
-                .write_jsonl(history_file(&dir, index))
-                .expect("write the history");
         });
     }
 }
