@@ -161,11 +161,7 @@ async fn campaign(
         ),
         _ => "has another leader".to_owned(),
     };
-    let waited = if wait.is_zero() {
-        "gave up at once (--wait 0s)".to_owned()
-    } else {
-        format!("gave up after campaigning for {}", human_duration(wait))
-    };
+    let waited = run::gave_up(wait, "campaigning for");
     Err(Failure::new(
         CONTENDED,
         format!(

@@ -379,6 +379,16 @@ pub(crate) fn finish(
     }
 }
 
+/// How a contended `baton run` or `baton elect` ended its `--wait`: `gave up at once (--wait
+/// 0s)`, `gave up after waiting 5s` (`doing` is what it did meanwhile).
+pub(crate) fn gave_up(wait: Duration, doing: &str) -> String {
+    if wait.is_zero() {
+        "gave up at once (--wait 0s)".to_owned()
+    } else {
+        format!("gave up after {doing} {}", human_duration(wait))
+    }
+}
+
 /// The failure for a lock (or a semaphore's permit, or a read lock) `baton run` could not
 /// take; `what` names it: `lock "nightly"`, `semaphore "builds" (4 permits)`,
 /// `read lock "model"`.
@@ -396,11 +406,7 @@ fn acquire_failure(what: &str, wait: Duration, error: AcquireError) -> Failure {
                 ),
                 None => String::new(),
             };
-            let waited = if wait.is_zero() {
-                "gave up at once (--wait 0s)".to_owned()
-            } else {
-                format!("gave up after waiting {}", human_duration(wait))
-            };
+            let waited = gave_up(wait, "waiting");
             Failure::new(
                 CONTENDED,
                 format!("{what} is still {holder}{expires}; {waited}; COMMAND did not run"),

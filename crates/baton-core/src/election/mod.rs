@@ -202,9 +202,8 @@ impl Election {
     ) -> Result<Leadership> {
         let options = options.clone().wait(MAX_WAIT);
         loop {
-            match self.try_campaign(candidate, value, &options).await? {
-                Some(leadership) => return Ok(leadership),
-                None => continue,
+            if let Some(leadership) = self.try_campaign(candidate, value, &options).await? {
+                return Ok(leadership);
             }
         }
     }
