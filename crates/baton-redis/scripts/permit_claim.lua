@@ -1,7 +1,8 @@
 -- permit_claim: take a permit of a semaphore for a holder. Extends the holder's own live
 -- permit (same fence); grants a new one, with the next fence and a record of N, while fewer
--- than N live permits are held; otherwise reports the live permit that ends soonest, and queues this store if one
--- of its waiters waits for a permit.
+-- than N live permits are held, counting the permits reserved for other stores (a permit
+-- reserved for this store is taken); otherwise reports the live permit or reservation that
+-- ends soonest, and queues this store if one of its waiters waits for a permit.
 -- (Runs after lock_prelude.lua and permit_prelude.lua.)
 --
 -- KEYS[1]  the permits: "{<qualified key>}:permits"
@@ -29,6 +30,11 @@ if had then
         return {1, redis.call('HGET', KEYS[2], ARGV[1])}
     end
     redis.call('ZADD', KEYS[1], 'XX', ends, ARGV[1])
+end
+if ARGV[4] then
+    -- A permit a release reserved for this store (and woke it for) is its waiters' to take:
+    -- the reservation gives way to this claim's permit.
+    redis.call('ZREM', KEYS[1], reservation(ARGV[4]))
 end
 -- Added: keep it if the live permits, this one included, are at most N.
 local live = '(' .. ms(now)

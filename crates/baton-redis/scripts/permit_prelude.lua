@@ -16,9 +16,16 @@
 -- (next_fence in lock_prelude.lua: never below the server clock, so they keep increasing after
 -- a restart without persistence or the promotion of a replica that missed the last grants).
 -- The stores whose waiters wait for a permit are queued in "{Q}:queue", as for a lock; a
--- release that frees a permit tells the store that waited longest, and only it, with the
--- message "p<Q>" on its channel ("a permit of Q is free: your turn"). Permits are not
--- reserved or handed over: the woken store's waiter claims like anyone else.
+-- release that frees a permit reserves it for the store that waited longest and tells that
+-- store, and only it, with the message "p<Q>" on its channel ("a permit of Q is yours: claim
+-- it"). The reservation is the member "handoff:<store>" of "{Q}:permits", ending
+-- HANDOFF_RESERVATION_MS after the release: it counts as a live permit (so no other claim
+-- takes its place) but has no fence and is never listed; only a claim of that store, made
+-- while one of its waiters waits, takes it (permit_claim.lua). A store that does not claim in
+-- time (paused, killed after the message) loses its turn when the reservation ends. So
+-- waiting stores take permits in the order they queued, and a releaser that asks again at
+-- once queues behind them. (No holder starts with "handoff:": permit holders are baton's
+-- random tokens.)
 
 -- The server's clock, in milliseconds, and the TIME it was read from (for next_fence).
 local function now_ms()
@@ -67,14 +74,25 @@ local function keep_permits(permits, fences, ttl, now)
     end
 end
 
--- Tells the store that waited longest in `queue` ("{Q}:queue") that a permit of Q is free, and
--- takes it from the queue: its waiter claims, and queues again if another claim was first. A
--- store that PUBLISH reaches nowhere (its process died or lost its connection) is dropped and
--- the next one tried. `me` is the calling store, which is not sent a message: when
--- `me_waiting` is '1' (one of its waiters waits for the key), the caller wakes it and this
--- answers true; otherwise it is dropped from the queue like a store with nobody waiting.
--- Answers whether the store told is the caller's.
-local function wake_next(queue, me, me_waiting)
+-- How long a permit released to a waiting store stays reserved for it (the lock's
+-- HANDOFF_RESERVATION_MS in lock_prelude.lua; a unit test checks both against the Rust constant).
+local PERMIT_RESERVATION_MS = 250 -- a released permit waits this long for the next store
+
+-- The member of "{Q}:permits" that reserves a permit for `store`.
+local function reservation(store)
+    return 'handoff:' .. store
+end
+
+-- Reserves the permit the caller is freeing for the store that waited longest in `queue`
+-- ("{Q}:queue"), tells it, and takes it from the queue: its waiter claims the reservation
+-- (and queues again if it no longer can). A store that PUBLISH reaches nowhere (its process
+-- died or lost its connection) is dropped and the next one tried. `me` is the calling store,
+-- which is not sent a message: when `me_waiting` is '1' (one of its waiters waits for the
+-- key), the permit is reserved for it, the caller wakes it and this answers true; otherwise
+-- it is dropped from the queue like a store with nobody waiting. `permits` is
+-- "{Q}:permits" and `now` the server's clock in milliseconds. Answers whether the store told
+-- is the caller's.
+local function wake_next(permits, queue, me, me_waiting, now)
     local name
     while true do
         local head = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -82,16 +100,17 @@ local function wake_next(queue, me, me_waiting)
             return false
         end
         redis.call('ZREM', queue, head)
+        local reached = false
         if head == me then
-            if me_waiting == '1' then
-                return true
-            end
+            reached = me_waiting == '1'
         else
             -- The queue's key is "{Q}:queue".
             name = name or string.sub(queue, 2, -8)
-            if redis.call('PUBLISH', head, 'p' .. name) > 0 then
-                return false
-            end
+            reached = redis.call('PUBLISH', head, 'p' .. name) > 0
+        end
+        if reached then
+            redis.call('ZADD', permits, ms(now + PERMIT_RESERVATION_MS), reservation(head))
+            return head == me
         end
     end
 end

@@ -1,6 +1,6 @@
--- permit_release: give back a holder's permit. If it was live, the store that waited longest
--- for a permit of the key is told (see wake_next in permit_prelude.lua); with nobody queued,
--- nothing is published.
+-- permit_release: give back a holder's permit. If it was live, it is reserved for the store
+-- that waited longest for a permit of the key, which is told (see wake_next in
+-- permit_prelude.lua); with nobody queued, nothing is reserved or published.
 -- (Runs after lock_prelude.lua and permit_prelude.lua.)
 --
 -- KEYS[1]  the permits: "{<qualified key>}:permits"
@@ -18,10 +18,11 @@ if not ends then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1], n_field(ARGV[1]))
-if tonumber(ends) <= now_ms() then
+local now = now_ms()
+if tonumber(ends) <= now then
     return 2
 end
-if wake_next(KEYS[3], string.sub(ARGV[2], 2), string.sub(ARGV[2], 1, 1)) then
+if wake_next(KEYS[1], KEYS[3], string.sub(ARGV[2], 2), string.sub(ARGV[2], 1, 1), now) then
     return 1
 end
 return 0

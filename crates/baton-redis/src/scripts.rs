@@ -271,5 +271,10 @@ mod tests {
         ] {
             assert!(text[LOCK_PRELUDE.len()..].starts_with(PERMIT_PRELUDE));
         }
+        let line = format!(
+            "local PERMIT_RESERVATION_MS = {} ",
+            crate::wakeups::HANDOFF_RESERVATION.as_millis()
+        );
+        assert!(PERMIT_PRELUDE.contains(&line), "{line}");
     }
 }

@@ -9,11 +9,14 @@
 //!
 //! ## Waking waiters
 //! A claim that finds every permit held while a waiter of this process waits queues the store
-//! in the key's queue, as a lock's claim does. A release that gave back a live permit tells the
-//! store that waited longest (`p<Q>` on its channel, see [`crate::wakeups`]), which wakes the
-//! first of its waiters; a permit is not reserved or handed over, so that waiter claims like
-//! anyone else, and queues again if another claim took the permit first. With nobody queued a
-//! release publishes nothing.
+//! in the key's queue, as a lock's claim does. A release that gave back a live permit reserves
+//! it for the store that waited longest and tells that store (`p<Q>` on its channel, see
+//! [`crate::wakeups`]), which wakes the first of its waiters; that waiter's claim takes the
+//! reservation. Meanwhile the reservation counts as a held permit, so a claim from elsewhere
+//! (the releaser asking again at once, a newcomer) finds the key full and queues behind:
+//! stores take permits in the order they queued. A reservation nobody claims ends after
+//! [`HANDOFF_RESERVATION`](baton_core::signals::HANDOFF_RESERVATION). With nobody queued a
+//! release reserves and publishes nothing.
 
 use async_trait::async_trait;
 use baton_core::semaphore::PermitInfo;
@@ -395,7 +398,8 @@ mod tests {
             ])
         );
 
-        // A waiter of another store queues; the release tells that store alone.
+        // A waiter of another store queues; the release reserves the permit for that store and
+        // tells it alone.
         let hub: &ReleaseHub = &b.hub;
         let _waiting = hub.subscribe(&key);
         let waiter = Holder::random();
@@ -413,7 +417,8 @@ mod tests {
                 ("time", 2),
                 ("zadd", 2),
                 ("zcount", 1),
-                ("zrem", 1),
+                // Its own reservation, if a release made one, and its permit again.
+                ("zrem", 2),
                 ("zrangebyscore", 2),
                 ("pttl", 1),
                 ("pexpire", 1),
@@ -433,6 +438,8 @@ mod tests {
                 ("hdel", 1),
                 ("zrange", 1),
                 ("publish", 1),
+                // The permit reserved for the store told.
+                ("zadd", 1),
             ])
         );
     }

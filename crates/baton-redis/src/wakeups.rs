@@ -21,10 +21,13 @@
 //! Because the subscription is permanent, a waiter's subscribe-before-attempt is a local
 //! operation and a handoff costs no `SUBSCRIBE` round trip.
 //!
-//! Semaphores queue their waiting stores in the same `{Q}:queue`, but a permit is neither
-//! reserved nor handed over: a release that frees one sends the store that waited longest a
-//! `p<Q>` message, this task wakes that store's waiters of `Q` (the first of them claims), and
-//! a store with no waiter left gives the turn to the next store (`permit_pass.lua`).
+//! Semaphores queue their waiting stores in the same `{Q}:queue`. A release that frees a
+//! permit reserves it, for [`HANDOFF_RESERVATION`], for the store that waited longest (the
+//! member `handoff:<store>` of `{Q}:permits`, which counts as held) and sends that store a
+//! `p<Q>` message; this task wakes the store's waiters of `Q`, and the first of them claims
+//! the reserved permit. A store with no waiter left gives its reservation to the next store
+//! (`permit_pass.lua`). So stores take permits in the order they queued, and a releaser that
+//! asks again at once queues behind them.
 //!
 //! ## Behavior
 //! - The connection's generation (1, 2, ... for each subscription) is the [`Handoffs`]
@@ -154,14 +157,18 @@ impl Identity {
 
 impl Identity {
     /// Gives up this store's turn for a permit of `key`, in the background: the store leaves
-    /// the key's queue and the next store in line is told instead (`permit_pass.lua`). A
-    /// failure is only logged: the next store's waiters look again when the permit that ends
-    /// soonest ends.
+    /// the key's queue, and the permit reserved for it is reserved for the next store in
+    /// line, which is told instead (`permit_pass.lua`). A failure is only logged: the
+    /// reservation ends on its own, and the next store's waiters look again when the permit
+    /// or reservation that ends soonest ends.
     fn pass_permit(&self, key: StoreKey, deadline: Duration) {
         let identity = self.clone();
         tokio::spawn(async move {
             let mut invocation = SCRIPTS.permit_pass.prepare_invoke();
-            invocation.key(keys::queue(&key)).arg(&identity.channel);
+            invocation
+                .key(keys::queue(&key))
+                .key(keys::permits(&key))
+                .arg(&identity.channel);
             let mut conn = identity.link.get();
             let what = format!("giving up the permit turn for {key}");
             let failed = match timeout(deadline, invocation.invoke_async::<Value>(&mut conn)).await
