@@ -14,11 +14,17 @@
 //!
 //! Waiting uses the file's wake-ups, as locks do (see `docs/sqlite.md`): a claim that finds
 //! every permit held while a waiter of this process waits queues the process for the key,
-//! inside its write transaction; a release that gave back a live permit tells the process
-//! that waited longest (and reachable) that it may claim. A permit is not reserved for it:
-//! the freed permit goes to whichever claim comes first, usually that process's. Where the
-//! wake-ups are unavailable, waiters poll every `poll_interval`, as lock waiters do; every
-//! waiter also looks again when the permit that ends soonest ends.
+//! inside its write transaction; a release that gave back a live permit reserves it for the
+//! process that waited longest (and reachable) and tells that process, inside its own
+//! transaction. The reservation is a row of `baton_permit` whose holder is
+//! `handoff:<process>/<fence of the released permit>` and whose fence is 0, ending
+//! [`HANDOFF_RESERVATION`](crate::wakeups::HANDOFF_RESERVATION) after the release: it counts
+//! as a held permit, so a claim of another process (the releaser asking again at once, a
+//! newcomer) finds the key full and queues behind, and a claim of that process takes it.
+//! It is never listed as a holder. So processes take permits in the order they queued. Where
+//! the wake-ups are unavailable, nothing is reserved and waiters poll every
+//! `poll_interval`, as lock waiters do; every waiter also looks again when the permit (or
+//! reservation) that ends soonest ends.
 
 use std::time::Duration;
 
@@ -74,7 +80,29 @@ UPDATE baton_permit SET expires_at = ?3 + ?4
 WHERE key = ?1 AND holder = ?2 AND expires_at > ?3
 RETURNING fence";
 
-/// How many live permits a key has (after [`DROP_ENDED`]: all its rows).
+/// Takes one of the live permits reserved for the caller's process (the one that ends
+/// soonest): a release reserved it for this process, whose claim this is. Returns a row when
+/// there was one.
+///
+/// Parameters: `?1` key, `?2` `handoff:<process>/` (the reservations' holder prefix), `?3`
+/// the first text after every holder with that prefix (`handoff:<process>0`), `?4` now.
+pub const TAKE_RESERVATION: &str = "\
+DELETE FROM baton_permit WHERE key = ?1 AND holder = (
+    SELECT holder FROM baton_permit
+    WHERE key = ?1 AND holder >= ?2 AND holder < ?3 AND expires_at > ?4
+    ORDER BY expires_at LIMIT 1)
+RETURNING 1";
+
+/// Reserves a permit for the process next in line: a row with no fence (0), holder
+/// `handoff:<process>/<fence of the released permit>`, ending at `?3`.
+///
+/// Parameters: `?1` key, `?2` holder, `?3` expires at.
+pub const RESERVE: &str = "\
+INSERT OR REPLACE INTO baton_permit (key, holder, fence, expires_at, permits)
+VALUES (?1, ?2, 0, ?3, 0)";
+
+/// How many live permits a key has, reservations included (after [`DROP_ENDED`]: all its
+/// rows).
 ///
 /// Parameters: `?1` key.
 pub const COUNT: &str = "SELECT count(*) FROM baton_permit WHERE key = ?1";
@@ -95,7 +123,7 @@ RETURNING fence";
 pub const INSERT: &str = "\
 INSERT INTO baton_permit (key, holder, fence, expires_at, permits) VALUES (?1, ?2, ?3, ?4, ?5)";
 
-/// The live permit that ends soonest: `holder`, `expires_at`.
+/// The live permit (or reservation) that ends soonest: `holder`, `expires_at`.
 ///
 /// Parameters: `?1` key, `?2` now.
 pub const SOONEST: &str = "\
@@ -109,29 +137,34 @@ pub const RENEW: &str = "\
 UPDATE baton_permit SET expires_at = ?3 + ?4
 WHERE key = ?1 AND holder = ?2 AND expires_at > ?3";
 
-/// Gives back the caller's permit, live or ended; returns whether it was live.
+/// Gives back the caller's permit, live or ended; returns whether it was live, and its
+/// fence.
 ///
 /// Parameters: `?1` key, `?2` holder, `?3` now.
 pub const RELEASE: &str = "\
 DELETE FROM baton_permit WHERE key = ?1 AND holder = ?2
-RETURNING expires_at > ?3";
+RETURNING expires_at > ?3, fence";
 
 /// The live permits of a key, oldest fence first: `holder`, `fence`, `expires_at`.
+/// Reservations (fence 0) are not permits.
 ///
 /// Parameters: `?1` key, `?2` now.
 pub const LIVE: &str = "\
-SELECT holder, fence, expires_at FROM baton_permit WHERE key = ?1 AND expires_at > ?2
+SELECT holder, fence, expires_at FROM baton_permit
+WHERE key = ?1 AND expires_at > ?2 AND fence > 0
 ORDER BY fence";
 
 /// The live permits of the first `?4` keys in `[?1, ?2)` that have any, by key then fence:
 /// `key`, `holder`, `fence`, `expires_at`, `permits`. One range read of the primary key.
+/// Reservations (fence 0) are not permits.
 ///
 /// Parameters: `?1` prefix, `?2` its upper bound, `?3` now, `?4` limit (keys).
 pub const LIST: &str = "\
 SELECT key, holder, fence, expires_at, permits FROM baton_permit
 WHERE key IN (SELECT DISTINCT key FROM baton_permit
-              WHERE key >= ?1 AND key < ?2 AND expires_at > ?3 ORDER BY key LIMIT ?4)
-  AND expires_at > ?3
+              WHERE key >= ?1 AND key < ?2 AND expires_at > ?3 AND fence > 0
+              ORDER BY key LIMIT ?4)
+  AND expires_at > ?3 AND fence > 0
 ORDER BY key, fence";
 
 /// [`LIST`] for a prefix that has no upper bound (it is empty, or ends in U+10FFFF only).
@@ -140,8 +173,8 @@ ORDER BY key, fence";
 pub const LIST_FROM: &str = "\
 SELECT key, holder, fence, expires_at, permits FROM baton_permit
 WHERE key IN (SELECT DISTINCT key FROM baton_permit
-              WHERE key >= ?1 AND expires_at > ?2 ORDER BY key LIMIT ?3)
-  AND expires_at > ?2
+              WHERE key >= ?1 AND expires_at > ?2 AND fence > 0 ORDER BY key LIMIT ?3)
+  AND expires_at > ?2 AND fence > 0
 ORDER BY key, fence";
 
 /// After a reboot: every permit is from the old boot, whose holders are gone.
@@ -255,6 +288,13 @@ fn claim(
         if let Some(own) = own {
             return Ok(Claim::Extended { fence: fence(own) });
         }
+        if let Some(handoff) = wakeups.handoff() {
+            // A permit a release reserved for this process makes room for this claim.
+            let (from, to) = (format!("{handoff}/"), format!("{handoff}0"));
+            conn.prepare_cached(TAKE_RESERVATION)?
+                .query_row(params![key, from, to, now], |_| Ok(()))
+                .optional()?;
+        }
         let held: i64 = conn.prepare_cached(COUNT)?.query_row([key], |r| r.get(0))?;
         if held < i64::from(permits) {
             let next: i64 = conn
@@ -321,20 +361,29 @@ impl SemaphoreStore for SqliteStore {
             .database()
             .run(Role::Write, "semaphore release", move |conn, db| {
                 let live = immediate(conn, |conn| {
-                    let live: Option<bool> = conn
+                    let now = clock::now();
+                    let released: Option<(bool, i64)> = conn
                         .prepare_cached(RELEASE)?
-                        .query_row(
-                            params![owned.as_str(), holder.as_str(), clock::now()],
-                            |r| r.get(0),
-                        )
+                        .query_row(params![owned.as_str(), holder.as_str(), now], |r| {
+                            Ok((r.get(0)?, r.get(1)?))
+                        })
                         .optional()?;
-                    let live = live == Some(true);
-                    if live && let Some(line) = db.wakeups.next_in_line(&owned) {
-                        // Inside the transaction, as a lock's release: the woken process's
-                        // claim waits for this commit's write lock.
+                    let Some((true, released)) = released else {
+                        return Ok(false);
+                    };
+                    if let Some(line) = db.wakeups.next_in_line(&owned) {
+                        // Inside the transaction, as a lock's release: no other claim takes
+                        // the permit before the reservation, and the woken process's claim
+                        // waits for this commit's write lock.
+                        let reservation = nanos(crate::wakeups::HANDOFF_RESERVATION);
+                        conn.prepare_cached(RESERVE)?.execute(params![
+                            owned.as_str(),
+                            format!("{}/{released}", line.handoff()),
+                            now + reservation
+                        ])?;
                         db.wakeups.hand_over(line);
                     }
-                    Ok(live)
+                    Ok(true)
                 })?;
                 if live {
                     // Here rather than after the await: a caller that stops waiting for the

@@ -8,6 +8,8 @@
 //! The children are `waiter_process`, run by the parents with a role (see
 //! `baton_testkit::process`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use std::time::Duration;
 use baton_core::{LockOptions, Locks};
 use baton_sqlite::{SqliteOptions, SqliteStore};
 use baton_testkit::process::{self, Child, ChildTest, wait_for_file, wait_until_async};
+use common::{queued, until_queued};
 
 const KEY: &str = "job";
 const HOLD: Duration = Duration::from_secs(60);
@@ -32,28 +35,6 @@ async fn locks_on(db: &Path) -> Locks {
 
 fn waiting(wait: Duration) -> LockOptions {
     LockOptions::new(HOLD).wait(wait)
-}
-
-/// The processes queued for a key: the entries of the wake-up directory that are not sockets.
-fn queued(db: &Path) -> usize {
-    let mut dir = db.as_os_str().to_owned();
-    dir.push("-wake");
-    std::fs::read_dir(PathBuf::from(dir))
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .filter(|e| !e.file_name().to_string_lossy().starts_with("p."))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-async fn until_queued(db: &Path, n: usize) {
-    wait_until_async(&format!("{n} processes queued"), PATIENCE, || {
-        queued(db) == n
-    })
-    .await
-    .unwrap();
 }
 
 /// Starts a child that waits `wait` for the key; it writes `<name>.acquired` (holding its

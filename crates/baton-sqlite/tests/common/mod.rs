@@ -28,6 +28,32 @@ pub async fn open_impatient(path: &Path, busy: Duration) -> SqliteStore {
     open_with(path, SqliteOptions::new().busy_timeout(busy)).await
 }
 
+/// The processes queued for a key of the file at `db`: the entries of its wake-up directory
+/// that are not sockets.
+pub fn queued(db: &Path) -> usize {
+    let mut dir = db.as_os_str().to_owned();
+    dir.push("-wake");
+    std::fs::read_dir(PathBuf::from(dir))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with("p."))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (up to 20 s) until `n` processes are queued on the file at `db`.
+pub async fn until_queued(db: &Path, n: usize) {
+    baton_testkit::process::wait_until_async(
+        &format!("{n} processes queued"),
+        Duration::from_secs(20),
+        || queued(db) == n,
+    )
+    .await
+    .unwrap();
+}
+
 /// A connection of its own (as an operator's `sqlite3` shell) holding the file's write
 /// lock until it runs `ROLLBACK`.
 pub fn write_lock(path: &Path) -> rusqlite::Connection {
