@@ -84,9 +84,9 @@ const MAX_RERUNS: usize = 64;
 /// ```
 pub struct PostgresStore {
     pub(crate) db: Db,
-    hub: Arc<ReleaseHub>,
+    pub(crate) hub: Arc<ReleaseHub>,
     /// Whom this store queued for keys, and the grants releases handed to them.
-    handoffs: Arc<Handoffs>,
+    pub(crate) handoffs: Arc<Handoffs>,
     /// The LISTEN connection: started at connect, or by the first wait with
     /// `listen=on-demand`; never without a `listen_target`.
     listener: OnceLock<Listener>,
@@ -446,6 +446,7 @@ fn listener_spec(
         unnamed: db.unnamed(),
         hub: Arc::clone(hub),
         handoffs: Arc::clone(handoffs),
+        db: db.clone(),
         options: db.options.clone(),
         server: target.redacted.clone(),
     }

@@ -10,24 +10,33 @@
 //!   `permits` is the N of the claim that was granted the permit, for listings; it was added
 //!   later (`ADD COLUMN IF NOT EXISTS`, default 0 = not recorded), not by a new schema
 //!   version, which every older replica would refuse.
-//! - `baton_permit_claim_v3(...)`: the claim ([`CLAIM_FUNCTION`]): a free slot below N,
-//!   taken by one `INSERT ... ON CONFLICT`, so claims of one key take no lock beyond the
-//!   slot's row and commit in parallel. A later algorithm gets a new name rather than
-//!   replacing this one under running replicas: v2 is v1 that also records N, v3 is v2
-//!   that reads the key's live permits once (the count and the free slot from one
-//!   materialized scan, instead of a count and a probe per slot), and the earlier ones are
-//!   left for the older replicas that call them (v1's permits record no N; one that reuses a
-//!   slot leaves the slot's earlier N, so during a rolling upgrade a listing's N may be
-//!   stale).
+//! - `baton_permit_claim_v4(...)`: the claim ([`CLAIM_FUNCTION`]): a permit reserved for
+//!   the caller's store, or a free slot below N taken by one `INSERT ... ON CONFLICT`, so
+//!   claims of one key take no lock beyond the slot's row and commit in parallel. A later
+//!   algorithm gets a new name rather than replacing this one under running replicas: v2 is
+//!   v1 that also records N, v3 is v2 that reads the key's live permits once (the count and
+//!   the free slot from one materialized scan, instead of a count and a probe per slot), v4
+//!   is v3 that takes reservations and queues its store, and the earlier ones are left for
+//!   the older replicas that call them (v1's permits record no N; one that reuses a slot
+//!   leaves the slot's earlier N, so during a rolling upgrade a listing's N may be stale; v3
+//!   counts a reservation as a held permit, and never queues, so its waiters are woken by
+//!   their timers).
 //!
 //! Fences come from the `baton_fence` sequence, as lock grants' do, so they increase across
 //! every permit of a key (and every grant of the database).
 //!
 //! ## Waking waiters
-//! A release that gave back a live permit notifies `baton_released` with the key, as a lock's
-//! plain release does: every listening store wakes its waiters of that key, and the first of
-//! each store's waiters claims. Permits are not handed over to a queued waiter the way lock
-//! grants are.
+//! Stores queue for permits in `baton_wait`, as for lock grants: a claim made while one of the
+//! store's waiters waits for the key, that finds every permit held, queues the store under its
+//! LISTEN backend's pid. A release that gave back a live permit reserves it for the store that
+//! waited longest (its row becomes `handoff:<pid>` with fence 0, for
+//! [`HANDOFF_RESERVATION`](baton_core::signals::HANDOFF_RESERVATION)) and notifies that store
+//! alone; its first waiter claims and takes the reservation. Meanwhile the reservation counts
+//! as a held permit, so a claim from elsewhere (the releaser asking again at once, a
+//! newcomer) finds the key full and queues behind: stores take permits in the order they
+//! queued, and one release wakes one store. A store told of a reservation it has no waiter
+//! for any more passes it to the next store ([`pass`]). With nobody queued, a release
+//! notifies `baton_released`, as a lock's plain release does.
 
 use std::time::Duration;
 
@@ -37,7 +46,11 @@ use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Re
 use baton_core::{Fence, Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use sqlx::Row;
 
+use baton_core::signals::HANDOFF_RESERVATION;
+
+use crate::connection::Db;
 use crate::error::{sql_error, unexpected};
+use crate::handoff;
 use crate::locks::PostgresStore;
 
 /// The permit objects, created in one transaction under
@@ -60,18 +73,22 @@ ALTER TABLE baton_permit ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAU
 
 /// One claim (see the module docs). Returns one row: `outcome` (`granted`, `extended` or
 /// `held`), `fence` (of the permit granted or extended), `holder` and `remaining_us` (of the
-/// live permit that ends soonest, when held).
+/// live permit or reservation that ends soonest, when held).
 ///
-/// The caller's own live permit is extended. Otherwise, while fewer than `p_permits` live
-/// permits are held, a free slot below `p_permits` is chosen at random and taken with one
-/// `INSERT ... ON CONFLICT` that replaces only an ended permit: two claims that chose the same
-/// slot meet at its primary key, the second finds it live and chooses again. Slots are what
-/// bound the holders, so clients that agree on N never see more than N; a client with a
-/// smaller N than others is refused while as many permits as its N are held (a smaller N
-/// revokes nothing).
+/// The caller's own live permit is extended. Otherwise a permit a release reserved for the
+/// caller's store (`p_pid`, its LISTEN backend's pid, given only while one of its waiters
+/// waits for the key) is deleted first, making room for this claim. Then,
+/// while fewer than `p_permits` live permits and reservations are held, a free slot below
+/// `p_permits` is chosen at random and taken with one `INSERT ... ON CONFLICT` that replaces
+/// only an ended permit: two claims that chose the same slot meet at its primary key, the
+/// second finds it live and chooses again. Slots are what bound the holders, so clients that
+/// agree on N never see more than N; a client with a smaller N than others is refused while
+/// as many permits as its N are held (a smaller N revokes nothing). A claim with `p_pid`
+/// that finds the key full queues its store in `baton_wait` (keeping its place if queued);
+/// one that is granted takes its store out of the queue.
 pub const CLAIM_FUNCTION: &str = r#"
-CREATE OR REPLACE FUNCTION baton_permit_claim_v3(
-    p_key text, p_holder text, p_ttl_ms bigint, p_permits bigint)
+CREATE OR REPLACE FUNCTION baton_permit_claim_v4(
+    p_key text, p_holder text, p_ttl_ms bigint, p_permits bigint, p_pid integer)
 RETURNS TABLE (outcome text, fence bigint, holder text, remaining_us bigint)
 LANGUAGE plpgsql VOLATILE AS $claim$
 DECLARE
@@ -87,8 +104,22 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+    IF p_pid IS NOT NULL THEN
+        -- A permit reserved for this store (a release woke it for it; the one that ends
+        -- soonest, if it has more) makes room for this claim, which then takes a slot as
+        -- any claim does: so it is granted only if the other live permits leave room under
+        -- its own N (a writer of a reader-writer lock claims with N = 1).
+        DELETE FROM baton_permit AS p
+        WHERE p.key = p_key AND p.holder = 'handoff:' || p_pid
+          AND p.expires_at > clock_timestamp()
+          AND p.slot = (SELECT r.slot FROM baton_permit AS r
+                        WHERE r.key = p_key AND r.holder = 'handoff:' || p_pid
+                          AND r.expires_at > clock_timestamp()
+                        ORDER BY r.expires_at LIMIT 1);
+    END IF;
     LOOP
-        -- One read of the key's live permits: how many, and a free slot below N.
+        -- One read of the key's live permits and reservations: how many, and a free slot
+        -- below N.
         WITH live AS MATERIALIZED (
             SELECT p.slot FROM baton_permit AS p
             WHERE p.key = p_key AND p.expires_at > clock_timestamp()
@@ -106,6 +137,12 @@ BEGIN
             FROM baton_permit AS p WHERE p.key = p_key AND p.expires_at > clock_timestamp()
             ORDER BY p.expires_at LIMIT 1;
             IF FOUND THEN
+                IF p_pid IS NOT NULL THEN
+                    INSERT INTO baton_wait AS w (key, pid, holder, ttl_ms, since)
+                    VALUES (p_key, p_pid, p_holder, p_ttl_ms, clock_timestamp())
+                    ON CONFLICT (key, pid) DO UPDATE
+                        SET holder = excluded.holder, ttl_ms = excluded.ttl_ms;
+                END IF;
                 RETURN NEXT;
                 RETURN;
             END IF;
@@ -121,6 +158,9 @@ BEGIN
         RETURNING 'granted', p.fence, NULL::text, NULL::bigint
         INTO outcome, fence, holder, remaining_us;
         IF FOUND THEN
+            IF p_pid IS NOT NULL THEN
+                DELETE FROM baton_wait AS w WHERE w.key = p_key AND w.pid = p_pid;
+            END IF;
             RETURN NEXT;
             RETURN;
         END IF;
@@ -137,13 +177,15 @@ SELECT to_regclass('baton_permit') IS NOT NULL
    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                WHERE attrelid = to_regclass('baton_permit') AND attname = 'permits'
                  AND NOT attisdropped)
-   AND to_regprocedure('baton_permit_claim_v3(text, text, bigint, bigint)') IS NOT NULL";
+   AND to_regprocedure('baton_permit_claim_v4(text, text, bigint, bigint, integer)') IS NOT NULL";
 
 /// A claim.
 ///
-/// Parameters: `$1` key, `$2` holder, `$3` ttl (ms), `$4` permits.
+/// Parameters: `$1` key, `$2` holder, `$3` ttl (ms), `$4` permits, `$5` the LISTEN backend's
+/// pid of the claiming store while one of its waiters waits for the key (`integer`, `NULL`
+/// otherwise: the claim then neither takes a reservation nor queues).
 pub const CLAIM: &str =
-    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v3($1, $2, $3, $4)";
+    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v4($1, $2, $3, $4, $5)";
 
 /// Renews the caller's live permit (one changed row: renewed).
 ///
@@ -152,17 +194,56 @@ pub const RENEW: &str = "\
 UPDATE baton_permit SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
 WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()";
 
-/// Gives back the caller's permit, live or ended, and wakes the key's waiters when it was
-/// live. Returns one row, `live`, when the caller had a row. It commits asynchronously, as a
-/// lock's release that frees the key does: a release lost in a crash leaves the permit to
-/// its TTL, which is what a crashed holder's permit costs anyway.
+/// Gives back the caller's permit, live or ended. A live one is reserved for the store that
+/// has waited longest for the key (the oldest live entry of `baton_wait`, as a lock's
+/// release chooses), for `$3` ms: its row keeps its slot, with holder `handoff:<pid>`, fence
+/// 0 and no N, so it counts as held but is no permit, and only that store's claim takes it
+/// ([`CLAIM_FUNCTION`]). That store alone is notified, on its own channel
+/// ([`HANDOFF_CHANNEL`](crate::sql::HANDOFF_CHANNEL) and its pid), with `U+001E key`. With
+/// no store waiting the row is deleted and `baton_released` is notified with the key. The
+/// chosen entry and dead ones are deleted. Returns one row, `live`, when the caller had a
+/// row. It commits asynchronously, as a lock's release that frees the key does: a release or
+/// reservation lost in a crash leaves the permit to its TTL, which is what a crashed
+/// holder's permit costs anyway.
 ///
-/// Parameters: `$1` key, `$2` holder.
+/// A store that is told of a reservation while none of its waiters wants the permit any more
+/// runs this with `handoff:<its pid>` as the holder: the reservation goes to the next store.
+///
+/// Parameters: `$1` key, `$2` holder, `$3` reservation (ms).
 pub const RELEASE: &str = "\
-WITH gone AS (
-    DELETE FROM baton_permit WHERE key = $1 AND holder = $2
-    RETURNING expires_at > clock_timestamp() AS live
+WITH c AS (SELECT clock_timestamp() AS now),
+queue AS (
+    SELECT w.pid, w.since,
+           EXISTS (SELECT 1 FROM pg_stat_get_activity(w.pid) AS a
+                   WHERE a.application_name IS NULL OR a.application_name = 'baton-listen') AS alive
+    FROM baton_wait AS w
+    WHERE w.key = $1
+),
+next AS (SELECT pid FROM queue WHERE alive ORDER BY since, pid LIMIT 1),
+reserved AS (
+    UPDATE baton_permit AS p SET
+        holder = 'handoff:' || n.pid, fence = 0, permits = 0,
+        expires_at = c.now + $3 * interval '1 millisecond'
+    FROM c, next AS n
+    WHERE p.key = $1 AND p.holder = $2 AND p.expires_at > c.now
+    RETURNING n.pid
+),
+gone AS (
+    DELETE FROM baton_permit AS p USING c
+    WHERE p.key = $1 AND p.holder = $2
+      AND NOT (p.expires_at > c.now AND EXISTS (SELECT 1 FROM next))
+    RETURNING p.expires_at > c.now AS live
+),
+dequeued AS (
+    DELETE FROM baton_wait AS w USING queue AS q
+    WHERE w.key = $1 AND w.pid = q.pid
+      AND (NOT q.alive OR q.pid IN (SELECT pid FROM reserved))
 )
+SELECT true AS live,
+       pg_notify('baton_handoff_' || pid, chr(30) || $1) AS notified,
+       set_config('synchronous_commit', 'off', true) AS commit_mode
+FROM reserved
+UNION ALL
 SELECT live, CASE WHEN live THEN pg_notify('baton_released', $1) END AS notified,
        set_config('synchronous_commit', 'off', true) AS commit_mode
 FROM gone";
@@ -174,7 +255,7 @@ pub const LIVE: &str = "\
 SELECT holder, fence,
        greatest((extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint, 0)
            AS remaining_us
-FROM baton_permit WHERE key = $1 AND expires_at > clock_timestamp()
+FROM baton_permit WHERE key = $1 AND expires_at > clock_timestamp() AND fence > 0
 ORDER BY fence";
 
 /// The live permits of the first `$3` keys in `[$1, $2)` that have any, by key then fence:
@@ -185,13 +266,13 @@ pub const LIST: &str = "\
 WITH c AS (SELECT clock_timestamp() AS now),
 listed AS (
     SELECT DISTINCT p.key FROM baton_permit AS p, c
-    WHERE p.key >= $1 AND p.key < $2 AND p.expires_at > c.now
+    WHERE p.key >= $1 AND p.key < $2 AND p.expires_at > c.now AND p.fence > 0
     ORDER BY p.key LIMIT $3
 )
 SELECT p.key, p.holder, p.fence, p.permits,
        greatest((extract(epoch FROM p.expires_at - c.now) * 1000000)::bigint, 0) AS remaining_us
 FROM baton_permit AS p JOIN listed USING (key), c
-WHERE p.expires_at > c.now
+WHERE p.expires_at > c.now AND p.fence > 0
 ORDER BY p.key, p.fence";
 
 /// [`LIST`] for a prefix that has no upper bound (it is empty, or ends in U+10FFFF only).
@@ -201,14 +282,63 @@ pub const LIST_FROM: &str = "\
 WITH c AS (SELECT clock_timestamp() AS now),
 listed AS (
     SELECT DISTINCT p.key FROM baton_permit AS p, c
-    WHERE p.key >= $1 AND p.expires_at > c.now
+    WHERE p.key >= $1 AND p.expires_at > c.now AND p.fence > 0
     ORDER BY p.key LIMIT $2
 )
 SELECT p.key, p.holder, p.fence, p.permits,
        greatest((extract(epoch FROM p.expires_at - c.now) * 1000000)::bigint, 0) AS remaining_us
 FROM baton_permit AS p JOIN listed USING (key), c
-WHERE p.expires_at > c.now
+WHERE p.expires_at > c.now AND p.fence > 0
 ORDER BY p.key, p.fence";
+
+/// Gives back `holder`'s permit of `key` (or a reservation, as `handoff:<pid>`); whether it
+/// was live.
+async fn release(db: &Db, key: &StoreKey, holder: &Holder) -> Result<bool> {
+    let what = || format!("permit release of {key}");
+    let reservation = i64::try_from(HANDOFF_RESERVATION.as_millis()).unwrap_or(i64::MAX);
+    let row = db
+        .call(
+            what,
+            || {
+                sqlx::query(RELEASE)
+                    .bind(key.as_str())
+                    .bind(holder.as_str())
+                    .bind(reservation)
+                    .fetch_optional(db.exec())
+            },
+            // A release that ran and was retried finds nothing the second time: the first
+            // answer is the one that counts.
+            |row| row.is_some(),
+        )
+        .await?;
+    match row {
+        Some(row) => row
+            .try_get::<bool, _>("live")
+            .map_err(|e| sql_error(e, &what(), &db.server)),
+        None => Ok(false),
+    }
+}
+
+/// Whether a notification `payload` tells this store of a permit reserved for it
+/// (`U+001E key`): the key, if so.
+pub(crate) fn reserved_key(payload: &str) -> Option<StoreKey> {
+    payload
+        .strip_prefix('\u{1e}')
+        .filter(|key| !key.is_empty())
+        .map(|key| StoreKey::from_stored(key.to_owned()))
+}
+
+/// Gives up the permit of `key` reserved for the store whose LISTEN backend is `pid`, none
+/// of whose waiters wants it any more, in the background: the release hands the reservation
+/// to the next store in line. A failure is only logged: the reservation ends on its own.
+pub(crate) fn pass(db: Db, key: StoreKey, pid: i32) {
+    tokio::spawn(async move {
+        let reservation = Holder::from_stored(format!("handoff:{pid}"));
+        if let Err(error) = release(&db, &key, &reservation).await {
+            tracing::debug!(%key, %error, "could not pass a permit reservation on; it ends on its own");
+        }
+    });
+}
 
 fn millis(ttl: Ttl) -> i64 {
     i64::try_from(ttl.get().as_millis()).unwrap_or(i64::MAX)
@@ -231,6 +361,13 @@ impl SemaphoreStore for PostgresStore {
         permits: u32,
     ) -> Result<Claim> {
         let what = || format!("permit claim of {key}");
+        // A waiter of this store subscribes before it claims: only then does the claim take a
+        // reservation for the store or queue it.
+        let pid = if self.hub.has_waiters(key) {
+            handoff::pid(&self.handoffs)
+        } else {
+            None
+        };
         let row = self
             .db
             .call(
@@ -241,6 +378,7 @@ impl SemaphoreStore for PostgresStore {
                         .bind(request.holder.as_str())
                         .bind(millis(request.ttl))
                         .bind(i64::from(permits))
+                        .bind(pid)
                         .fetch_one(self.db.exec())
                 },
                 // A claim that ran and was retried comes back as an extension: a permit
@@ -293,28 +431,7 @@ impl SemaphoreStore for PostgresStore {
     }
 
     async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
-        let what = || format!("permit release of {key}");
-        let row = self
-            .db
-            .call(
-                what,
-                || {
-                    sqlx::query(RELEASE)
-                        .bind(key.as_str())
-                        .bind(holder.as_str())
-                        .fetch_optional(self.db.exec())
-                },
-                // A release that ran and was retried finds nothing the second time: the
-                // first answer is the one that counts.
-                |row| row.is_some(),
-            )
-            .await?;
-        let live = match row {
-            Some(row) => row
-                .try_get::<bool, _>("live")
-                .map_err(|e| sql_error(e, &what(), &self.db.server))?,
-            None => false,
-        };
+        let live = release(&self.db, key, holder).await?;
         if live && !self.is_listening() {
             // Nobody hears this store's own notification: wake its own waiters here.
             self.wakeups().hub.notify(key);

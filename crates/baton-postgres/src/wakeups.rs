@@ -37,9 +37,11 @@ use baton_core::telemetry::{self, events};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 
+use crate::connection::Db;
 use crate::handoff;
 use crate::listener::{ListenTask, Sink, Spec};
 use crate::options::PostgresOptions;
+use crate::semaphore;
 use crate::sql;
 
 /// How often the LISTEN connection is checked with a heartbeat notification.
@@ -69,6 +71,8 @@ pub(crate) struct ListenerSpec {
     pub(crate) hub: Arc<ReleaseHub>,
     /// The store's hand-overs, which read the hand-over notifications.
     pub(crate) handoffs: Arc<Handoffs>,
+    /// The store's pool and options, for statements the notifications call for.
+    pub(crate) db: Db,
     /// The store's options.
     pub(crate) options: PostgresOptions,
     /// The LISTEN connection's server, as messages name it.
@@ -80,6 +84,7 @@ impl ListenerSpec {
         let wakeups = Arc::new(Wakeups {
             hub: self.hub,
             handoffs: self.handoffs,
+            db: self.db,
             healthy: AtomicBool::new(healthy),
         });
         let spec = Spec {
@@ -135,6 +140,8 @@ impl Listener {
 struct Wakeups {
     hub: Arc<ReleaseHub>,
     handoffs: Arc<Handoffs>,
+    /// The store's pool, to pass on a permit reserved for a store with no waiter for it.
+    db: Db,
     healthy: AtomicBool,
 }
 
@@ -142,6 +149,12 @@ impl Sink for Wakeups {
     fn notify(&self, payload: &str) {
         if handoff::is_handover(payload) {
             handoff::arrived(&self.handoffs, payload);
+        } else if let Some(key) = semaphore::reserved_key(payload) {
+            if self.hub.has_waiters(&key) {
+                self.hub.notify(&key);
+            } else if let Some(pid) = handoff::pid(&self.handoffs) {
+                semaphore::pass(self.db.clone(), key, pid);
+            }
         } else if !payload.is_empty() {
             self.hub.notify(&StoreKey::from_stored(payload.to_owned()));
         }
