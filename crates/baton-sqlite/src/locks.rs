@@ -19,7 +19,7 @@ use crate::options::SqliteOptions;
 use crate::schema::{self, immediate};
 use crate::sql;
 use crate::url;
-use crate::wakeups::{self, FileWakeups};
+use crate::wakeups::{self, FileWakeups, Handover};
 
 /// The embedded store: leases and locks in one SQLite file, safe across the processes of
 /// one host.
@@ -165,17 +165,22 @@ impl SqliteStore {
         let key = key.clone();
         self.db
             .run(Role::Write, "evict", move |conn, db| {
-                let evicted = immediate(conn, |conn| {
+                let (evicted, handover) = immediate(conn, |conn| {
                     let now = clock::now();
                     let evicted = conn
                         .prepare_cached(sql::EVICT)?
                         .execute(params![key.as_str(), now])?
                         == 1;
-                    if evicted {
-                        reserve(conn, &key, now, &db.wakeups)?;
-                    }
-                    Ok(evicted)
+                    let handover = if evicted {
+                        reserve(conn, &key, now, &db.wakeups)?
+                    } else {
+                        None
+                    };
+                    Ok((evicted, handover))
                 })?;
+                if let Some(handover) = handover {
+                    db.wakeups.deliver(handover);
+                }
                 if evicted {
                     db.wakeups.released(&key);
                 }
@@ -234,8 +239,10 @@ fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
         .with_source(e)
     })?;
     let wakeups = wakeups::for_file(&canonical);
+    let db = Arc::new(Database::new(path, options, Arc::clone(&wakeups), writer));
+    wakeups.attach(&db);
     Ok(SqliteStore {
-        db: Arc::new(Database::new(path, options, wakeups, writer)),
+        db,
         claims: AtomicU64::new(0),
     })
 }
@@ -301,16 +308,21 @@ impl Current {
 }
 
 /// One claim in one write transaction, taking a reservation for this process
-/// (`wakeups.handoff()`); queues the process inside it when the key is found held.
+/// (`wakeups.handoff()`); queues the process inside it when the key is found held, naming
+/// `holder` in its entry when `hand_over` (a release may then grant it the key).
+#[allow(clippy::too_many_arguments)]
 fn claim(
     conn: &Connection,
     key: &StoreKey,
-    holder: &str,
+    holder: &Holder,
     ttl: i64,
     reason: &str,
     sweep: bool,
+    hand_over: bool,
     wakeups: &FileWakeups,
 ) -> Result<Claim, OpError> {
+    let waiter = hand_over.then_some((holder, ttl));
+    let holder = holder.as_str();
     let queue_key = key;
     let key = key.as_str();
     let handoff = wakeups.handoff();
@@ -348,7 +360,7 @@ fn claim(
             });
         }
         // Before the commit: a release cannot come between this answer and the queue.
-        wakeups.held(queue_key);
+        wakeups.held(queue_key, waiter);
         Ok(Claim::Held {
             holder: Holder::from_stored(current),
             remaining: remaining(expires_at, now),
@@ -370,14 +382,30 @@ fn renew(conn: &Connection, key: &str, holder: &str, ttl: i64) -> Result<Renewal
     })
 }
 
-/// One release in one write transaction. When it freed the key, the key is reserved for
-/// the process next in line, which is told.
-fn release(
+/// One release in one write transaction, then what it handed over delivered: the key is
+/// granted to the waiting holder of the process next in line, or reserved for that process;
+/// either is told.
+pub(crate) fn release_and_hand_over(
     conn: &Connection,
     key: &StoreKey,
     holder: &str,
     wakeups: &FileWakeups,
 ) -> Result<Release, OpError> {
+    let (released, handover) = release(conn, key, holder, wakeups)?;
+    if let Some(handover) = handover {
+        wakeups.deliver(handover);
+    }
+    Ok(released)
+}
+
+/// One release in one write transaction. When it freed the key, the key is handed to the
+/// process next in line ([`reserve`]); a grant to be told after the commit is returned.
+fn release(
+    conn: &Connection,
+    key: &StoreKey,
+    holder: &str,
+    wakeups: &FileWakeups,
+) -> Result<(Release, Option<Handover>), OpError> {
     immediate(conn, |conn| {
         let now = clock::now();
         if conn
@@ -385,8 +413,8 @@ fn release(
             .execute(params![key.as_str(), holder, now])?
             == 1
         {
-            reserve(conn, key, now, wakeups)?;
-            return Ok(Release::Removed);
+            let handover = reserve(conn, key, now, wakeups)?;
+            return Ok((Release::Removed, handover));
         }
         let released = match Current::read(conn, key.as_str())?.and_then(|c| c.live_holder(now)) {
             // RELEASE spares only a live grant of someone else.
@@ -395,21 +423,43 @@ fn release(
             },
             _ => Release::NoHolder,
         };
-        Ok(released)
+        Ok((released, None))
     })
 }
 
-/// Inside the transaction that freed `key`: reserves it for the process next in line, and
-/// tells it.
+/// Inside the transaction that freed `key`: hands it to the process next in line. When its
+/// entry names a waiting holder, the key is granted to that holder (with the next fence and
+/// its TTL), and the grant is returned, to be told after the commit; otherwise the key is
+/// reserved for the process, which is told now.
 fn reserve(
     conn: &Connection,
     key: &StoreKey,
     now: i64,
     wakeups: &FileWakeups,
-) -> Result<(), OpError> {
+) -> Result<Option<Handover>, OpError> {
     let Some(line) = wakeups.next_in_line(key) else {
-        return Ok(());
+        return Ok(None);
     };
+    if let Some((holder, ttl)) = line.waiter() {
+        let granted: Option<i64> = conn
+            .prepare_cached(sql::GRANT)?
+            .query_row(
+                params![
+                    key.as_str(),
+                    holder.as_str(),
+                    now,
+                    ttl,
+                    "",
+                    clock::wall_micros(),
+                    None::<&str>
+                ],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(raw) = granted {
+            return Ok(Some(wakeups.granted_to(line, fence(raw)?)));
+        }
+    }
     let reservation = wakeups::HANDOFF_RESERVATION.as_nanos() as i64;
     conn.prepare_cached(sql::RESERVE)?.execute(params![
         key.as_str(),
@@ -418,7 +468,7 @@ fn reserve(
         line.handoff()
     ])?;
     wakeups.hand_over(line);
-    Ok(())
+    Ok(None)
 }
 
 /// A live grant's columns as [`sql::INSPECT`] and [`sql::LIST`] read them.
@@ -478,6 +528,21 @@ fn list(conn: &Connection, prefix: &str, limit: i64) -> Result<Vec<HolderInfo>, 
 impl LeaseStore for SqliteStore {
     async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
         let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
+        let handoffs = self.db.wakeups.handoffs();
+        if let Some(handed) = handoffs.take(key, holder) {
+            // Trusted from memory while at least half its TTL is left; an older one is
+            // confirmed by the claim below, which finds the key this holder's and extends it.
+            if handed.since.elapsed() < ttl.get() / 2 {
+                return Ok(Claim::HandedOver {
+                    fence: handed.fence,
+                    since: handed.since,
+                });
+            }
+        }
+        let hand_over = self.db.wakeups.may_hand_over(key, holder);
+        if hand_over {
+            handoffs.queueing(key, holder, tokio::time::Instant::now());
+        }
         let (key, holder, reason) = (key.clone(), holder.clone(), reason.to_owned());
         let sweep = self
             .claims
@@ -488,14 +553,16 @@ impl LeaseStore for SqliteStore {
                 let claimed = claim(
                     conn,
                     &key,
-                    holder.as_str(),
+                    &holder,
                     ttl_nanos(ttl),
                     &reason,
                     sweep,
+                    hand_over,
                     &db.wakeups,
                 )?;
                 if !matches!(claimed, Claim::Held { .. }) {
                     db.wakeups.granted(&key);
+                    db.wakeups.handoffs().granted(&key, &holder);
                 }
                 Ok(claimed)
             })
@@ -515,7 +582,7 @@ impl LeaseStore for SqliteStore {
         let (key, holder) = (key.clone(), holder.clone());
         self.db
             .run(Role::Write, "release", move |conn, db| {
-                let released = release(conn, &key, holder.as_str(), &db.wakeups)?;
+                let released = release_and_hand_over(conn, &key, holder.as_str(), &db.wakeups)?;
                 if released == Release::Removed {
                     // Here rather than after the await: a caller that stops waiting for the
                     // answer must not leave the waiters asleep.

@@ -308,7 +308,7 @@ fn claim(
             .prepare_cached(SOONEST)?
             .query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
         // Before the commit: a release cannot come between this answer and the queue.
-        wakeups.held(store_key);
+        wakeups.held(store_key, None);
         Ok(Claim::Held {
             holder: Holder::from_stored(holder),
             remaining: remaining(expires_at, now),

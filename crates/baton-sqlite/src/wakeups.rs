@@ -27,6 +27,18 @@
 //!   through [`ReleaseHub::notify`], and in the core only the first of them claims. So a
 //!   release wakes one waiter in one process, and processes take turns in the order they
 //!   started waiting.
+//! - **Hand-over.** A lock waiter's claim also writes, into its process's entry, which holder
+//!   waits and its TTL (`<ttl ns>\n<holder>`). A release that finds such an entry at the head
+//!   does not reserve the key: it grants it to that holder, with the next fence and the
+//!   holder's TTL, in its own transaction, and after the commit sends the process
+//!   `g<entry>\n<fence>\n<holder>` (a grant to this process's own waiter is given without a
+//!   message). The core's [`Handoffs`] wakes the holder's waiter, whose next claim answers
+//!   `HandedOver` from memory: a hand-over costs the release's commit and one message, where
+//!   a turn costs a second commit, the woken process's claim. A grant to a holder that is no
+//!   longer waiting (it gave up since its claim) is given back at once by its process (a
+//!   release as that holder, which hands the key on). Entries without a holder (an
+//!   election's campaigns, which must claim to record their value; a permit's waiters) get
+//!   the reservation above.
 //! - The process's entry stays until one of its waiters is granted the key.
 //! - The next process reached is told it is next (`w<entry>`) and keeps a timer of
 //!   [`NEXT_IN_LINE_WATCH`]: when it fires with no turn in between, its waiters claim again.
@@ -59,12 +71,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use baton_core::StoreKey;
 pub(crate) use baton_core::signals::HANDOFF_RESERVATION;
-use baton_core::signals::{ReleaseHub, WATCH_SLACK};
+use baton_core::signals::{Handoffs, ReleaseHub, WATCH_SLACK};
 use baton_core::telemetry::{self, events};
+use baton_core::{Fence, Holder, StoreKey};
+use tokio::runtime::Handle;
 
 use crate::clock;
+use crate::connection::{Database, Role};
 
 #[cfg(unix)]
 use std::os::unix::net::UnixDatagram;
@@ -108,8 +122,17 @@ pub(crate) const NEXT_IN_LINE_WATCH: Duration = HANDOFF_RESERVATION.saturating_a
 /// The `reason` of a reserved row starts with this, followed by the process's id.
 pub(crate) const HANDOFF_PREFIX: &str = "handoff:";
 
-/// The largest message: a kind byte and an entry name (a few dozen bytes).
-const MAX_MESSAGE: usize = 256;
+/// The largest message: a kind byte, an entry name (a few dozen bytes), and for a hand-over
+/// a fence and a holder of at most [`MAX_HANDED_HOLDER`] bytes.
+const MAX_MESSAGE: usize = 1024;
+
+/// The longest holder an entry names for a hand-over (baton's random lock holders are 32
+/// bytes); a waiter with a longer one is reserved for instead.
+const MAX_HANDED_HOLDER: usize = 512;
+
+/// This process's address for [`Handoffs`]: every hand-over message reaching its socket is
+/// for it, so one constant address serves while its wake-ups work.
+const ADDRESS: u64 = 1;
 
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<FileWakeups>>> {
     static FILES: OnceLock<Mutex<HashMap<PathBuf, Weak<FileWakeups>>>> = OnceLock::new();
@@ -141,6 +164,11 @@ pub(crate) struct FileWakeups {
 #[derive(Debug)]
 struct Shared {
     hub: Arc<ReleaseHub>,
+    /// The grants releases handed to this process's waiting holders.
+    handoffs: Arc<Handoffs>,
+    /// The stores on the file in this process, each with the runtime it was opened in: how
+    /// a grant is given back, and the runtime [`Handoffs`] needs for the receiving thread.
+    attached: Attached,
     /// The file, for messages.
     file: PathBuf,
     /// Set from the start, or once sending or receiving failed: waiters poll, and releases
@@ -177,11 +205,50 @@ impl Queued {
     }
 }
 
+/// The stores on one file in this process, each with the runtime it was opened in.
+type Attached = Arc<Mutex<Vec<(Weak<Database>, Handle)>>>;
+
+/// The first store on the file that is still open, with its runtime.
+fn attached_store(attached: &Attached) -> Option<(Arc<Database>, Handle)> {
+    let mut stores = attached.lock().unwrap_or_else(|p| p.into_inner());
+    stores.retain(|(db, _)| db.strong_count() > 0);
+    stores
+        .iter()
+        .find_map(|(db, handle)| Some((db.upgrade()?, handle.clone())))
+}
+
+/// Gives back a grant handed to `holder` of this process, who will never use it: a release
+/// as that holder, in the background, which hands the key on. Where no store on the file is
+/// open any more, or the release fails, the key stays held until the grant's TTL ends.
+fn give_back(attached: &Attached, key: StoreKey, holder: Holder) {
+    let Some((db, handle)) = attached_store(attached) else {
+        return;
+    };
+    handle.spawn(async move {
+        let given = db
+            .run(Role::Write, "give back a hand-over", move |conn, db| {
+                crate::locks::release_and_hand_over(conn, &key, holder.as_str(), &db.wakeups)
+            })
+            .await;
+        if let Err(error) = given {
+            telemetry::emit(
+                &events::LOCK_RELEASE_FAULTED,
+                None,
+                format_args!(
+                    "a grant handed to a waiter that stopped waiting could not be released, so the key stays held until its TTL: {error}"
+                ),
+            );
+        }
+    });
+}
+
 /// A message between processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// "Your turn": the key was released and this entry is the oldest reached.
     Turn,
+    /// "Yours": the key was granted to the holder this entry names (`<entry>\n<fence>\n<holder>`).
+    Granted,
     /// "You are next": look again after [`NEXT_IN_LINE_WATCH`] if no turn came.
     Next,
     /// Sent by a process to its own socket: stop receiving.
@@ -192,6 +259,7 @@ impl Kind {
     fn byte(self) -> u8 {
         match self {
             Kind::Turn => b'h',
+            Kind::Granted => b'g',
             Kind::Next => b'w',
             Kind::Stop => b'q',
         }
@@ -201,6 +269,7 @@ impl Kind {
         let (&kind, rest) = message.split_first()?;
         let kind = match kind {
             b'h' => Kind::Turn,
+            b'g' => Kind::Granted,
             b'w' => Kind::Next,
             b'q' => Kind::Stop,
             _ => return None,
@@ -240,6 +309,13 @@ fn directory_of(file: &Path) -> PathBuf {
 impl FileWakeups {
     fn open(file: &Path) -> FileWakeups {
         let hub = Arc::new(ReleaseHub::new());
+        let attached: Attached = Arc::default();
+        let handoffs = Arc::new({
+            let attached = Arc::clone(&attached);
+            Handoffs::new(Arc::clone(&hub), move |_, key, holder| {
+                give_back(&attached, key, holder)
+            })
+        });
         let dir = directory_of(file);
         let id = format!("{}-{:016x}", std::process::id(), rand_u64());
         let set_up = (|| -> io::Result<(UnixDatagram, UnixDatagram)> {
@@ -270,10 +346,15 @@ impl FileWakeups {
         };
         let shared = Arc::new(Shared {
             hub,
+            handoffs,
+            attached,
             file: file.to_owned(),
             polling: AtomicBool::new(push.is_none()),
             push,
         });
+        if shared.push.is_some() {
+            shared.handoffs.connected(ADDRESS);
+        }
         if let Some(push) = &shared.push {
             push.sweep();
         }
@@ -298,6 +379,34 @@ impl FileWakeups {
         &self.shared.hub
     }
 
+    /// The grants releases handed to this process's waiting holders.
+    pub(crate) fn handoffs(&self) -> &Arc<Handoffs> {
+        &self.shared.handoffs
+    }
+
+    /// Records a store opened on the file, in the current runtime: grants handed to holders
+    /// that stopped waiting are given back through it.
+    pub(crate) fn attach(&self, db: &Arc<Database>) {
+        if let Ok(handle) = Handle::try_current() {
+            let mut stores = self
+                .shared
+                .attached
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            stores.retain(|(db, _)| db.strong_count() > 0);
+            stores.push((Arc::downgrade(db), handle));
+        }
+    }
+
+    /// Whether a claim of `key` by `holder` may be answered by a hand-over: the holder
+    /// waits for it, and this process takes turns.
+    pub(crate) fn may_hand_over(&self, key: &StoreKey, holder: &Holder) -> bool {
+        self.handoff().is_some()
+            && self.shared.handoffs.address().is_some()
+            && holder.as_str().len() <= MAX_HANDED_HOLDER
+            && self.shared.hub.is_waiting(key, holder)
+    }
+
     /// `Some(poll_interval)` when waiters must poll: the wake-ups are unavailable.
     pub(crate) fn poll(&self, poll_interval: Duration) -> Option<Duration> {
         self.shared
@@ -307,8 +416,10 @@ impl FileWakeups {
     }
 
     /// Called inside a claim's write transaction that found `key` held: queues this process
-    /// for `key` when one of its waiters waits for it.
-    pub(crate) fn held(&self, key: &StoreKey) {
+    /// for `key` when one of its waiters waits for it. `waiter` names the waiting holder and
+    /// its TTL (ns) when the key may be handed to it ([`may_hand_over`](Self::may_hand_over)):
+    /// the entry then says so, and a release grants the key to that holder.
+    pub(crate) fn held(&self, key: &StoreKey, waiter: Option<(&Holder, i64)>) {
         let shared = &self.shared;
         let Some(push) = shared.push.as_ref() else {
             return;
@@ -317,20 +428,34 @@ impl FileWakeups {
             return;
         }
         let mut queued = push.queued.lock().unwrap_or_else(|p| p.into_inner());
-        if queued.by_key.contains_key(key) {
-            return;
-        }
-        let time = u64::try_from(clock::now()).unwrap_or(0);
-        let entry = format!("{}.{time:016x}.{}", key_hash(key), push.id);
-        match std::fs::File::create_new(push.dir.join(&entry)) {
-            Ok(_) => {
-                queued.by_key.insert(key.clone(), entry.clone());
-                queued.by_entry.insert(entry, key.clone());
+        let written = match queued.by_key.get(key) {
+            // Queued already: the entry keeps its place and names the holder waiting now.
+            Some(entry) => match waiter {
+                Some(waiter) => std::fs::write(push.dir.join(entry), waiter_text(waiter)),
+                None => Ok(()),
+            },
+            None => {
+                let time = u64::try_from(clock::now()).unwrap_or(0);
+                let entry = format!("{}.{time:016x}.{}", key_hash(key), push.id);
+                let made =
+                    std::fs::File::create_new(push.dir.join(&entry)).and_then(
+                        |mut f| match waiter {
+                            Some(waiter) => {
+                                io::Write::write_all(&mut f, waiter_text(waiter).as_bytes())
+                            }
+                            None => Ok(()),
+                        },
+                    );
+                if made.is_ok() {
+                    queued.by_key.insert(key.clone(), entry.clone());
+                    queued.by_entry.insert(entry, key.clone());
+                }
+                made
             }
-            Err(e) => {
-                drop(queued);
-                shared.degrade("cannot queue a waiter", &e);
-            }
+        };
+        if let Err(e) = written {
+            drop(queued);
+            shared.degrade("cannot queue a waiter", &e);
         }
     }
 
@@ -394,15 +519,68 @@ impl FileWakeups {
                 }
             };
             if reachable {
+                let waiter = push.waiter_of(&entry).filter(|(holder, _)| {
+                    // This process's own holder must still wait: one that gave up since its
+                    // claim gets a reservation (its process's next waiter claims).
+                    owner != push.id || shared.hub.is_waiting(key, holder)
+                });
                 return Some(Line {
                     key: key.clone(),
                     entry,
                     owner,
+                    waiter,
                     rest: entries.collect(),
                 });
             }
         }
         None
+    }
+
+    /// Called inside the write transaction of a release that granted `line`'s key to the
+    /// holder its entry names, with `fence`: tells the next process reached that it is next,
+    /// and returns the hand-over, which the caller delivers after the commit (a grant told
+    /// before it commits could be lost with it).
+    pub(crate) fn granted_to(&self, line: Line, fence: Fence) -> Handover {
+        let shared = &self.shared;
+        shared.send_first(Kind::Next, &mut line.rest.iter());
+        let (holder, _) = line
+            .waiter
+            .expect("a line granted to the holder its entry names");
+        Handover {
+            key: line.key,
+            entry: line.entry,
+            owner: line.owner,
+            holder,
+            fence,
+        }
+    }
+
+    /// Called after the commit of a release that handed its key over: tells the holder's
+    /// process (this one without a message). A process gone since it was reached leaves the
+    /// grant to its TTL, as a holder that died does.
+    pub(crate) fn deliver(&self, handover: Handover) {
+        let shared = &self.shared;
+        let Some(push) = shared.push.as_ref() else {
+            return;
+        };
+        if handover.owner == push.id {
+            shared.take_grant(handover.key, handover.holder, handover.fence);
+            // Granted: the process leaves the queue, as after a claim that granted.
+            shared.leave(&handover.entry);
+            return;
+        }
+        let text = format!(
+            "{}\n{}\n{}",
+            handover.entry,
+            handover.fence.get(),
+            handover.holder.as_str()
+        );
+        match push.send(Some(Kind::Granted), &text, &handover.owner) {
+            // Gone or full since it was reached: the grant ends with its TTL, as the grant of
+            // a holder that died does.
+            Ok(_) => {}
+            Err(e) => shared.degrade("cannot tell a process it was handed a key", &e),
+        }
     }
 
     /// Called after the commit of a release that freed `key`: while polling, wakes this
@@ -441,10 +619,29 @@ pub(crate) struct Line {
     key: StoreKey,
     entry: String,
     owner: String,
+    /// The holder the entry names, and its TTL (ns): the key may be granted to it.
+    waiter: Option<(Holder, i64)>,
     rest: Vec<String>,
 }
 
+/// A grant a release made to a waiting holder of another process (or of this one), to be
+/// told once the release has committed ([`Handover::deliver`]).
+#[derive(Debug)]
+#[must_use = "a hand-over must be delivered after the commit"]
+pub(crate) struct Handover {
+    key: StoreKey,
+    entry: String,
+    owner: String,
+    holder: Holder,
+    fence: Fence,
+}
+
 impl Line {
+    /// The holder the entry names and its TTL (ns), when the key may be granted to it.
+    pub(crate) fn waiter(&self) -> Option<&(Holder, i64)> {
+        self.waiter.as_ref()
+    }
+
     /// The `reason` of the reservation: `handoff:<process>`.
     pub(crate) fn handoff(&self) -> String {
         format!("{HANDOFF_PREFIX}{}", self.owner)
@@ -483,6 +680,17 @@ impl Drop for FileWakeups {
 impl Push {
     fn delete(&self, entry: &str) {
         let _ = std::fs::remove_file(self.dir.join(entry));
+    }
+
+    /// The waiting holder and its TTL (ns) that `entry` names, if it names one.
+    fn waiter_of(&self, entry: &str) -> Option<(Holder, i64)> {
+        let text = std::fs::read_to_string(self.dir.join(entry)).ok()?;
+        let (ttl, holder) = text.split_once('\n')?;
+        let ttl: i64 = ttl.parse().ok().filter(|t| *t > 0)?;
+        let valid = !holder.is_empty()
+            && holder.len() <= MAX_HANDED_HOLDER
+            && !holder.chars().any(char::is_control);
+        valid.then(|| (Holder::from_stored(holder.to_owned()), ttl))
     }
 
     /// The names in the directory that start with `prefix`, in order.
@@ -550,6 +758,7 @@ impl Push {
 impl Shared {
     fn degrade(&self, what: &str, error: &io::Error) {
         if !self.polling.swap(true, Ordering::Relaxed) {
+            self.handoffs.disconnected();
             telemetry::emit(
                 &events::STORE_PUSH_LOST,
                 None,
@@ -632,6 +841,17 @@ impl Shared {
                         watches.remove(entry);
                         self.turn(entry);
                     }
+                    Some((Kind::Granted, text)) => {
+                        if let Some((entry, fence, holder)) = parse_grant(text) {
+                            watches.remove(entry);
+                            if let Some(key) = self.key_of(entry) {
+                                self.take_grant(key, holder, fence);
+                                // Granted: the process leaves the queue, as after a claim
+                                // that granted.
+                                self.leave(entry);
+                            }
+                        }
+                    }
                     Some((Kind::Next, entry)) => {
                         watches.insert(entry.to_owned(), Instant::now() + NEXT_IN_LINE_WATCH);
                     }
@@ -660,6 +880,27 @@ impl Shared {
         }
     }
 
+    /// A release granted `key` to `holder` of this process with `fence`: the core's
+    /// [`Handoffs`] wakes its waiter, or, when the holder no longer waits, the grant is given
+    /// back (a release as that holder, which hands the key on).
+    fn take_grant(&self, key: StoreKey, holder: Holder, fence: Fence) {
+        if !self.hub.is_waiting(&key, &holder) {
+            give_back(&self.attached, key, holder);
+            return;
+        }
+        // Handoffs keeps a timer per hand-over: it runs in a runtime of this process's stores.
+        match Handle::try_current()
+            .ok()
+            .or_else(|| attached_store(&self.attached).map(|(_, h)| h))
+        {
+            Some(handle) => {
+                let _entered = handle.enter();
+                self.handoffs.arrived(ADDRESS, key, holder, fence);
+            }
+            None => give_back(&self.attached, key, holder),
+        }
+    }
+
     fn key_of(&self, entry: &str) -> Option<StoreKey> {
         let push = self.push.as_ref()?;
         let queued = push.queued.lock().unwrap_or_else(|p| p.into_inner());
@@ -680,6 +921,25 @@ impl Shared {
             self.pass_turn(hash);
         }
     }
+}
+
+/// The text of an entry that names its waiting holder: `<ttl ns>\n<holder>`.
+fn waiter_text((holder, ttl): (&Holder, i64)) -> String {
+    format!("{ttl}\n{}", holder.as_str())
+}
+
+/// The fields of a hand-over message's text: `<entry>\n<fence>\n<holder>`.
+fn parse_grant(text: &str) -> Option<(&str, Fence, Holder)> {
+    let mut fields = text.splitn(3, '\n');
+    let (entry, fence, holder) = (fields.next()?, fields.next()?, fields.next()?);
+    let fence: u64 = fence.parse().ok().filter(|f| *f > 0)?;
+    (owner_of(entry).is_some() && !holder.is_empty()).then(|| {
+        (
+            entry,
+            Fence::new(fence),
+            Holder::from_stored(holder.to_owned()),
+        )
+    })
 }
 
 /// A random number for this process's id: the pid alone may be reused by a later process

@@ -41,9 +41,15 @@ fn waiting(wait: Duration) -> LockOptions {
 /// fence) and `<name>.waited` (how long, in ms), or
 /// `<name>.gave-up` beside the file, and with `stay` waits for `exit` before it ends.
 fn spawn_waiter(db: &Path, name: &str, wait: Duration, stay: bool) -> Child {
+    spawn_waiter_for(db, name, wait, HOLD, stay)
+}
+
+/// [`spawn_waiter`] whose grant lives `ttl`.
+fn spawn_waiter_for(db: &Path, name: &str, wait: Duration, ttl: Duration, stay: bool) -> Child {
     ChildTest::new("waiter_process", name)
         .env("DB", db)
         .env("WAIT_MS", wait.as_millis().to_string())
+        .env("TTL_MS", ttl.as_millis().to_string())
         .env("STAY", if stay { "1" } else { "" })
         .spawn()
         .unwrap()
@@ -81,12 +87,17 @@ fn waiter_process() {
     let Some(name) = process::role() else { return };
     let db = PathBuf::from(process::parent_env("DB"));
     let wait = Duration::from_millis(process::parent_env("WAIT_MS").parse().unwrap());
+    let ttl = Duration::from_millis(process::parent_env("TTL_MS").parse().unwrap());
     let stay = !process::parent_env("STAY").is_empty();
     process::child_runtime().block_on(async {
         let locks = locks_on(&db).await;
         std::fs::write(marker(&db, &name, "waiting"), b"").unwrap();
         let started = std::time::Instant::now();
-        match locks.try_acquire(KEY, &waiting(wait)).await.unwrap() {
+        match locks
+            .try_acquire(KEY, &LockOptions::new(ttl).wait(wait))
+            .await
+            .unwrap()
+        {
             Some(guard) => {
                 let waited = started.elapsed().as_millis().to_string();
                 std::fs::write(marker(&db, &name, "waited"), waited).unwrap();
@@ -147,15 +158,32 @@ async fn a_killed_waiter_is_skipped_and_its_entry_deleted() {
     guard.release().await;
 }
 
+/// A paused process is handed the key as any waiting process is (the release cannot tell it
+/// is paused): the key is its holder's, as if it had claimed it just before the pause, and
+/// the next in line takes it when that grant's TTL ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_waiter_holds_the_key_up_only_until_the_next_looks_again() {
+async fn a_paused_waiter_holds_the_key_up_only_until_its_grant_ends() {
     let (_dir, db, locks, held) = held_on_a_fresh_file().await;
-    let mut paused = spawn_waiter(&db, "paused", Duration::from_secs(30), false);
+    let ttl = Duration::from_secs(1);
+    let mut paused = spawn_waiter_for(&db, "paused", Duration::from_secs(30), ttl, false);
     until_queued(&db, 1).await;
     paused.pause().unwrap();
     let waiter = queue_here(locks.clone(), &db, 2).await;
-    // The turn goes to the paused process; the next one is told it is next and looks again.
+    // The key goes to the paused process's holder; the next one is told it is next, looks
+    // again, finds it held, and claims again when that grant ends.
     held.release().await;
+    let (holder, reason): (Option<String>, String) = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT holder, reason FROM baton_grant WHERE key = 'baton:lock:job'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        holder.is_some() && reason.is_empty(),
+        "the release granted the key to the waiting holder itself, not a reservation: {holder:?} {reason:?}"
+    );
     let guard = waiter
         .await
         .unwrap()
