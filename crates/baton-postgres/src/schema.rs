@@ -95,6 +95,9 @@ pub(crate) async fn prepare(pool: &PgPool, lock_wait: Duration) -> Result<(), Sc
     (&mut *tx).execute(crate::limit::STEP_FUNCTION).await?;
     (&mut *tx).execute(crate::semaphore::SCHEMA).await?;
     (&mut *tx).execute(crate::semaphore::CLAIM_FUNCTION).await?;
+    (&mut *tx)
+        .execute(crate::semaphore::RELEASE_FUNCTION)
+        .await?;
     tx.commit().await?;
     Ok(())
 }

@@ -170,14 +170,15 @@ END
 $claim$;
 "#;
 
-/// Whether every object of [`SCHEMA`] and [`CLAIM_FUNCTION`] exists.
+/// Whether every object of [`SCHEMA`], [`CLAIM_FUNCTION`] and [`RELEASE_FUNCTION`] exists.
 pub const OBJECTS_EXIST: &str = "\
 SELECT to_regclass('baton_permit') IS NOT NULL
    AND to_regclass('baton_permit_holder') IS NOT NULL
    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                WHERE attrelid = to_regclass('baton_permit') AND attname = 'permits'
                  AND NOT attisdropped)
-   AND to_regprocedure('baton_permit_claim_v4(text, text, bigint, bigint, integer)') IS NOT NULL";
+   AND to_regprocedure('baton_permit_claim_v4(text, text, bigint, bigint, integer)') IS NOT NULL
+   AND to_regprocedure('baton_permit_release_v1(text, text, bigint)') IS NOT NULL";
 
 /// A claim.
 ///
@@ -194,59 +195,78 @@ pub const RENEW: &str = "\
 UPDATE baton_permit SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
 WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()";
 
-/// Gives back the caller's permit, live or ended. A live one is reserved for the store that
-/// has waited longest for the key (the oldest live entry of `baton_wait`, as a lock's
-/// release chooses), for `$3` ms: its row keeps its slot, with holder `handoff:<pid>`, fence
-/// 0 and no N, so it counts as held but is no permit, and only that store's claim takes it
-/// ([`CLAIM_FUNCTION`]). That store alone is notified, on its own channel
-/// ([`HANDOFF_CHANNEL`](crate::sql::HANDOFF_CHANNEL) and its pid), with `U+001E key`. With
-/// no store waiting the row is deleted and `baton_released` is notified with the key. The
-/// chosen entry and dead ones are deleted. Returns one row, `live`, when the caller had a
-/// row. It commits asynchronously, as a lock's release that frees the key does: a release or
-/// reservation lost in a crash leaves the permit to its TTL, which is what a crashed
-/// holder's permit costs anyway.
+/// The release ([`RELEASE`]), as a function so that the common case, nobody queued, is a
+/// delete and one index probe of `baton_wait`. Returns one row, `live`, when the caller had a
+/// row (none otherwise).
+///
+/// The caller's permit is deleted, live or ended. A live one, while stores are queued for the
+/// key, is reserved for the one that has waited longest and is still there (the oldest entry
+/// of `baton_wait` whose pid is a LISTEN backend, as a lock's release chooses; dead entries
+/// are deleted on the way), for `p_reserve_ms`: the freed slot gets a row with holder
+/// `handoff:<pid>`, fence 0 and no N, which counts as held but is no permit, and only that
+/// store's claim takes it ([`CLAIM_FUNCTION`]). That store alone is notified, on its own
+/// channel ([`HANDOFF_CHANNEL`](crate::sql::HANDOFF_CHANNEL) and its pid), with
+/// `U+001E key`, and its entry is deleted. With no store queued, `baton_released` is notified
+/// with the key. The commit is asynchronous, as a lock's release that frees the key is: a
+/// release or reservation lost in a crash leaves the permit to its TTL, which is what a
+/// crashed holder's permit costs anyway.
 ///
 /// A store that is told of a reservation while none of its waiters wants the permit any more
-/// runs this with `handoff:<its pid>` as the holder: the reservation goes to the next store.
+/// calls this with `handoff:<its pid>` as the holder: the reservation goes to the next store.
+pub const RELEASE_FUNCTION: &str = r#"
+CREATE OR REPLACE FUNCTION baton_permit_release_v1(
+    p_key text, p_holder text, p_reserve_ms bigint)
+RETURNS TABLE (live boolean)
+LANGUAGE plpgsql VOLATILE AS $release$
+DECLARE
+    freed integer;
+    waiter record;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF left(p_holder, 8) = 'handoff:' THEN
+        -- One of a store's reservations (it may have two of one key): the latest.
+        DELETE FROM baton_permit AS p
+        WHERE p.key = p_key AND p.holder = p_holder
+          AND p.slot = (SELECT o.slot FROM baton_permit AS o
+                        WHERE o.key = p_key AND o.holder = p_holder
+                        ORDER BY o.expires_at DESC LIMIT 1)
+        RETURNING p.slot, p.expires_at > clock_timestamp() INTO freed, live;
+    ELSE
+        -- A holder has one permit of a key.
+        DELETE FROM baton_permit AS p WHERE p.key = p_key AND p.holder = p_holder
+        RETURNING p.slot, p.expires_at > clock_timestamp() INTO freed, live;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF live THEN
+        FOR waiter IN
+            SELECT w.pid FROM baton_wait AS w WHERE w.key = p_key ORDER BY w.since, w.pid
+        LOOP
+            DELETE FROM baton_wait AS w WHERE w.key = p_key AND w.pid = waiter.pid;
+            IF EXISTS (SELECT 1 FROM pg_stat_get_activity(waiter.pid) AS a
+                       WHERE a.application_name IS NULL
+                          OR a.application_name = 'baton-listen') THEN
+                INSERT INTO baton_permit (key, slot, holder, fence, expires_at, permits)
+                VALUES (p_key, freed, 'handoff:' || waiter.pid, 0,
+                        clock_timestamp() + p_reserve_ms * interval '1 millisecond', 0);
+                PERFORM pg_notify('baton_handoff_' || waiter.pid, chr(30) || p_key);
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END LOOP;
+        PERFORM pg_notify('baton_released', p_key);
+    END IF;
+    RETURN NEXT;
+END
+$release$;
+"#;
+
+/// Gives back the caller's permit and hands a live one to the store that waited longest
+/// ([`RELEASE_FUNCTION`]). Returns one row, `live`, when the caller had a row.
 ///
-/// Parameters: `$1` key, `$2` holder, `$3` reservation (ms).
-pub const RELEASE: &str = "\
-WITH c AS (SELECT clock_timestamp() AS now),
-queue AS (
-    SELECT w.pid, w.since,
-           EXISTS (SELECT 1 FROM pg_stat_get_activity(w.pid) AS a
-                   WHERE a.application_name IS NULL OR a.application_name = 'baton-listen') AS alive
-    FROM baton_wait AS w
-    WHERE w.key = $1
-),
-next AS (SELECT pid FROM queue WHERE alive ORDER BY since, pid LIMIT 1),
-reserved AS (
-    UPDATE baton_permit AS p SET
-        holder = 'handoff:' || n.pid, fence = 0, permits = 0,
-        expires_at = c.now + $3 * interval '1 millisecond'
-    FROM c, next AS n
-    WHERE p.key = $1 AND p.holder = $2 AND p.expires_at > c.now
-    RETURNING n.pid
-),
-gone AS (
-    DELETE FROM baton_permit AS p USING c
-    WHERE p.key = $1 AND p.holder = $2
-      AND NOT (p.expires_at > c.now AND EXISTS (SELECT 1 FROM next))
-    RETURNING p.expires_at > c.now AS live
-),
-dequeued AS (
-    DELETE FROM baton_wait AS w USING queue AS q
-    WHERE w.key = $1 AND w.pid = q.pid
-      AND (NOT q.alive OR q.pid IN (SELECT pid FROM reserved))
-)
-SELECT true AS live,
-       pg_notify('baton_handoff_' || pid, chr(30) || $1) AS notified,
-       set_config('synchronous_commit', 'off', true) AS commit_mode
-FROM reserved
-UNION ALL
-SELECT live, CASE WHEN live THEN pg_notify('baton_released', $1) END AS notified,
-       set_config('synchronous_commit', 'off', true) AS commit_mode
-FROM gone";
+/// Parameters: `$1` key, `$2` holder (or `handoff:<pid>`), `$3` reservation (ms).
+pub const RELEASE: &str = "SELECT live FROM baton_permit_release_v1($1, $2, $3)";
 
 /// The live permits of a key, oldest fence first: `holder`, `fence`, `remaining_us`.
 ///
@@ -511,6 +531,8 @@ mod tests {
             assert!(!text.contains("{}"));
         }
         assert!(CLAIM_FUNCTION.contains("clock_timestamp()"));
+        assert!(RELEASE_FUNCTION.contains("clock_timestamp()"));
+        assert!(!RELEASE_FUNCTION.contains("now()"));
         assert!(
             !CLAIM_FUNCTION.contains("now()"),
             "now() is frozen per transaction"
