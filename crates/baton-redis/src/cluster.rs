@@ -32,8 +32,10 @@
 //!   it ran; it then answers that nobody held the key, which the core reports as a release
 //!   after expiry. The lock was freed either way.
 //! - Locks and leases only: the other capabilities answer `Unsupported` when a client is
-//!   built, naming the cluster; so do `min_replicas` (`WAIT` on a cluster) and `list` stays
-//!   best-effort across a failover (it scans every master in turn).
+//!   built, naming the cluster, and so does `min_replicas` (a `WAIT` on the key's master)
+//!   when the store is opened.
+//! - `list` scans every master in turn (`CLUSTER SLOTS`, then `SCAN` on each), then reads
+//!   each grant it found; during a failover it may miss a grant or fail `Unavailable`.
 
 use std::collections::BTreeSet;
 use std::fmt;
