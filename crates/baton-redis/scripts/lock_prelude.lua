@@ -166,6 +166,9 @@ local function helpers(fence_only)
     -- connection) is dropped from the queue and the next one is tried. `me` is the calling
     -- store, reached without a message when `me_waiting` is '1' (one of its waiters waits for
     -- the key now).
+    -- `who` and `counter` are the "{Q}:who" hash and the "{Q}:fence" counter when the caller
+    -- declared them as keys (a Redis Cluster store, so that every key a script touches is
+    -- declared); without them they are named from `grant`, in the same slot.
     -- Returns the store the key went to, with the fence and holder when it was granted; or
     -- false when nobody can take it (the caller then deletes the key).
     --
@@ -174,9 +177,10 @@ local function helpers(fence_only)
     -- second, leaves first (right after the caller's own reply) and the watch does not delay
     -- the handoff. If the turn reaches nobody, the watched store is the next one tried, and a
     -- watch followed by a turn is just a turn.
-    local function hand_off(grant, queue, me, me_waiting)
+    local function hand_off(grant, queue, me, me_waiting, who, counter)
         local name = string.sub(grant, 2, -2)
-        local who = grant .. ':who'
+        who = who or grant .. ':who'
+        counter = counter or grant .. ':fence'
         local reservation_ms = string.format('%d', HANDOFF_RESERVATION_MS)
         -- The first two stores in line: the one whose turn it is, and the one told to watch.
         local line = redis.call('ZRANGE', queue, 0, 1)
@@ -205,7 +209,7 @@ local function helpers(fence_only)
             local reached, fence
             if holder then
                 local err
-                fence, err = next_fence(grant .. ':fence', ttl)
+                fence, err = next_fence(counter, ttl)
                 if not fence then
                     error(err)
                 end

@@ -6,6 +6,10 @@
 --
 -- KEYS[1]  the grant: "{<qualified key>}"
 -- KEYS[2]  the queue of waiting stores: "{<qualified key>}:queue"
+-- KEYS[3]  the waiting holders of the queued stores: "{<qualified key>}:who"; optional
+-- KEYS[4]  the fence counter: "{<qualified key>}:fence"; optional. Without them the handoff
+--          names both from KEYS[1] (the same slot); a Redis Cluster store declares them, so
+--          that the script touches no key it did not declare
 -- ARGV[1]  holder
 -- ARGV[2]  this store: '1' when a waiter of this store waits for the key, else '0', followed
 --          by the store's wake-up channel (one argument: every argument costs each call)
@@ -39,7 +43,8 @@ end
 local me = string.sub(ARGV[2], 2)
 local to, handed, to_holder
 if marked then
-    to, handed, to_holder = hand_off(KEYS[1], KEYS[2], me, string.sub(ARGV[2], 1, 1))
+    to, handed, to_holder = hand_off(KEYS[1], KEYS[2], me, string.sub(ARGV[2], 1, 1), KEYS[3],
+        KEYS[4])
 end
 if not to then
     redis.call('DEL', KEYS[1])

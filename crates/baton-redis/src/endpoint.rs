@@ -223,6 +223,19 @@ fn no_primary(server: &str, master: &str, why: &[String]) -> Error {
 /// `Unsupported` for TLS in a build without the `tls` feature; `InvalidInput` when the
 /// redis client rejects the URL.
 pub(crate) fn client_for(url: &str, tls: bool, server: &str) -> Result<Client> {
+    tls_ready(tls, server)?;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| redis_error(e, "parsing the URL", server))?
+        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    Client::open(info).map_err(|e| redis_error(e, "opening a client", server))
+}
+
+/// Makes TLS ready for the connections of the store `server`, when `tls` asks for it.
+///
+/// # Errors
+/// `Unsupported` for TLS in a build without the `tls` feature.
+pub(crate) fn tls_ready(tls: bool, server: &str) -> Result<()> {
     if tls {
         #[cfg(not(feature = "tls"))]
         return Err(Error::unsupported(format!(
@@ -235,9 +248,7 @@ pub(crate) fn client_for(url: &str, tls: bool, server: &str) -> Result<Client> {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
     }
-    let info = url
-        .into_connection_info()
-        .map_err(|e| redis_error(e, "parsing the URL", server))?
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    Client::open(info).map_err(|e| redis_error(e, "opening a client", server))
+    // Named only by the error of a build without TLS.
+    let _ = server;
+    Ok(())
 }

@@ -9,6 +9,8 @@
 //! best-effort under failover: read the trade-offs in `docs/redis.md` before you rely on it.
 //!
 //! - [`RedisStore`]: the store; [`RedisOptions`]: its timeouts.
+//! - [`RedisClusterStore`]: locks and leases on a Redis Cluster (`redis+cluster://`); what
+//!   it does not do yet is in [`cluster`].
 //! - [`scripts`]: the Lua scripts it runs, for operators and benchmarks.
 //! - [`idempotency`]: the idempotency log's record layout and scripts.
 //! - [`wakeups`]: who a release wakes (the queue of waiting processes, handoffs), and what
@@ -27,6 +29,7 @@
 
 pub mod broadcast;
 pub mod cache;
+pub mod cluster;
 mod connection;
 pub mod doctor;
 mod endpoint;
@@ -43,6 +46,7 @@ mod server;
 mod url;
 pub mod wakeups;
 
+pub use cluster::RedisClusterStore;
 pub use locks::{FENCE_RETENTION, RedisStore};
 pub use options::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_MIN_REPLICAS, RedisOptions,

@@ -791,8 +791,8 @@ pub(crate) fn parse_claim(value: &Value) -> Option<Claim> {
 
 /// What the release script answered: the release, and whether the key went to this store.
 #[derive(Debug, PartialEq, Eq)]
-struct Released {
-    release: Release,
+pub(crate) struct Released {
+    pub(crate) release: Release,
     /// The key is now reserved for a waiter of this store.
     to_this_store: bool,
     /// The key is now granted to a waiting holder of this store, with this fence.
@@ -800,7 +800,7 @@ struct Released {
 }
 
 /// The answer of the release script: 0, 1 or 2, `{fence, holder}`, or the other holder's id.
-fn parse_release(value: &Value) -> Option<Released> {
+pub(crate) fn parse_release(value: &Value) -> Option<Released> {
     if let Value::Array(items) = value {
         let [granted, to] = items.as_slice() else {
             return None;
@@ -859,7 +859,7 @@ pub(crate) fn remaining(value: &Value) -> Option<Duration> {
 }
 
 /// The answer of the inspect script: `Some(None)` for nil, `None` for a malformed answer.
-fn holder_info(key: &StoreKey, value: &Value) -> Option<Option<HolderInfo>> {
+pub(crate) fn holder_info(key: &StoreKey, value: &Value) -> Option<Option<HolderInfo>> {
     match value {
         Value::Nil => Some(None),
         Value::Array(items) if items.len() == 4 => Some(Some(HolderInfo {

@@ -197,6 +197,11 @@ impl<'a> Evalsha<'a> {
         })
     }
 
+    /// The script this call runs.
+    pub(crate) fn script(&self) -> &Script {
+        self.script
+    }
+
     /// Loads the script (after `NOSCRIPT`).
     pub(crate) async fn load<C: ConnectionLike + Send>(&self, conn: &mut C) -> RedisResult<()> {
         self.script.load_async(conn).await.map(drop)

@@ -5,16 +5,21 @@
 //! rediss://...   (the same, over TLS)
 //! redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER_NAME[/db][?option=value&...]
 //! rediss+sentinel://...   (the same, over TLS to the sentinels and the servers)
+//! redis+cluster://[[user]:password@]host[:port][,host[:port]...][?option=value&...]
+//! rediss+cluster://...   (the same, over TLS to every node)
 //! ```
 //!
 //! The user and password are percent-decoded and sent with `AUTH` (an ACL user when a user
 //! is given); the database number is sent with `SELECT`; the port defaults to 6379 (26379
 //! for a sentinel). In a Sentinel URL the hosts are the sentinels, asked for the primary of
 //! `MASTER_NAME`; the credentials and the database are those of the Redis servers (the
-//! sentinels are asked without credentials). The query holds [`RedisOptions`], `name=value`
+//! sentinels are asked without credentials). In a Cluster URL the hosts are seed nodes, any
+//! nodes of the cluster (the client discovers the rest), and there is no database (a cluster
+//! has only database 0); it is parsed by [`parse_cluster`], and [`parse`] refuses it with
+//! advice. The query holds [`RedisOptions`], `name=value`
 //! joined by `&`. Anything else (an unknown or repeated option, a database that is not a
 //! number, a fragment, a path after the database, a Sentinel URL without a master name or
-//! without hosts) is rejected before any I/O, and no error message ever shows the password.
+//! without hosts, a Cluster URL with a path) is rejected before any I/O, and no error message ever shows the password.
 
 use baton_core::{Error, Result, redact_url};
 use url::Url;
@@ -23,6 +28,43 @@ use crate::options::RedisOptions;
 
 /// The port of a sentinel when the URL names none.
 const SENTINEL_PORT: u16 = 26379;
+
+/// The port of a cluster node when the URL names none.
+const NODE_PORT: u16 = 6379;
+
+/// A parsed `redis+cluster://` URL: the seed nodes to discover the cluster from.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct ClusterTarget {
+    /// The seed nodes, in the URL's order: host (an IPv6 address without brackets), port.
+    pub(crate) seeds: Vec<(String, u16)>,
+    /// The URL with the password replaced by `***`, for messages.
+    pub(crate) redacted: String,
+    /// Whether the connections use TLS (`rediss+cluster://`).
+    pub(crate) tls: bool,
+    /// The user, if one is given.
+    pub(crate) user: Option<String>,
+    /// `user:password@` as written in the URL (percent-encoded), or empty.
+    credentials: String,
+}
+
+impl ClusterTarget {
+    /// The seed nodes' URLs for the redis client, with the store's credentials.
+    pub(crate) fn seed_urls(&self) -> Vec<String> {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        self.seeds
+            .iter()
+            .map(|(host, port)| {
+                format!("{scheme}://{}{}", self.credentials, host_port(host, *port))
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for ClusterTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
 
 /// A parsed store URL.
 #[derive(Clone, PartialEq, Eq)]
@@ -97,11 +139,17 @@ pub(crate) fn parse(text: &str) -> Result<(Target, RedisOptions)> {
             return parse_sentinel(text, rest, tls);
         }
     }
+    if is_cluster(text) {
+        return Err(Error::invalid_input(format!(
+            "store URL {:?} names a Redis Cluster, which RedisStore does not open (it uses one server, or the primary Sentinel names); open it with RedisClusterStore, as baton::connect does",
+            redact_url(text)
+        )));
+    }
     let scheme_ok = text.starts_with("redis://") || text.starts_with("rediss://");
     let url = Url::parse(text).ok().filter(|_| scheme_ok);
     let Some(mut url) = url else {
         return Err(Error::invalid_input(format!(
-            "store URL {:?} is not a redis://, rediss:// or redis+sentinel:// URL; write redis://[[user]:password@]host[:port][/db]",
+            "store URL {:?} is not a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL; write redis://[[user]:password@]host[:port][/db]",
             redact_url(text)
         )));
     };
@@ -175,13 +223,7 @@ fn parse_sentinel(text: &str, rest: &str, tls: bool) -> Result<(Target, RedisOpt
     let db = database(&segments.collect::<Vec<_>>().join("/"), &bad)?;
     let options = query_options(query, &bad)?;
     // The credentials must read as a URL's; their user is the server's ACL user.
-    let user = if credentials.is_empty() {
-        None
-    } else {
-        let probe = Url::parse(&format!("redis://{credentials}h"))
-            .map_err(|_| bad("has credentials that are not user:password@".into()))?;
-        (!probe.username().is_empty()).then(|| probe.username().to_owned())
-    };
+    let user = credentials_user(credentials, &bad)?;
     Ok((
         Target {
             client_url: String::new(),
@@ -199,19 +241,106 @@ fn parse_sentinel(text: &str, rest: &str, tls: bool) -> Result<(Target, RedisOpt
     ))
 }
 
+/// Whether `text` is a `redis+cluster://` or `rediss+cluster://` URL.
+pub(crate) fn is_cluster(text: &str) -> bool {
+    text.starts_with("redis+cluster://") || text.starts_with("rediss+cluster://")
+}
+
+/// Parses a `redis+cluster://[credentials@]host[:port][,host[:port]...][?query]` URL.
+///
+/// # Errors
+/// `InvalidInput` naming the problem (with the password redacted).
+pub(crate) fn parse_cluster(text: &str) -> Result<(ClusterTarget, RedisOptions)> {
+    let (rest, tls) = if let Some(rest) = text.strip_prefix("redis+cluster://") {
+        (rest, false)
+    } else if let Some(rest) = text.strip_prefix("rediss+cluster://") {
+        (rest, true)
+    } else {
+        return Err(Error::invalid_input(format!(
+            "store URL {:?} is not a redis+cluster:// or rediss+cluster:// URL",
+            redact_url(text)
+        )));
+    };
+    let redacted = redact_url(text);
+    let bad = |what: String| Error::invalid_input(format!("store URL {redacted:?}: {what}"));
+    const FORM: &str = "write redis+cluster://host:port[,host:port...]";
+    if rest.contains('#') {
+        return Err(bad(
+            "has a fragment (#...); options go in the query, e.g. ?connect_timeout=1s".into(),
+        ));
+    }
+    // As in a Sentinel URL: the credentials end at the last '@' before the path.
+    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
+    let (credentials, after) = rest.split_at(host_start);
+    let (authority_and_path, query) = match after.split_once('?') {
+        Some((before, query)) => (before, query),
+        None => (after, ""),
+    };
+    let (hosts_text, path) = match authority_and_path.split_once('/') {
+        Some((hosts, path)) => (hosts, path),
+        None => (authority_and_path, ""),
+    };
+    if hosts_text.split(',').all(|h| h.trim().is_empty()) {
+        return Err(bad(format!("has no seed node; {FORM}")));
+    }
+    if !path.is_empty() {
+        return Err(bad(format!(
+            "has a path {path:?}; a Redis Cluster has only database 0, so {FORM} with nothing after the hosts but the options"
+        )));
+    }
+    let seeds = hosts_text
+        .split(',')
+        .map(|host| list_host(host, NODE_PORT, "seed node", "seed nodes", &bad))
+        .collect::<Result<Vec<_>>>()?;
+    let options = query_options(query, &bad)?;
+    let user = credentials_user(credentials, &bad)?;
+    Ok((
+        ClusterTarget {
+            seeds,
+            redacted,
+            tls,
+            user,
+            credentials: credentials.to_owned(),
+        },
+        options,
+    ))
+}
+
+/// The user of `user:password@` credentials, which must read as a URL's.
+fn credentials_user(credentials: &str, bad: &impl Fn(String) -> Error) -> Result<Option<String>> {
+    if credentials.is_empty() {
+        return Ok(None);
+    }
+    let probe = Url::parse(&format!("redis://{credentials}h"))
+        .map_err(|_| bad("has credentials that are not user:password@".into()))?;
+    Ok((!probe.username().is_empty()).then(|| probe.username().to_owned()))
+}
+
 /// One `host[:port]` of a Sentinel URL (`[v6]:port` for an IPv6 address).
 fn sentinel_host(text: &str, bad: &impl Fn(String) -> Error) -> Result<(String, u16)> {
+    list_host(text, SENTINEL_PORT, "sentinel", "sentinels", bad)
+}
+
+/// One `host[:port]` of a URL's list of hosts (`[v6]:port` for an IPv6 address), `what` in
+/// messages (one of `list`), `port` when it names none.
+fn list_host(
+    text: &str,
+    default_port: u16,
+    what: &str,
+    list: &str,
+    bad: &impl Fn(String) -> Error,
+) -> Result<(String, u16)> {
     let text = text.trim();
     if text.is_empty() {
-        return Err(bad(
-            "has an empty host in its list of sentinels (two commas, or a comma at an end)".into(),
-        ));
+        return Err(bad(format!(
+            "has an empty host in its list of {list} (two commas, or a comma at an end)"
+        )));
     }
     let (host, port) = if let Some(v6) = text.strip_prefix('[') {
         match v6.split_once(']') {
             Some((host, "")) => (host, None),
             Some((host, port)) if port.starts_with(':') => (host, Some(&port[1..])),
-            _ => return Err(bad(format!("sentinel {text:?} is not host:port"))),
+            _ => return Err(bad(format!("{what} {text:?} is not host:port"))),
         }
     } else {
         match text.rsplit_once(':') {
@@ -220,13 +349,13 @@ fn sentinel_host(text: &str, bad: &impl Fn(String) -> Error) -> Result<(String, 
         }
     };
     if host.is_empty() || host.contains(['/', '@', ' ']) {
-        return Err(bad(format!("sentinel {text:?} is not host:port")));
+        return Err(bad(format!("{what} {text:?} is not host:port")));
     }
     let port = match port {
-        None => SENTINEL_PORT,
+        None => default_port,
         Some(port) => port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
             bad(format!(
-                "sentinel {text:?} has a port that is not a number from 1 to 65535"
+                "{what} {text:?} has a port that is not a number from 1 to 65535"
             ))
         })?,
     };
@@ -345,11 +474,11 @@ mod tests {
         rejected("redis:///0", "has no host");
         rejected(
             "http://h",
-            "not a redis://, rediss:// or redis+sentinel:// URL",
+            "not a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL",
         );
         rejected(
             "redis:h",
-            "not a redis://, rediss:// or redis+sentinel:// URL",
+            "not a redis://, rediss://, redis+sentinel:// or redis+cluster:// URL",
         );
         rejected("redis://u:hunter2@h:notaport", "not a redis://");
         rejected(
@@ -444,5 +573,101 @@ mod tests {
         );
         rejected("redis+sentinel://a/m#x", "has a fragment");
         rejected("redis+sentinel://a/m?min_replicas=99", "between 0 and 32");
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let (target, options) = parse_cluster(
+            "redis+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001,node-c?response_timeout=500ms",
+        )
+        .unwrap();
+        assert_eq!(
+            target.seeds,
+            [
+                ("10.0.0.1".to_owned(), 7000),
+                ("::1".to_owned(), 7001),
+                ("node-c".to_owned(), 6379)
+            ]
+        );
+        assert!(!target.tls);
+        assert_eq!(target.user.as_deref(), Some("app"));
+        assert_eq!(options.get_response_timeout(), Duration::from_millis(500));
+        assert_eq!(
+            target.redacted,
+            "redis+cluster://app:***@10.0.0.1:7000,[::1]:7001,node-c?response_timeout=500ms"
+        );
+        assert_eq!(
+            target.seed_urls(),
+            [
+                "redis://app:s%40cret@10.0.0.1:7000",
+                "redis://app:s%40cret@[::1]:7001",
+                "redis://app:s%40cret@node-c:6379"
+            ]
+        );
+        let info = redis::IntoConnectionInfo::into_connection_info(target.seed_urls()[0].as_str())
+            .unwrap();
+        assert_eq!(info.redis_settings().password(), Some("s@cret"));
+        assert_eq!(info.redis_settings().username(), Some("app"));
+
+        let (target, options) = parse_cluster("rediss+cluster://h:7000").unwrap();
+        assert!(target.tls);
+        assert_eq!(target.user, None);
+        assert_eq!(options, RedisOptions::new());
+        assert_eq!(target.seed_urls(), ["rediss://h:7000"]);
+        // A trailing slash names no database; a password alone has no user.
+        let (target, _) = parse_cluster("redis+cluster://:only@h:1/?").unwrap();
+        assert_eq!(target.user, None);
+        assert_eq!(target.redacted, "redis+cluster://:***@h:1/?");
+    }
+
+    fn cluster_rejected(url: &str, needle: &str) {
+        let err = parse_cluster(url).expect_err(url);
+        assert!(err.is_invalid_input(), "{url}: {err}");
+        assert!(
+            err.message().contains(needle),
+            "{url}: expected {needle:?} in {err}"
+        );
+        assert!(!err.message().contains("hunter2"), "password leaked: {err}");
+    }
+
+    #[test]
+    fn bad_cluster_urls_name_the_problem() {
+        cluster_rejected("redis+cluster://u:hunter2@", "has no seed node");
+        cluster_rejected("redis+cluster://", "has no seed node");
+        cluster_rejected("redis+cluster://,", "has no seed node");
+        cluster_rejected(
+            "redis+cluster://u:hunter2@a,,b",
+            "an empty host in its list of seed nodes",
+        );
+        cluster_rejected(
+            "redis+cluster://a,",
+            "an empty host in its list of seed nodes",
+        );
+        cluster_rejected(
+            "redis+cluster://u:hunter2@a:x",
+            "seed node \"a:x\" has a port that is not a number",
+        );
+        cluster_rejected("redis+cluster://a:0", "port that is not a number");
+        cluster_rejected("redis+cluster://a:70000", "port that is not a number");
+        cluster_rejected(
+            "redis+cluster://[::1",
+            "seed node \"[::1\" is not host:port",
+        );
+        cluster_rejected("redis+cluster://u:hunter2@a:7000/0", "has a path \"0\"");
+        cluster_rejected("redis+cluster://a:7000/1", "only database 0");
+        cluster_rejected("redis+cluster://u:hunter2@a#x", "has a fragment");
+        cluster_rejected(
+            "redis+cluster://u:hunter2@a?db=1",
+            "unknown redis:// option \"db\"",
+        );
+        cluster_rejected("redis+cluster://a?connect_timeout=5", "duration \"5\"");
+        cluster_rejected("redis+cluster://a?min_replicas=99", "between 0 and 32");
+        cluster_rejected("redis://u:hunter2@a", "not a redis+cluster://");
+    }
+
+    #[test]
+    fn a_cluster_url_is_not_a_single_server() {
+        rejected("redis+cluster://u:hunter2@a:7000", "names a Redis Cluster");
+        rejected("rediss+cluster://a:7000", "open it with RedisClusterStore");
     }
 }

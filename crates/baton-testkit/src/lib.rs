@@ -20,6 +20,9 @@
 //!   restart.
 //! - [`sentinel`]: a private Redis Sentinel topology (primary, replica, three sentinels) for
 //!   failover tests.
+//! - [`redis_cluster`]: a private Redis Cluster (three masters, three replicas), once per test
+//!   binary or of a test's own, with the helpers failover tests need (a key's master, its
+//!   replica, `CLUSTER FAILOVER`, kill and restart of a node).
 //! - [`proxy`]: a TCP fault proxy (latency, blackhole, reset, dropped replies).
 //! - [`harness`]: [`Stores`](harness::Stores), the conformance harness every store's tests
 //!   share (a store opened on first use, kept, and opened again on `reopen`).
@@ -59,6 +62,7 @@ pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod redis_cluster;
 pub mod register;
 pub mod rw_workload;
 pub mod sentinel;

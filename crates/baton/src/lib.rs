@@ -9,6 +9,7 @@
 //! | `sqlite:///path/to/file.db` | embedded, one file, safe across the processes of one host |
 //! | `redis://[user:password@]host[:port][/db]`, `rediss://...` | a Redis server (TLS with `rediss://`) shared by replicas on many hosts |
 //! | `redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db]`, `rediss+sentinel://...` | the Redis primary that Sentinel names, followed across failovers |
+//! | `redis+cluster://[user:password@]host:port[,host:port...]`, `rediss+cluster://...` | a Redis Cluster, discovered from its seed nodes: locks and leases only so far (see `docs/redis.md`, "Cluster") |
 //! | `postgres://[user[:password]@]host[:port]/database[?sslmode=require]`, `postgresql://...` | a PostgreSQL database shared by replicas on many hosts (tables, `LISTEN`/`NOTIFY`) |
 //!
 //! Every lock is best-effort, as every lease-based lock is: a holder paused past its TTL

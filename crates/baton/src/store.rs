@@ -25,7 +25,7 @@ pub use baton_core::{
 #[cfg(feature = "postgres")]
 pub use baton_postgres::PostgresStore;
 #[cfg(feature = "redis")]
-pub use baton_redis::RedisStore;
+pub use baton_redis::{RedisClusterStore, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use baton_sqlite::SqliteStore;
 
@@ -39,6 +39,8 @@ pub(crate) async fn open(url: &str) -> Result<Arc<dyn Store>> {
         Engine::Sqlite => Arc::new(SqliteStore::connect(url).await?),
         #[cfg(feature = "redis")]
         Engine::Redis => Arc::new(RedisStore::connect(url).await?),
+        #[cfg(feature = "redis")]
+        Engine::RedisCluster => Arc::new(RedisClusterStore::connect(url).await?),
         #[cfg(feature = "postgres")]
         Engine::Postgres => Arc::new(PostgresStore::connect(url).await?),
     })
@@ -57,6 +59,8 @@ pub fn check_url(url: &str) -> Result<()> {
         Engine::Sqlite => SqliteStore::check_url(url),
         #[cfg(feature = "redis")]
         Engine::Redis => RedisStore::check_url(url),
+        #[cfg(feature = "redis")]
+        Engine::RedisCluster => RedisClusterStore::check_url(url),
         #[cfg(feature = "postgres")]
         Engine::Postgres => PostgresStore::check_url(url),
     }
@@ -69,6 +73,8 @@ enum Engine {
     Sqlite,
     #[cfg(feature = "redis")]
     Redis,
+    #[cfg(feature = "redis")]
+    RedisCluster,
     #[cfg(feature = "postgres")]
     Postgres,
 }
@@ -98,8 +104,11 @@ impl Engine {
             )),
             #[cfg(feature = "redis")]
             "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Ok(Engine::Redis),
+            #[cfg(feature = "redis")]
+            "redis+cluster" | "rediss+cluster" => Ok(Engine::RedisCluster),
             #[cfg(not(feature = "redis"))]
-            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => Err(Error::unsupported(
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+            | "rediss+cluster" => Err(Error::unsupported(
                 "this build of baton has no Redis store; enable the `redis` feature",
             )),
             #[cfg(feature = "postgres")]
@@ -116,7 +125,7 @@ impl Engine {
     }
 }
 
-const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, postgres://, postgresql://";
+const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, rediss+cluster://, postgres://, postgresql://";
 
 /// The default store: an SQLite file under the user's state directory,
 /// `$XDG_STATE_HOME/baton/baton.db`, else `~/.local/state/baton/baton.db`.

@@ -1,0 +1,378 @@
+//! The Redis store on a Redis Cluster (`redis+cluster://`), against private clusters started
+//! by `baton_testkit::redis_cluster` (three masters, three replicas on loopback).
+//!
+//! The lock and lease conformance suite runs on one cluster shared by this test binary
+//! (every rule in a namespace of its own, so keys spread over the masters); `evict` deletes
+//! a grant and its fence counter on the master of its slot, as an operator would. The tests
+//! that fail a master over start a cluster of their own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release, Renewal};
+use baton_core::{Fence, Holder, Key, KeyKind, LockOptions, Locks, Namespace, StoreKey, Ttl};
+use baton_redis::RedisClusterStore;
+use baton_testkit::harness::{Evictor, Opener, Stores};
+use baton_testkit::redis_cluster::RedisCluster;
+
+/// Short timeouts, so a failing test fails fast; long enough for a failover's retries.
+const OPTIONS: &str = "connect_timeout=1s&response_timeout=1s";
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The cluster this binary shares, started on first use, off the async workers.
+async fn shared() -> &'static RedisCluster {
+    tokio::task::spawn_blocking(RedisCluster::shared)
+        .await
+        .unwrap()
+}
+
+/// A cluster of the test's own, to fail over.
+async fn own_cluster() -> Arc<RedisCluster> {
+    Arc::new(
+        tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .unwrap()
+            .expect("a private Redis Cluster"),
+    )
+}
+
+async fn store(cluster: &RedisCluster) -> RedisClusterStore {
+    RedisClusterStore::connect(&format!("{}?{OPTIONS}", cluster.url()))
+        .await
+        .expect("connect to the private cluster")
+}
+
+/// The Redis key of `key`'s grant.
+fn grant(key: &StoreKey) -> String {
+    format!("{{{}}}", key.as_str())
+}
+
+/// Runs `f` on the cluster off the async workers.
+async fn blocking<T: Send + 'static>(
+    cluster: &Arc<RedisCluster>,
+    f: impl FnOnce(&RedisCluster) -> T + Send + 'static,
+) -> T {
+    let cluster = Arc::clone(cluster);
+    tokio::task::spawn_blocking(move || f(&cluster))
+        .await
+        .unwrap()
+}
+
+/// Opens stores (new connections) on the shared cluster; evicts a grant with an operator's
+/// `DEL` on the master of its slot.
+struct SharedCluster(&'static RedisCluster);
+
+#[async_trait]
+impl Opener for SharedCluster {
+    type Store = RedisClusterStore;
+
+    async fn open(&self) -> RedisClusterStore {
+        store(self.0).await
+    }
+}
+
+#[async_trait]
+impl Evictor for SharedCluster {
+    async fn evict(&self, key: &StoreKey) {
+        let grant = grant(key);
+        let cluster = self.0;
+        tokio::task::spawn_blocking(move || {
+            let master = cluster.master_for(&grant).expect("the key's master");
+            let counter = format!("{grant}:fence");
+            let deleted = cluster
+                .node(master)
+                .unwrap()
+                .command_ok(&["DEL", grant.as_str(), counter.as_str()])
+                .expect("operator DEL");
+            assert!(
+                deleted.as_integer().is_some_and(|n| n >= 1),
+                "nothing to evict at {grant}: {deleted:?}"
+            );
+        })
+        .await
+        .unwrap();
+    }
+}
+
+async fn harness() -> Stores<SharedCluster> {
+    Stores::new(SharedCluster(shared().await))
+}
+
+mod conformance {
+    baton_core::conformance_tests!(super::harness());
+}
+
+fn ttl(d: Duration) -> Ttl {
+    Ttl::new(d).unwrap()
+}
+
+async fn granted(store: &RedisClusterStore, key: &StoreKey, holder: &Holder, t: Duration) -> Fence {
+    match store
+        .claim(key, LeaseRequest::new(holder, ttl(t)))
+        .await
+        .expect("claim")
+    {
+        Claim::Granted { fence } => fence,
+        other => panic!("expected a grant of {key}, got {other:?}"),
+    }
+}
+
+/// Keys whose slots are served by different masters are held at once, each grant on its
+/// own master, through one store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_on_different_masters_are_held_at_once() {
+    let cluster = shared().await;
+    let ns = Namespace::new(format!("slots{}", &Holder::random().as_str()[..8])).unwrap();
+    // One key per master: qualify candidates until every master has one.
+    let mut by_master: BTreeMap<u16, StoreKey> = BTreeMap::new();
+    for i in 0..200 {
+        let key = ns.qualify(KeyKind::Lock, &Key::new(format!("k{i}")).unwrap());
+        let redis_key = grant(&key);
+        let master = tokio::task::spawn_blocking(move || cluster.master_for(&redis_key))
+            .await
+            .unwrap()
+            .unwrap();
+        by_master.entry(master).or_insert(key);
+        if by_master.len() == baton_testkit::redis_cluster::MASTERS {
+            break;
+        }
+    }
+    assert_eq!(
+        by_master.len(),
+        baton_testkit::redis_cluster::MASTERS,
+        "{by_master:?}"
+    );
+    let store = Arc::new(store(cluster).await);
+    let t = Duration::from_secs(10);
+    let claims = by_master.values().map(|key| {
+        let store = Arc::clone(&store);
+        let key = key.clone();
+        async move {
+            let holder = Holder::random();
+            let fence = granted(&store, &key, &holder, t).await;
+            (key, holder, fence)
+        }
+    });
+    let held = futures_util::future::join_all(claims).await;
+    for ((master, key), (_, holder, fence)) in by_master.iter().zip(&held) {
+        // Each grant is on its key's master, and only there among the masters.
+        let value = cluster
+            .node(*master)
+            .unwrap()
+            .command_ok(&["GET", grant(key).as_str()])
+            .unwrap()
+            .as_text()
+            .unwrap_or_default();
+        assert!(
+            value.ends_with(holder.as_str()) && value.starts_with(&fence.get().to_string()),
+            "{key} on {master}: {value:?}"
+        );
+        let info = store.inspect(key).await.unwrap().expect("held");
+        assert_eq!((&info.holder, info.fence), (holder, *fence));
+    }
+    let listed = store.list(&format!("{}:", ns.as_str()), 10).await.unwrap();
+    assert_eq!(listed.len(), held.len(), "{listed:?}");
+    // A second holder is refused each key while the first holds them all.
+    for (key, _, _) in &held {
+        let other = Holder::random();
+        let claim = store
+            .claim(key, LeaseRequest::new(&other, ttl(t)))
+            .await
+            .unwrap();
+        assert!(matches!(claim, Claim::Held { .. }), "{key}: {claim:?}");
+    }
+    for (key, holder, _) in &held {
+        assert_eq!(store.release(key, holder).await.unwrap(), Release::Removed);
+    }
+}
+
+/// `baton::connect` opens a `redis+cluster://` URL; what the cluster store does not offer
+/// yet is refused when the client is built, naming the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facade_opens_a_cluster_and_refuses_what_it_lacks() {
+    let cluster = shared().await;
+    let baton = baton::connect(&format!("{}?{OPTIONS}", cluster.url()))
+        .await
+        .expect("baton::connect(redis+cluster://)");
+    let guard = baton
+        .locks()
+        .acquire("facade", &LockOptions::new(Duration::from_secs(5)))
+        .await
+        .expect("a lock on the cluster");
+    assert!(guard.fence().get() > 0);
+    guard.release().await;
+    let e = baton.cache().expect_err("no cache on a cluster yet");
+    assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported, "{e}");
+    assert!(e.message().contains("Redis Cluster"), "{e}");
+    let e = baton::connect(&format!("{}?min_replicas=1", cluster.url()))
+        .await
+        .expect_err("min_replicas is refused");
+    assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported, "{e}");
+    baton::store::check_url(&cluster.url()).unwrap();
+}
+
+/// A lock survives a coordinated failover of its key's master (`CLUSTER FAILOVER` on the
+/// replica): after it the store finds the grant on the new master, the holder renews and
+/// releases it, nobody else is granted it meanwhile, and the next grants' fences are above
+/// every fence before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_survives_cluster_failover_with_fences_increasing() {
+    let cluster = own_cluster().await;
+    let store = store(&cluster).await;
+    let ns = Namespace::new("failover").unwrap();
+    let key = ns.qualify(KeyKind::Lock, &Key::new("job").unwrap());
+    let redis_key = grant(&key);
+    let t = Duration::from_secs(30);
+
+    let mut fences = Vec::new();
+    for _ in 0..3 {
+        let holder = Holder::random();
+        fences.push(granted(&store, &key, &holder, t).await);
+        assert_eq!(
+            store.release(&key, &holder).await.unwrap(),
+            Release::Removed
+        );
+    }
+    let holder = Holder::random();
+    let held = granted(&store, &key, &holder, t).await;
+    fences.push(held);
+
+    let master = blocking(&cluster, {
+        let k = redis_key.clone();
+        move |c| c.master_for(&k).unwrap()
+    })
+    .await;
+    let replica = blocking(&cluster, move |c| c.replica_of(master).unwrap()).await;
+    blocking(&cluster, move |c| c.failover(replica, FAILOVER_PATIENCE))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let now = blocking(&cluster, {
+        let k = redis_key.clone();
+        move |c| c.master_for(&k).unwrap()
+    })
+    .await;
+    assert_eq!(now, replica, "the replica serves the key's slot now");
+
+    // The grant is on the new master, as it was.
+    let info = store.inspect(&key).await.unwrap().expect("still held");
+    assert_eq!((&info.holder, info.fence), (&holder, held));
+    assert_eq!(
+        store.renew(&key, &holder, ttl(t)).await.unwrap(),
+        Renewal::Renewed
+    );
+    let other = Holder::random();
+    let claim = store
+        .claim(&key, LeaseRequest::new(&other, ttl(t)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&claim, Claim::Held { holder: h, .. } if *h == holder),
+        "{claim:?}"
+    );
+    // Through the policy layer too: a lock attempt of another store waits and gives up.
+    let locks = Locks::with_namespace(Arc::new(self::store(&cluster).await), ns.clone());
+    let attempt = locks
+        .try_acquire(
+            "job",
+            &LockOptions::new(Duration::from_secs(5)).wait(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    assert!(attempt.is_none(), "granted while held: {attempt:?}");
+    assert_eq!(
+        store.release(&key, &holder).await.unwrap(),
+        Release::Removed
+    );
+
+    for _ in 0..3 {
+        let holder = Holder::random();
+        fences.push(granted(&store, &key, &holder, t).await);
+        assert_eq!(
+            store.release(&key, &holder).await.unwrap(),
+            Release::Removed
+        );
+    }
+    let guard = locks
+        .acquire("job", &LockOptions::new(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    fences.push(guard.fence());
+    guard.release().await;
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences strictly increase across the failover: {fences:?}"
+    );
+}
+
+/// A master killed with SIGKILL: its replica takes over, the store follows it within the
+/// core's retries, and the fences of the key's grants after the failover are above every
+/// fence before it (the counter, or the new master's clock where the counter was not
+/// replicated yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_increase_across_a_killed_master() {
+    let cluster = own_cluster().await;
+    let store = store(&cluster).await;
+    let ns = Namespace::new("killed").unwrap();
+    let key = ns.qualify(KeyKind::Lock, &Key::new("job").unwrap());
+    let redis_key = grant(&key);
+    let t = Duration::from_secs(2);
+
+    let mut fences = Vec::new();
+    for _ in 0..3 {
+        let holder = Holder::random();
+        fences.push(granted(&store, &key, &holder, t).await);
+        assert_eq!(
+            store.release(&key, &holder).await.unwrap(),
+            Release::Removed
+        );
+    }
+    // Held when the master dies: the grant may or may not reach the replica.
+    fences.push(granted(&store, &key, &Holder::random(), t).await);
+    let master = blocking(&cluster, {
+        let k = redis_key.clone();
+        move |c| c.master_for(&k).unwrap()
+    })
+    .await;
+    let replica = blocking(&cluster, move |c| c.replica_of(master).unwrap()).await;
+    blocking(&cluster, move |c| {
+        c.kill(master).unwrap();
+        c.wait_healthy(FAILOVER_PATIENCE)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let now = blocking(&cluster, {
+        let k = redis_key.clone();
+        move |c| c.master_for(&k).unwrap()
+    })
+    .await;
+    assert_eq!(now, replica, "the replica serves the key's slot now");
+
+    // The first calls after the failover may still meet the dead master (the client reads
+    // the new slot map on its first error) and answer Unavailable; a caller tries again.
+    let locks = Locks::with_namespace(Arc::new(store), ns);
+    let options = LockOptions::new(Duration::from_secs(2)).wait(Duration::from_secs(10));
+    let deadline = tokio::time::Instant::now() + FAILOVER_PATIENCE;
+    let mut grants = 0;
+    while grants < 3 {
+        match locks.acquire("job", &options).await {
+            Ok(guard) => {
+                fences.push(guard.fence());
+                guard.release().await;
+                grants += 1;
+            }
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the key is not granted again after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences strictly increase across the failover: {fences:?}"
+    );
+}
