@@ -15,8 +15,9 @@
 //!   claim's write transaction, so a release (which needs the same write lock) cannot fall
 //!   between the claim and the entry: no wake-up is missed.
 //! - A release, inside its write transaction, lists the key's entries oldest first and finds
-//!   the first process that answers (an empty message reaches it; this process's own entry
-//!   counts when one of its waiters still waits), and **reserves** the key for it for
+//!   the first process that is there (a datagram `connect` to its socket succeeds, which
+//!   does not wake it; this process's own entry counts when one of its waiters still waits),
+//!   and **reserves** the key for it for
 //!   [`HANDOFF_RESERVATION`]: the row keeps no holder, and its `reason` is
 //!   `handoff:<process>` ([`sql::RESERVE`](crate::sql::RESERVE)). Only a claim of that
 //!   process takes the key meanwhile; others find it held by `handoff:<process>` and queue.
@@ -107,6 +108,9 @@ impl UnixDatagram {
         Self::unsupported()
     }
     fn send_to(&self, _: &[u8], _: PathBuf) -> io::Result<usize> {
+        Self::unsupported()
+    }
+    fn connect(&self, _: PathBuf) -> io::Result<()> {
         Self::unsupported()
     }
     fn recv(&self, _: &mut [u8]) -> io::Result<usize> {
@@ -509,8 +513,8 @@ impl FileWakeups {
                 }
                 wanted
             } else {
-                // An empty message: does the process live, and can it take a message now?
-                match push.send(None, &entry, &owner) {
+                // Does the process live? Its socket answers a connect without being woken.
+                match push.probe(&entry, &owner) {
                     Ok(reachable) => reachable,
                     Err(e) => {
                         shared.degrade("cannot reach a waiting process", &e);
@@ -537,12 +541,9 @@ impl FileWakeups {
     }
 
     /// Called inside the write transaction of a release that granted `line`'s key to the
-    /// holder its entry names, with `fence`: tells the next process reached that it is next,
-    /// and returns the hand-over, which the caller delivers after the commit (a grant told
-    /// before it commits could be lost with it).
+    /// holder its entry names, with `fence`: the hand-over, which the caller delivers after
+    /// the commit (a grant told before it commits could be lost with it).
     pub(crate) fn granted_to(&self, line: Line, fence: Fence) -> Handover {
-        let shared = &self.shared;
-        shared.send_first(Kind::Next, &mut line.rest.iter());
         let (holder, _) = line
             .waiter
             .expect("a line granted to the holder its entry names");
@@ -552,21 +553,25 @@ impl FileWakeups {
             owner: line.owner,
             holder,
             fence,
+            rest: line.rest,
         }
     }
 
     /// Called after the commit of a release that handed its key over: tells the holder's
-    /// process (this one without a message). A process gone since it was reached leaves the
-    /// grant to its TTL, as a holder that died does.
+    /// process (this one without a message), then the next process reached that it is next
+    /// (second, so that its wake-up does not delay the hand-over's). A process gone since it
+    /// was reached leaves the grant to its TTL, as a holder that died does.
     pub(crate) fn deliver(&self, handover: Handover) {
         let shared = &self.shared;
         let Some(push) = shared.push.as_ref() else {
             return;
         };
+        let rest = handover.rest;
         if handover.owner == push.id {
             shared.take_grant(handover.key, handover.holder, handover.fence);
             // Granted: the process leaves the queue, as after a claim that granted.
             shared.leave(&handover.entry);
+            shared.send_first(Kind::Next, &mut rest.iter());
             return;
         }
         let text = format!(
@@ -579,8 +584,9 @@ impl FileWakeups {
             // Gone or full since it was reached: the grant ends with its TTL, as the grant of
             // a holder that died does.
             Ok(_) => {}
-            Err(e) => shared.degrade("cannot tell a process it was handed a key", &e),
+            Err(e) => return shared.degrade("cannot tell a process it was handed a key", &e),
         }
+        shared.send_first(Kind::Next, &mut rest.iter());
     }
 
     /// Called after the commit of a release that freed `key`: while polling, wakes this
@@ -634,6 +640,8 @@ pub(crate) struct Handover {
     owner: String,
     holder: Holder,
     fence: Fence,
+    /// The queue behind it, to tell the next process reached that it is next.
+    rest: Vec<String>,
 }
 
 impl Line {
@@ -730,6 +738,27 @@ impl Push {
                 ) =>
             {
                 // The process is gone: forget its entry and its socket.
+                self.delete(entry);
+                let _ = std::fs::remove_file(self.dir.join(socket_name(owner)));
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `owner`'s socket is bound by a live process: a datagram `connect` to it,
+    /// which the kernel answers without waking the process. `Ok(false)` when it is gone (its
+    /// entry and socket are deleted).
+    fn probe(&self, entry: &str, owner: &str) -> io::Result<bool> {
+        let probe = UnixDatagram::unbound()?;
+        match probe.connect(self.dir.join(socket_name(owner))) {
+            Ok(()) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                ) =>
+            {
                 self.delete(entry);
                 let _ = std::fs::remove_file(self.dir.join(socket_name(owner)));
                 Ok(false)
