@@ -10,6 +10,7 @@
 //! | `redis://[user:password@]host[:port][/db]`, `rediss://...` | a Redis server (TLS with `rediss://`) shared by replicas on many hosts |
 //! | `redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db]`, `rediss+sentinel://...` | the Redis primary that Sentinel names, followed across failovers |
 //! | `postgres://[user[:password]@]host[:port]/database[?sslmode=require]`, `postgresql://...` | a PostgreSQL database shared by replicas on many hosts (tables, `LISTEN`/`NOTIFY`) |
+//! | `etcd://[user:password@]host[:port][,host[:port]...]` | an etcd cluster (feature `etcd`, off by default): locks and leases whose grants survive the loss of any one member, fenced by etcd revisions |
 //!
 //! Every lock is best-effort, as every lease-based lock is: a holder paused past its TTL
 //! loses the lock without knowing it. baton gives you what you need to stay correct anyway:
