@@ -1,7 +1,7 @@
 //! Wake-ups on etcd: a watch on each key that a waiter of this process waits for.
 //!
 //! When a claim answers `Held`, the store makes sure a watch runs on that key from the
-//! revision just after the one the claim read ([`Watches::ensure`]). The waiter subscribed
+//! revision just after the one the claim read. The waiter subscribed
 //! to the store's [`ReleaseHub`] before its claim, so every delete after the claim's read —
 //! a release by any process, or the cluster expiring the holder's lease — reaches it: etcd
 //! replays the events from that revision even when the watch is set up a little later.
