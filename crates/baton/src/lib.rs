@@ -245,6 +245,8 @@ mod guide {
     mod cache {}
     #[doc = include_str!("../../../docs/elections.md")]
     mod elections {}
+    #[doc = include_str!("../../../docs/etcd.md")]
+    mod etcd {}
     #[doc = include_str!("../../../docs/http.md")]
     mod http {}
     #[doc = include_str!("../../../docs/idempotency.md")]
