@@ -34,6 +34,8 @@
 //!   `postgres` user when the tests run as root), to stop, crash and restart.
 //! - [`pgbouncer`]: private PgBouncer poolers in front of them, in transaction or session
 //!   mode.
+//! - [`etcd`]: a private three-member etcd cluster on loopback, whose members can be killed,
+//!   paused and restarted.
 //!
 //! # Examples
 //! ```
@@ -54,6 +56,7 @@
 
 pub mod capture;
 pub mod check;
+pub mod etcd;
 pub mod harness;
 pub mod history;
 pub mod idempotency;

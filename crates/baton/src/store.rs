@@ -22,6 +22,8 @@ pub use baton_core::store::*;
 pub use baton_core::{
     DEFAULT_NAMESPACE, KeyKind, MAX_KEY_BYTES, MAX_NAMESPACE_BYTES, StoreKey, redact_url, signals,
 };
+#[cfg(feature = "etcd")]
+pub use baton_etcd::EtcdStore;
 #[cfg(feature = "postgres")]
 pub use baton_postgres::PostgresStore;
 #[cfg(feature = "redis")]
@@ -43,6 +45,8 @@ pub(crate) async fn open(url: &str) -> Result<Arc<dyn Store>> {
         Engine::RedisCluster => Arc::new(RedisClusterStore::connect(url).await?),
         #[cfg(feature = "postgres")]
         Engine::Postgres => Arc::new(PostgresStore::connect(url).await?),
+        #[cfg(feature = "etcd")]
+        Engine::Etcd => Arc::new(EtcdStore::connect(url).await?),
     })
 }
 
@@ -63,6 +67,8 @@ pub fn check_url(url: &str) -> Result<()> {
         Engine::RedisCluster => RedisClusterStore::check_url(url),
         #[cfg(feature = "postgres")]
         Engine::Postgres => PostgresStore::check_url(url),
+        #[cfg(feature = "etcd")]
+        Engine::Etcd => EtcdStore::check_url(url),
     }
 }
 
@@ -77,6 +83,8 @@ enum Engine {
     RedisCluster,
     #[cfg(feature = "postgres")]
     Postgres,
+    #[cfg(feature = "etcd")]
+    Etcd,
 }
 
 impl Engine {
@@ -117,6 +125,12 @@ impl Engine {
             "postgres" | "postgresql" => Err(Error::unsupported(
                 "this build of baton has no PostgreSQL store; enable the `postgres` feature",
             )),
+            #[cfg(feature = "etcd")]
+            "etcd" | "etcds" => Ok(Engine::Etcd),
+            #[cfg(not(feature = "etcd"))]
+            "etcd" | "etcds" => Err(Error::unsupported(
+                "this build of baton has no etcd store; enable the `etcd` feature",
+            )),
             other => Err(Error::invalid_input(format!(
                 "unknown store URL scheme {:?}; expected one of {KNOWN_SCHEMES}",
                 redact_url(other)
@@ -125,7 +139,7 @@ impl Engine {
     }
 }
 
-const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, rediss+cluster://, postgres://, postgresql://";
+const KNOWN_SCHEMES: &str = "memory://, sqlite://, redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster://, rediss+cluster://, postgres://, postgresql://, etcd://";
 
 /// The default store: an SQLite file under the user's state directory,
 /// `$XDG_STATE_HOME/baton/baton.db`, else `~/.local/state/baton/baton.db`.

@@ -1,0 +1,484 @@
+//! Locks and leases on etcd: how each [`LeaseStore`] atom maps to etcd's primitives.
+//!
+//! ## A grant
+//! A grant of the qualified key `k` is the etcd key `k` (the same bytes), attached to an
+//! etcd lease of its own whose TTL is the grant's TTL rounded up to whole seconds. Its value
+//! is
+//!
+//! ```text
+//! baton:v1\n<holder>\n<lease seconds>\n<reason>
+//! ```
+//!
+//! (a holder holds no control characters, so the first three newlines split it; the reason
+//! may hold anything; the lease's seconds tell a renewal whether a longer TTL needs a new
+//! lease, without asking the cluster). The cluster's leader expires the lease on its own clock and deletes
+//! the key with it: no client clock decides expiry.
+//!
+//! ## The fence is the grant's create revision
+//! Every change to etcd's keyspace gets the next revision of the whole cluster, and a key
+//! created again after a delete gets a new, larger create revision. So the create revision
+//! of the key that holds a grant is larger than that of every earlier grant of the key (and
+//! of every other key's earlier grants): fences strictly increase across grants, expiry,
+//! member failures and restarts, with no counter of baton's own to lose. Extending a grant
+//! (a re-claim by the same holder, a renewal onto a longer lease) re-puts the key, which
+//! keeps its create revision, so the fence stays the same. The one way back is a cluster
+//! rebuilt from nothing (a new data directory on every member): revisions start again at 1.
+//!
+//! ## The atoms
+//! - `claim`: a lease is granted for the TTL, then one transaction: if the key's create
+//!   revision is 0 (absent), put it with that lease — granted, and the transaction's
+//!   revision is the fence; else read it. A key that names this holder is extended: re-put
+//!   with the new lease (and reason) if it still has the lease it was read with, and the old
+//!   lease revoked. A key that names another holder is `Held`, with its lease's remaining
+//!   TTL as the cluster reports it; the unused lease is revoked in the background.
+//! - `renew`: read the key; if it names the holder, one keep-alive exchange on its lease
+//!   (the lease's TTL starts again), then read the key again to confirm it is still the same
+//!   grant. A renewal to another TTL than the lease's moves the grant onto a new lease, as
+//!   an extending claim does. A lease the cluster no longer knows is `NotHeld`: a late
+//!   renewal never revives a grant.
+//! - `release`: read the key; if it names the holder, a transaction deletes it only if it
+//!   is still attached to the lease it was read with, then the lease is revoked.
+//! - `inspect` and `list`: reads, with each lease's remaining TTL.
+//!
+//! Store faults (no member answering, no leader, a timeout) are errors of kind
+//! `Unavailable`, never contention.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
+use baton_core::{Fence, Holder, Result, StoreKey, Ttl};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+
+use crate::EtcdStore;
+use crate::error::{self, is_lease_not_found};
+
+/// The first line of every grant's value: which layout the rest follows.
+const LAYOUT: &str = "baton:v1";
+
+/// What `Held` reports for a lease the cluster has expired but not yet revoked (its leader
+/// sweeps expired leases periodically): a short while, after which waiters look again (the
+/// key's delete wakes them sooner through its watch).
+const EXPIRING: Duration = Duration::from_millis(100);
+
+/// How often an atom re-reads a key that changed between its read and its transaction
+/// before it answers `Unavailable`.
+const RACE_ATTEMPTS: usize = 8;
+
+/// The whole seconds of an etcd lease for `ttl`: rounded up, at least 1.
+pub fn lease_seconds(ttl: Ttl) -> i64 {
+    let ttl = ttl.get();
+    let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i64::try_from(seconds.max(1)).unwrap_or(i64::MAX)
+}
+
+/// The value of a grant of `holder` on a lease of `seconds`, for `reason`.
+fn encode(holder: &Holder, seconds: i64, reason: &str) -> String {
+    format!("{LAYOUT}\n{}\n{seconds}\n{reason}", holder.as_str())
+}
+
+/// A grant as read from the cluster.
+struct Stored {
+    holder: Holder,
+    reason: String,
+    /// The lease's TTL when it was granted, in seconds.
+    seconds: i64,
+    fence: i64,
+    lease: i64,
+}
+
+/// The grant a key-value holds, or `None` for a value baton did not write.
+fn decode(kv: &KeyValue) -> Option<Stored> {
+    let value = std::str::from_utf8(kv.value()).ok()?;
+    let mut parts = value.splitn(4, '\n');
+    if parts.next()? != LAYOUT {
+        return None;
+    }
+    let holder = Holder::new(parts.next()?).ok()?;
+    let seconds = parts.next()?.parse().ok()?;
+    let reason = parts.next()?.to_owned();
+    Some(Stored {
+        holder,
+        reason,
+        seconds,
+        fence: kv.create_revision(),
+        lease: kv.lease(),
+    })
+}
+
+/// The remaining time of a lease whose time-to-live the cluster reports as `seconds`
+/// (whole seconds, rounded down; -1 for a lease it no longer knows): `None` for a lease that
+/// is gone, at least [`EXPIRING`] for one that is still there.
+fn remaining_time(seconds: i64) -> Option<Duration> {
+    let seconds = u64::try_from(seconds).ok()?;
+    Some(Duration::from_secs(seconds).max(EXPIRING))
+}
+
+fn fence(revision: i64) -> Fence {
+    Fence::new(u64::try_from(revision).unwrap_or(0))
+}
+
+impl EtcdStore {
+    /// The key's current value, if any.
+    async fn read(&self, key: &StoreKey, what: &str) -> Result<Option<KeyValue>> {
+        let mut kv = self.client.kv_client();
+        let key = key.as_str().to_owned();
+        let mut answer = self
+            .call(what, async move { kv.get(key, None).await })
+            .await?;
+        Ok(answer.take_kvs().into_iter().next())
+    }
+
+    /// The grant `kv` holds, or an `Internal` error naming a value baton did not write.
+    fn stored(&self, key: &StoreKey, kv: &KeyValue, what: &str) -> Result<Stored> {
+        decode(kv).ok_or_else(|| {
+            error::unexpected(
+                what,
+                self.cluster(),
+                format_args!("the key {key} holds a value that is not a baton grant"),
+            )
+        })
+    }
+
+    /// A new lease of `seconds`.
+    async fn grant_lease(&self, seconds: i64) -> Result<i64> {
+        let mut leases = self.client.lease_client();
+        let answer = self
+            .call(
+                "lease grant",
+                async move { leases.grant(seconds, None).await },
+            )
+            .await?;
+        Ok(answer.id())
+    }
+
+    /// Revokes `lease`, deleting the keys attached to it; a lease already gone is fine.
+    async fn revoke(&self, lease: i64) -> Result<()> {
+        let mut leases = self.client.lease_client();
+        match tokio::time::timeout(self.options.get_response_timeout(), leases.revoke(lease)).await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if is_lease_not_found(&e) => Ok(()),
+            Ok(Err(e)) => Err(error::etcd_error(e, "lease revoke", self.cluster())),
+            Err(_) => Err(error::timed_out(
+                "lease revoke",
+                self.cluster(),
+                self.options.get_response_timeout(),
+            )),
+        }
+    }
+
+    /// Revokes a lease nobody uses, without waiting: its TTL removes it if this fails.
+    fn revoke_in_background(&self, lease: i64) {
+        let mut leases = self.client.lease_client();
+        let within = self.options.get_response_timeout();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(within, leases.revoke(lease)).await;
+        });
+    }
+
+    /// One keep-alive exchange on `lease` (its TTL starts again): whether the cluster still
+    /// knows it.
+    async fn keep_alive(&self, lease: i64) -> Result<bool> {
+        let mut leases = self.client.lease_client();
+        let within = self.options.get_response_timeout();
+        // The client sends one request and reads its answer; it reports a lease that is
+        // gone (TTL 0) as an error. Dropping the keeper ends the stream.
+        match tokio::time::timeout(within, leases.keep_alive(lease)).await {
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(e)) if is_lease_not_found(&e) => Ok(false),
+            Ok(Err(e)) => Err(error::etcd_error(e, "lease keep-alive", self.cluster())),
+            Err(_) => Err(error::timed_out("lease keep-alive", self.cluster(), within)),
+        }
+    }
+
+    /// `(remaining, granted)` seconds of `lease`; remaining is -1 for a lease the cluster
+    /// no longer knows.
+    async fn lease_ttl(&self, lease: i64) -> Result<(i64, i64)> {
+        let mut leases = self.client.lease_client();
+        let answer = self
+            .call("lease time-to-live", async move {
+                leases.time_to_live(lease, None).await
+            })
+            .await?;
+        Ok((answer.ttl(), answer.granted_ttl()))
+    }
+
+    /// Re-puts `key` with `value` on `new_lease` if it is still attached to `old_lease`,
+    /// keeping its create revision (the fence); revokes `old_lease` when it moved. Whether
+    /// it moved.
+    async fn move_to_lease(
+        &self,
+        key: &StoreKey,
+        old_lease: i64,
+        new_lease: i64,
+        value: String,
+    ) -> Result<bool> {
+        let txn = Txn::new()
+            .when([Compare::lease(key.as_str(), CompareOp::Equal, old_lease)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                value,
+                Some(PutOptions::new().with_lease(new_lease)),
+            )]);
+        let mut kv = self.client.kv_client();
+        let answer = self
+            .call("extend (txn)", async move { kv.txn(txn).await })
+            .await?;
+        if answer.succeeded() {
+            self.revoke_in_background(old_lease);
+        }
+        Ok(answer.succeeded())
+    }
+
+    /// What `Held` reports as the holder's remaining time.
+    async fn remaining(&self, lease: i64) -> Result<Duration> {
+        let (remaining, _) = self.lease_ttl(lease).await?;
+        Ok(remaining_time(remaining).unwrap_or(EXPIRING))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for EtcdStore {
+    async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
+        let seconds = lease_seconds(request.ttl);
+        let value = encode(request.holder, seconds, request.reason);
+        let lease = self.grant_lease(seconds).await?;
+        for _ in 0..RACE_ATTEMPTS {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    value.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
+                .or_else([TxnOp::get(key.as_str(), None)]);
+            let mut kv = self.client.kv_client();
+            let answer = match self
+                .call("claim (txn)", async move { kv.txn(txn).await })
+                .await
+            {
+                Ok(answer) => answer,
+                Err(e) => {
+                    self.revoke_in_background(lease);
+                    return Err(e);
+                }
+            };
+            if answer.succeeded() {
+                let revision = answer.header().map_or(0, |h| h.revision());
+                return Ok(Claim::Granted {
+                    fence: fence(revision),
+                });
+            }
+            let current = answer.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
+                _ => None,
+            });
+            // Deleted between the compare and the read: cannot happen in one transaction,
+            // but an empty answer is treated as a race and tried again.
+            let Some(current) = current else { continue };
+            let stored = match self.stored(key, &current, "claim") {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.revoke_in_background(lease);
+                    return Err(e);
+                }
+            };
+            if stored.holder != *request.holder {
+                self.revoke_in_background(lease);
+                let remaining = self.remaining(stored.lease).await?;
+                // Waiters of this process wake on the key's delete from here on.
+                let revision = answer.header().map_or(0, |h| h.revision());
+                self.watches.ensure(key, revision + 1);
+                return Ok(Claim::Held {
+                    holder: stored.holder,
+                    remaining,
+                });
+            }
+            // Ours already: move the grant onto the new lease (the TTL starts again, the
+            // reason is the new one), keeping its create revision.
+            match self
+                .move_to_lease(key, stored.lease, lease, value.clone())
+                .await
+            {
+                Ok(true) => {
+                    return Ok(Claim::Extended {
+                        fence: fence(stored.fence),
+                    });
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    self.revoke_in_background(lease);
+                    return Err(e);
+                }
+            }
+        }
+        self.revoke_in_background(lease);
+        Err(baton_core::Error::unavailable(format!(
+            "{}: claim of {key} failed: the key changed under {RACE_ATTEMPTS} attempts in a row",
+            self.cluster()
+        )))
+    }
+
+    async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        let Some(kv) = self.read(key, "renew (read)").await? else {
+            return Ok(Renewal::NotHeld);
+        };
+        let stored = self.stored(key, &kv, "renew")?;
+        if stored.holder != *holder {
+            return Ok(Renewal::NotHeld);
+        }
+        let seconds = lease_seconds(ttl);
+        let lease = if seconds != stored.seconds {
+            // Another TTL than the lease's (`keep_for`): move the grant onto a lease of the
+            // new TTL, keeping its fence.
+            let longer = self.grant_lease(seconds).await?;
+            let value = encode(holder, seconds, &stored.reason);
+            if !self.move_to_lease(key, stored.lease, longer, value).await? {
+                self.revoke_in_background(longer);
+                return Ok(Renewal::NotHeld);
+            }
+            longer
+        } else if self.keep_alive(stored.lease).await? {
+            stored.lease
+        } else {
+            return Ok(Renewal::NotHeld);
+        };
+        // Confirm that the key kept alive is still this grant: a key deleted between the
+        // first read and the keep-alive must not count as renewed.
+        let confirmed = self
+            .read(key, "renew (confirm)")
+            .await?
+            .is_some_and(|kv| kv.lease() == lease && kv.create_revision() == stored.fence);
+        Ok(if confirmed {
+            Renewal::Renewed
+        } else {
+            Renewal::NotHeld
+        })
+    }
+
+    async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        for _ in 0..RACE_ATTEMPTS {
+            let Some(kv) = self.read(key, "release (read)").await? else {
+                return Ok(Release::NoHolder);
+            };
+            let stored = self.stored(key, &kv, "release")?;
+            if stored.holder != *holder {
+                return Ok(Release::Reclaimed { by: stored.holder });
+            }
+            let txn = Txn::new()
+                .when([Compare::lease(key.as_str(), CompareOp::Equal, stored.lease)])
+                .and_then([TxnOp::delete(key.as_str(), None)]);
+            let mut client = self.client.kv_client();
+            let answer = self
+                .call("release (txn)", async move { client.txn(txn).await })
+                .await?;
+            if answer.succeeded() {
+                self.hub.notify(key);
+                // The key is gone; the lease has nothing else attached. Its TTL removes it
+                // if the revoke fails.
+                let _ = self.revoke(stored.lease).await;
+                return Ok(Release::Removed);
+            }
+        }
+        Err(baton_core::Error::unavailable(format!(
+            "{}: release of {key} failed: the key changed under {RACE_ATTEMPTS} attempts in a row",
+            self.cluster()
+        )))
+    }
+
+    async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
+        let Some(kv) = self.read(key, "inspect").await? else {
+            return Ok(None);
+        };
+        let stored = self.stored(key, &kv, "inspect")?;
+        self.info(key.clone(), stored).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let options = GetOptions::new().with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let options = if prefix.is_empty() {
+            options.with_all_keys()
+        } else {
+            options.with_prefix()
+        };
+        let mut kv = self.client.kv_client();
+        let from = prefix.to_owned();
+        let mut answer = self
+            .call("list", async move { kv.get(from, Some(options)).await })
+            .await?;
+        let mut found = Vec::new();
+        for kv in answer.take_kvs() {
+            // Keys baton did not write are not grants.
+            let (Ok(key), Some(stored)) = (kv.key_str(), decode(&kv)) else {
+                continue;
+            };
+            let key = StoreKey::from_stored(key.to_owned());
+            if let Some(info) = self.info(key, stored).await? {
+                found.push(info);
+            }
+        }
+        Ok(found)
+    }
+
+    fn wakeups(&self) -> Wakeups {
+        Wakeups {
+            hub: self.hub.clone(),
+            poll: None,
+        }
+    }
+}
+
+impl EtcdStore {
+    /// The live grant `stored` of `key`, with its lease's remaining time; `None` when the
+    /// cluster has expired the lease.
+    async fn info(&self, key: StoreKey, stored: Stored) -> Result<Option<HolderInfo>> {
+        let (remaining, _) = self.lease_ttl(stored.lease).await?;
+        let Some(remaining) = remaining_time(remaining) else {
+            return Ok(None);
+        };
+        Ok(Some(HolderInfo {
+            key,
+            holder: stored.holder,
+            fence: fence(stored.fence),
+            remaining,
+            reason: stored.reason,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ttl(ms: u64) -> Ttl {
+        Ttl::new(Duration::from_millis(ms)).unwrap()
+    }
+
+    #[test]
+    fn leases_are_whole_seconds_rounded_up() {
+        assert_eq!(lease_seconds(ttl(10)), 1);
+        assert_eq!(lease_seconds(ttl(1000)), 1);
+        assert_eq!(lease_seconds(ttl(1001)), 2);
+        assert_eq!(lease_seconds(ttl(30_000)), 30);
+    }
+
+    #[test]
+    fn remaining_time_is_whole_seconds_with_a_floor() {
+        assert_eq!(remaining_time(-1), None);
+        assert_eq!(remaining_time(0), Some(EXPIRING));
+        assert_eq!(remaining_time(7), Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn values_say_the_holder_the_lease_seconds_and_the_reason() {
+        let holder = Holder::new("instance-1").unwrap();
+        let value = encode(&holder, 3, "rewind\nwith a newline");
+        assert_eq!(value, "baton:v1\ninstance-1\n3\nrewind\nwith a newline");
+    }
+}

@@ -1,0 +1,255 @@
+//! The etcd store of baton. Not for direct use; see `baton`, which opens it for
+//! `etcd://host:port[,host:port...]` URLs when built with its `etcd` feature.
+//!
+//! Use it when a lock's exclusion must survive the failure of any one server: etcd keeps its
+//! data on a quorum of members (Raft), so a grant it acknowledged is not lost when the
+//! member that answered dies, and its revisions — baton's fences here — never go back.
+//!
+//! What is here:
+//! - [`EtcdStore`]: locks and leases ([`LeaseStore`](baton_core::store::LeaseStore)); each
+//!   grant is a key attached to an etcd lease whose TTL is the grant's, so the cluster
+//!   decides expiry ([`grants`] says how each atom maps to etcd, and why the fence is the
+//!   grant's create revision).
+//! - [`EtcdOptions`]: timeouts, also given in the URL's query.
+//! - Wake-ups: a watch on each key that a waiter of this process waits for ([`watch`]).
+//!
+//! Every other capability (rate limits, the cache, broadcast, idempotency records,
+//! claimable work, semaphores) answers `Unsupported` when it is asked for, naming the stores
+//! that offer it.
+//!
+//! ## Behavior
+//! - TTLs are whole seconds on etcd: a grant's lease is its TTL rounded up to the next
+//!   second (at least 1s), and the cluster may raise it to its minimum lease TTL. A holder's
+//!   own `valid_until` still uses the TTL it asked for, so it never believes it holds longer
+//!   than the cluster keeps the grant; other waiters may wait up to the rounded TTL.
+//! - A member that fails mid-request fails that request (`Unavailable`); the client sends
+//!   the next one to another member.
+//! - `etcds://` (TLS) is not supported yet and answers `Unsupported`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use baton_core::signals::ReleaseHub;
+use baton_core::store::{Capability, Store};
+use baton_core::{Error, Result};
+use etcd_client::{Client, ConnectOptions, GetOptions};
+
+mod error;
+pub mod grants;
+mod options;
+mod url;
+pub mod watch;
+
+pub use options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, EtcdOptions};
+
+use crate::url::Target;
+use crate::watch::Watches;
+
+/// Why the etcd store offers no capability beyond locks and leases yet.
+const NOT_YET: &str = "baton's etcd store offers locks and leases only so far";
+
+/// A store on an etcd cluster. See the [crate docs](crate).
+///
+/// Cheap to share behind an `Arc`; the client multiplexes every request over one
+/// connection per member.
+pub struct EtcdStore {
+    client: Client,
+    target: Target,
+    options: EtcdOptions,
+    hub: Arc<ReleaseHub>,
+    watches: Arc<Watches>,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("cluster", &self.target.redacted)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStore {
+    /// Opens the store that `url` names, with the options in its query:
+    /// `etcd://[user:password@]host[:port][,host[:port]...][?connect_timeout=..&response_timeout=..]`.
+    ///
+    /// Returns once a member has answered a read that needs the cluster's quorum, so a
+    /// cluster that cannot serve is refused here rather than at the first claim.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a malformed URL (before any I/O); `Unsupported` for `etcds://`;
+    /// `Unavailable` when no member answers within the connect and response timeouts, or
+    /// the credentials are refused.
+    pub async fn connect(url: &str) -> Result<EtcdStore> {
+        let (target, options) = url::parse(url)?;
+        EtcdStore::open(target, options).await
+    }
+
+    /// Checks `url` as [`EtcdStore::connect`] reads it, without connecting.
+    ///
+    /// # Errors
+    /// As [`EtcdStore::connect`], except `Unavailable`.
+    pub fn check_url(url: &str) -> Result<()> {
+        let (target, _) = url::parse(url)?;
+        refuse_tls(&target)
+    }
+
+    async fn open(target: Target, options: EtcdOptions) -> Result<EtcdStore> {
+        refuse_tls(&target)?;
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(options.get_connect_timeout())
+            .with_require_leader(true);
+        if let Some((user, password)) = &target.credentials {
+            connect = connect.with_user(user.clone(), password.clone());
+        }
+        let cluster = target.redacted.clone();
+        let deadline = options.get_connect_timeout() + options.get_response_timeout();
+        let endpoints = target.endpoints.clone();
+        let client = tokio::time::timeout(deadline, Client::connect(endpoints, Some(connect)))
+            .await
+            .map_err(|_| error::timed_out("connect", &cluster, deadline))?
+            .map_err(|e| error::etcd_error(e, "connect", &cluster))?;
+        let hub = Arc::new(ReleaseHub::new());
+        let watches = Watches::new(client.watch_client(), Arc::clone(&hub));
+        let store = EtcdStore {
+            client,
+            target,
+            options,
+            hub,
+            watches,
+        };
+        // A linearizable read goes through the leader's quorum: a cluster without one fails
+        // here. The probe key is never written.
+        let mut kv = store.client.kv_client();
+        store
+            .call_within("connect", deadline, async move {
+                kv.get("baton\u{0}probe", Some(GetOptions::new().with_count_only()))
+                    .await
+            })
+            .await?;
+        Ok(store)
+    }
+
+    /// The cluster's URL with the password replaced by `***`, as messages name it.
+    pub fn cluster(&self) -> &str {
+        &self.target.redacted
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &EtcdOptions {
+        &self.options
+    }
+
+    /// Runs one request, failing with `Unavailable` after the response timeout.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        self.call_within(what, self.options.get_response_timeout(), request)
+            .await
+    }
+
+    async fn call_within<T>(
+        &self,
+        what: &str,
+        within: std::time::Duration,
+        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(within, request).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(error::etcd_error(e, what, self.cluster())),
+            Err(_) => Err(error::timed_out(what, self.cluster(), within)),
+        }
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        self.watches.stop();
+    }
+}
+
+fn refuse_tls(target: &Target) -> Result<()> {
+    if target.tls {
+        return Err(Error::unsupported(format!(
+            "store URL {:?}: etcds:// (TLS) is not supported by baton's etcd store yet; use etcd:// on a trusted network",
+            target.redacted
+        )));
+    }
+    Ok(())
+}
+
+impl Store for EtcdStore {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::RateStore>> {
+        Err(Capability::RateLimits.unsupported(self.name(), Some(NOT_YET)))
+    }
+
+    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::CacheStore>> {
+        Err(Capability::Cache.unsupported(self.name(), Some(NOT_YET)))
+    }
+
+    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::BroadcastStore>> {
+        Err(Capability::Broadcast.unsupported(self.name(), Some(NOT_YET)))
+    }
+
+    fn idempotency_store(
+        self: Arc<Self>,
+    ) -> Result<Arc<dyn baton_core::idempotency::IdempotencyStore>> {
+        Err(Capability::Idempotency.unsupported(self.name(), Some(NOT_YET)))
+    }
+
+    fn work_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::work::WorkStore>> {
+        Err(Capability::Work.unsupported(self.name(), Some(NOT_YET)))
+    }
+
+    fn semaphore_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::SemaphoreStore>> {
+        Err(Capability::Semaphores.unsupported(self.name(), Some(NOT_YET)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        fn is_shared<T: Send + Sync + 'static>() {}
+        is_shared::<EtcdStore>();
+        is_shared::<EtcdOptions>();
+    }
+
+    #[test]
+    fn check_url_reads_without_connecting() {
+        assert!(EtcdStore::check_url("etcd://127.0.0.1:1,127.0.0.1:2").is_ok());
+        let e = EtcdStore::check_url("etcd://h:0").unwrap_err();
+        assert!(e.is_invalid_input(), "{e}");
+        let e = EtcdStore::check_url("etcds://u:hunter2@h").unwrap_err();
+        assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported, "{e}");
+        assert!(e.message().contains("TLS"), "{e}");
+        assert!(!e.message().contains("hunter2"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn no_member_answering_is_unavailable_within_the_timeouts() {
+        // Port 1 on loopback: nothing listens there.
+        let started = std::time::Instant::now();
+        let e = EtcdStore::connect(
+            "etcd://u:hunter2@127.0.0.1:1?connect_timeout=100ms&response_timeout=100ms",
+        )
+        .await
+        .unwrap_err();
+        assert!(e.is_unavailable(), "{e}");
+        assert!(!e.message().contains("hunter2"), "{e}");
+        assert!(e.message().contains("etcd://u:***@127.0.0.1:1"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+}

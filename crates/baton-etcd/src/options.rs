@@ -1,0 +1,160 @@
+//! How an etcd store connects: [`EtcdOptions`].
+//!
+//! Start from [`EtcdOptions::new`] (the defaults suit most uses) and change what you need;
+//! the same options can be given in an `etcd://` URL's query
+//! (`?connect_timeout=1s&response_timeout=500ms`). Values are checked when the store is
+//! opened, before any I/O.
+
+use std::time::Duration;
+
+use baton_core::Result;
+use baton_core::options::{self, check_range};
+
+/// Default of [`EtcdOptions::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default of [`EtcdOptions::response_timeout`].
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The option names a URL query may hold, for error messages.
+const KNOWN_OPTIONS: &[&str] = &["connect_timeout", "response_timeout"];
+
+/// Options of an etcd store. Every value has a default; see each setter.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use baton_etcd::EtcdOptions;
+///
+/// let options = EtcdOptions::new().response_timeout(Duration::from_millis(500));
+/// assert_eq!(options.get_connect_timeout(), Duration::from_secs(2));
+/// assert_eq!(options.get_response_timeout(), Duration::from_millis(500));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "options do nothing until passed to EtcdStore::open"]
+pub struct EtcdOptions {
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        EtcdOptions {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+}
+
+impl EtcdOptions {
+    /// The defaults: 2s connect timeout, 2s response timeout.
+    pub fn new() -> Self {
+        EtcdOptions::default()
+    }
+
+    /// How long one attempt to open a connection to a member may take (default 2s; 1ms to
+    /// 5m). Opening the store waits at most `connect_timeout + response_timeout` for the
+    /// cluster's first answer, then fails with `Unavailable`.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request (a transaction, a lease grant or keep-alive, a read) may wait
+    /// for its answer before it fails with `Unavailable` (default 2s; 1ms to 5m). Keep it
+    /// well below your lock TTLs: a renewal that waits longer than the TTL cannot save the
+    /// grant.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The response timeout.
+    pub fn get_response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
+    /// Sets the option `name` from its URL text.
+    pub(crate) fn set(self, name: &str, value: &str) -> Result<Self> {
+        match name {
+            "connect_timeout" => Ok(self.connect_timeout(options::duration_in(
+                name,
+                value,
+                MIN_TIMEOUT,
+                MAX_TIMEOUT,
+            )?)),
+            "response_timeout" => Ok(self.response_timeout(options::duration_in(
+                name,
+                value,
+                MIN_TIMEOUT,
+                MAX_TIMEOUT,
+            )?)),
+            _ => Err(options::unknown("etcd://", name, KNOWN_OPTIONS)),
+        }
+    }
+
+    /// Checks every value against its range.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the option and its range.
+    pub(crate) fn validate(&self) -> Result<()> {
+        check_range(
+            "connect_timeout",
+            self.connect_timeout,
+            MIN_TIMEOUT,
+            MAX_TIMEOUT,
+        )?;
+        check_range(
+            "response_timeout",
+            self.response_timeout,
+            MIN_TIMEOUT,
+            MAX_TIMEOUT,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_setters() {
+        let options = EtcdOptions::new();
+        assert_eq!(options.get_connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(options.get_response_timeout(), DEFAULT_RESPONSE_TIMEOUT);
+        let options = options
+            .set("connect_timeout", "250ms")
+            .unwrap()
+            .set("response_timeout", "1s")
+            .unwrap();
+        assert_eq!(options.get_connect_timeout(), Duration::from_millis(250));
+        assert_eq!(options.get_response_timeout(), Duration::from_secs(1));
+        assert!(options.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        let e = EtcdOptions::new().set("connect_timeout", "5").unwrap_err();
+        assert!(e.is_invalid_input());
+        assert!(e.message().contains("connect_timeout"), "{e}");
+        let e = EtcdOptions::new().set("response_timeout", "0").unwrap_err();
+        assert!(e.message().contains("out of range"), "{e}");
+        let e = EtcdOptions::new().set("timeout", "1s").unwrap_err();
+        assert!(
+            e.message().contains("unknown etcd:// option \"timeout\""),
+            "{e}"
+        );
+        let e = EtcdOptions::new()
+            .response_timeout(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(e.message().contains("response_timeout"), "{e}");
+    }
+}

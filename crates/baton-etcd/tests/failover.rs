@@ -1,0 +1,127 @@
+//! Member failures: the client moves to another member, and fences keep increasing,
+//! because they are the cluster's revisions, not a member's.
+
+mod common;
+
+use std::time::Duration;
+
+use baton_core::conformance::fresh_namespace;
+use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
+use baton_core::{Holder, Key, KeyKind, StoreKey, Ttl};
+use baton_etcd::EtcdStore;
+use tokio::time::{Instant, sleep};
+
+/// Claims `key` for a fresh holder until it is granted (riding out the errors of a
+/// failover, at most 20s), releases it, and returns the fence.
+async fn grant_and_release(store: &EtcdStore, key: &StoreKey) -> u64 {
+    let holder = Holder::random();
+    let ttl = Ttl::new(Duration::from_secs(5)).unwrap();
+    let started = Instant::now();
+    loop {
+        match store.claim(key, LeaseRequest::new(&holder, ttl)).await {
+            Ok(Claim::Granted { fence }) => {
+                // The release may meet the failover too; the TTL is the backstop.
+                let released = store.release(key, &holder).await;
+                assert!(
+                    matches!(released, Ok(Release::Removed) | Err(_)),
+                    "{released:?}"
+                );
+                if released.is_err() {
+                    sleep(Duration::from_secs(6)).await;
+                }
+                return fence.get();
+            }
+            Ok(other) => panic!("nobody else claims {key}: {other:?}"),
+            Err(e) => {
+                assert!(e.is_unavailable(), "a member failure is Unavailable: {e}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "no member served within 20s: {e}"
+                );
+                sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// SIGKILL of the member the client talks to (the leader, which every write reaches, and
+/// then each member in turn): grants go on through the others, with fences strictly
+/// increasing across the failures and the restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_strictly_increase_across_a_sigkill_of_a_member() {
+    let cluster = common::private_cluster().await;
+    let store = common::store(&cluster).await;
+    let key = fresh_namespace().qualify(KeyKind::Lock, &Key::new("k").unwrap());
+    let mut fences = vec![grant_and_release(&store, &key).await];
+    for round in 0..3 {
+        // The leader first; then the member the client's requests reached last time is as
+        // likely as any to be the next leader.
+        let victim = {
+            let cluster = cluster.clone();
+            tokio::task::spawn_blocking(move || cluster.leader().unwrap())
+                .await
+                .unwrap()
+        };
+        {
+            let cluster = cluster.clone();
+            tokio::task::spawn_blocking(move || cluster.kill(victim))
+                .await
+                .unwrap();
+        }
+        // Grants during the failure, through the two members left.
+        for _ in 0..3 {
+            fences.push(grant_and_release(&store, &key).await);
+        }
+        {
+            let cluster = cluster.clone();
+            tokio::task::spawn_blocking(move || cluster.restart(victim))
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: member {victim} restarts: {e}"));
+        }
+        fences.push(grant_and_release(&store, &key).await);
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must strictly increase: {fences:?}"
+    );
+}
+
+/// A store whose URL names only members that are down answers `Unavailable` within its
+/// timeouts, never contention; with one member left of three, the cluster has no quorum,
+/// and the same holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_quorum_is_unavailable_not_contention() {
+    let cluster = common::private_cluster().await;
+    let store = common::store(&cluster).await;
+    let key = fresh_namespace().qualify(KeyKind::Lock, &Key::new("k").unwrap());
+    let holder = Holder::random();
+    let ttl = Ttl::new(Duration::from_secs(5)).unwrap();
+    {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster.kill(0);
+            cluster.kill(1);
+        })
+        .await
+        .unwrap();
+    }
+    let started = Instant::now();
+    let e = store
+        .claim(&key, LeaseRequest::new(&holder, ttl))
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let e = EtcdStore::connect(&format!(
+        "{}?connect_timeout=200ms&response_timeout=500ms",
+        cluster.member_url(2)
+    ))
+    .await
+    .unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+}

@@ -1,0 +1,49 @@
+//! The etcd store through the facade: `baton::connect` opens `etcd://` URLs, and every
+//! capability beyond locks and leases is refused when asked for, with the reason.
+
+mod common;
+
+use std::time::Duration;
+
+use baton::ErrorKind;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
+    let cluster = common::cluster().await;
+    let baton = baton::connect(&cluster.url()).await.expect("etcd:// opens");
+    assert_eq!(baton.store().name(), "etcd");
+    let guard = baton
+        .locks()
+        .acquire(
+            "facade",
+            &baton::lock::LockOptions::new(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    assert!(guard.fence().get() > 0);
+    guard.release().await;
+
+    let e = baton.cache().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert!(
+        e.message().starts_with(
+            "the etcd store keeps no cache: baton's etcd store offers locks and leases only so far"
+        ),
+        "{e}"
+    );
+    let store = baton.store().clone();
+    for refused in [
+        store.clone().rate_store().err(),
+        store.clone().broadcast_store().err(),
+        store.clone().idempotency_store().err(),
+        store.clone().work_store().err(),
+        store.clone().semaphore_store().err(),
+    ] {
+        let e = refused.expect("refused");
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    }
+    assert!(baton::store::check_url(&cluster.url()).is_ok());
+    let e = baton::store::check_url("etcd://u:hunter2@h:0").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(!e.message().contains("hunter2"), "{e}");
+}

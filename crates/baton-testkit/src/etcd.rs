@@ -1,0 +1,390 @@
+//! A private three-member etcd cluster on loopback, for tests that may kill, pause and
+//! restart its members.
+//!
+//! [`EtcdCluster::start`] runs three `etcd` processes of its own (members `m1`, `m2`, `m3`),
+//! each on two free loopback ports (client and peer) and in a temporary directory of its
+//! own, and returns once every member reports itself healthy (`GET /health`, which needs a
+//! leader) and one of them is the leader. It never touches an etcd the machine runs.
+//!
+//! The members use a short heartbeat (50ms) and election timeout (500ms), so a failover
+//! takes about a second and the cluster's smallest lease TTL is 1s.
+//!
+//! A missing `etcd` binary is an error that names the fix (`apt-get install etcd-server`),
+//! never a reason to skip.
+//!
+//! ```no_run
+//! use baton_testkit::etcd::EtcdCluster;
+//!
+//! let cluster = EtcdCluster::start().unwrap();
+//! let url = cluster.url(); // etcd://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>
+//! let leader = cluster.leader().unwrap(); // 0, 1 or 2
+//! cluster.kill(leader); // SIGKILL: the others elect a new leader
+//! cluster.restart(leader).unwrap(); // same ports, same data directory
+//! cluster.pause(1).unwrap(); // SIGSTOP
+//! cluster.resume(1).unwrap(); // SIGCONT
+//! # let _ = url;
+//! ```
+//!
+//! ## Behavior
+//! - Dropping an [`EtcdCluster`] kills every member (SIGKILL) and removes their
+//!   directories. A cluster kept in a `static` (shared by the tests of one binary) is
+//!   cleaned up by a watchdog process when the test process exits.
+//! - Every wait is bounded: startup and restart by [`STARTUP_TIMEOUT`], each health check
+//!   by a 1s socket timeout.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::ops::ControlFlow;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::server::{ServerProcess, Watchdog, free_port, poll_until, retry};
+
+/// The environment variable that names the `etcd` binary to run, when it is not `etcd` on
+/// `PATH`.
+pub const ETCD_ENV: &str = "BATON_ETCD";
+
+/// The one-line fix for a machine without etcd.
+pub const INSTALL_HINT: &str = "install it with `apt-get install etcd-server` (Debian/Ubuntu), or name the binary in BATON_ETCD";
+
+/// How long a start or a restart may take until the members are healthy.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one health or status request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How many times the whole cluster is started on fresh ports before its error is final.
+const START_ATTEMPTS: u32 = 3;
+
+/// The members' names, in order.
+const NAMES: [&str; 3] = ["m1", "m2", "m3"];
+
+/// One member: its process (on its client port) and its peer port.
+#[derive(Debug)]
+struct Member {
+    name: &'static str,
+    peer_port: u16,
+    process: ServerProcess,
+}
+
+/// A private three-member etcd cluster on loopback. See the [module docs](self).
+#[derive(Debug)]
+pub struct EtcdCluster {
+    binary: OsString,
+    members: Vec<Member>,
+    /// Cleans up after the members if this process exits without dropping the cluster.
+    _watchdog: Watchdog,
+}
+
+impl EtcdCluster {
+    /// Starts the three members and waits until they are healthy with a leader.
+    ///
+    /// # Errors
+    /// When `etcd` is not installed (the message says how to install it), or the cluster
+    /// does not become healthy in time (the message quotes the members' logs).
+    pub fn start() -> io::Result<EtcdCluster> {
+        let binary = std::env::var_os(ETCD_ENV)
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| OsString::from("etcd"));
+        let mut attempt = 1;
+        loop {
+            match EtcdCluster::start_once(&binary) {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) if e.kind() == io::ErrorKind::NotFound || attempt == START_ATTEMPTS => {
+                    return Err(e);
+                }
+                Err(_) => attempt += 1,
+            }
+        }
+    }
+
+    fn start_once(binary: &OsStr) -> io::Result<EtcdCluster> {
+        let mut members = Vec::new();
+        for name in NAMES {
+            members.push(Member {
+                name,
+                peer_port: free_port()?,
+                process: ServerProcess::new("etcd", INSTALL_HINT, free_port()?, None)?,
+            });
+        }
+        let dirs: Vec<&OsStr> = members
+            .iter()
+            .map(|m| m.process.dir().as_os_str())
+            .collect();
+        let watchdog = Watchdog::spawn(
+            "baton-etcd-watchdog",
+            r#"shift
+for dir in "$@"; do kill -KILL "$(cat "$dir/etcd.pid" 2>/dev/null)" 2>/dev/null; done
+rm -rf "$@""#,
+            &dirs,
+        )?;
+        let cluster = EtcdCluster {
+            binary: binary.to_owned(),
+            members,
+            _watchdog: watchdog,
+        };
+        for index in 0..NAMES.len() {
+            cluster.spawn(index)?;
+        }
+        for index in 0..NAMES.len() {
+            cluster.wait_healthy(index, STARTUP_TIMEOUT)?;
+        }
+        cluster.wait_for_leader(STARTUP_TIMEOUT)?;
+        Ok(cluster)
+    }
+
+    /// `etcd://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>`: every member.
+    pub fn url(&self) -> String {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.process.port()))
+            .collect();
+        format!("etcd://{}", members.join(","))
+    }
+
+    /// `etcd://127.0.0.1:<port>`: member `index` alone.
+    pub fn member_url(&self, index: usize) -> String {
+        format!("etcd://127.0.0.1:{}", self.members[index].process.port())
+    }
+
+    /// The client address of member `index`.
+    pub fn client_addr(&self, index: usize) -> SocketAddr {
+        self.members[index].process.addr()
+    }
+
+    /// How many members the cluster has (3).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Always false: a cluster has members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The process id of member `index`, while it runs.
+    pub fn pid(&self, index: usize) -> Option<u32> {
+        self.members[index].process.pid()
+    }
+
+    /// Whether member `index` runs (a paused member runs).
+    pub fn is_running(&self, index: usize) -> bool {
+        self.members[index].process.is_running()
+    }
+
+    /// The index of the member that leads now, as the members that answer say.
+    ///
+    /// # Errors
+    /// When no member that answers names a leader among the members.
+    pub fn leader(&self) -> io::Result<usize> {
+        let mut seen = Vec::new();
+        for index in 0..self.members.len() {
+            match self.status(index) {
+                Ok((member, leader)) if member == leader && leader != 0 => return Ok(index),
+                Ok(status) => seen.push(format!("{}: {status:?}", self.members[index].name)),
+                Err(e) => seen.push(format!("{}: {e}", self.members[index].name)),
+            }
+        }
+        Err(io::Error::other(format!(
+            "no member says it leads: {}",
+            seen.join("; ")
+        )))
+    }
+
+    /// Waits until some member leads, and returns its index.
+    ///
+    /// # Errors
+    /// When none does within `timeout`.
+    pub fn wait_for_leader(&self, timeout: Duration) -> io::Result<usize> {
+        poll_until(
+            timeout,
+            Duration::from_millis(50),
+            || {
+                Ok(match self.leader() {
+                    Ok(index) => ControlFlow::Break(index),
+                    Err(e) => ControlFlow::Continue(e.to_string()),
+                })
+            },
+            |seen| format!("the etcd cluster elected no leader within {timeout:?}: {seen}"),
+        )
+    }
+
+    /// Kills member `index` (SIGKILL) and reaps it; its data directory stays for
+    /// [`EtcdCluster::restart`]. Nothing happens if it is not running.
+    pub fn kill(&self, index: usize) {
+        self.members[index].process.kill();
+    }
+
+    /// Suspends member `index` (SIGSTOP): its connections stay open and nothing is answered.
+    ///
+    /// # Errors
+    /// When it is not running or the signal cannot be sent.
+    pub fn pause(&self, index: usize) -> io::Result<()> {
+        crate::process::pause(self.members[index].process.running_pid()?).map_err(io::Error::from)
+    }
+
+    /// Resumes a paused member (SIGCONT).
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::pause`].
+    pub fn resume(&self, index: usize) -> io::Result<()> {
+        crate::process::resume(self.members[index].process.running_pid()?).map_err(io::Error::from)
+    }
+
+    /// Kills member `index` if it runs, then starts it again on the same ports with the same
+    /// data directory, and waits until it is healthy.
+    ///
+    /// # Errors
+    /// When it does not come back in time.
+    pub fn restart(&self, index: usize) -> io::Result<()> {
+        self.kill(index);
+        // A lingering socket of the old process can delay the bind briefly.
+        retry(STARTUP_TIMEOUT, Duration::from_millis(100), || {
+            self.spawn(index)?;
+            self.wait_healthy(index, STARTUP_TIMEOUT)
+                .inspect_err(|_| self.kill(index))
+        })
+    }
+
+    /// Starts member `index`'s process, and records its pid for the watchdog.
+    fn spawn(&self, index: usize) -> io::Result<()> {
+        let member = &self.members[index];
+        let peer = |m: &Member| format!("http://127.0.0.1:{}", m.peer_port);
+        let client = format!("http://127.0.0.1:{}", member.process.port());
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.name, peer(m)))
+            .collect();
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--name")
+            .arg(member.name)
+            .arg("--data-dir")
+            .arg(member.process.dir().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer(member)])
+            .args(["--initial-advertise-peer-urls", &peer(member)])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "baton-test"])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            // No metrics or debugging listeners beyond the client and peer ports.
+            .args(["--enable-pprof=false"]);
+        member.process.spawn(&mut command)?;
+        if let Some(pid) = member.process.pid() {
+            std::fs::write(member.process.dir().join("etcd.pid"), pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Waits until member `index` answers `GET /health` with `"health":"true"`.
+    fn wait_healthy(&self, index: usize, timeout: Duration) -> io::Result<()> {
+        let addr = self.client_addr(index);
+        self.members[index]
+            .process
+            .wait_ready(timeout, "report itself healthy", || {
+                match http(addr, "GET", "/health", "") {
+                    Ok(body) if body.contains("\"health\":\"true\"") => Ok(()),
+                    Ok(body) => Err(body),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+    }
+
+    /// `(member id, leader id)` as member `index` reports them.
+    fn status(&self, index: usize) -> io::Result<(u64, u64)> {
+        let body = http(
+            self.client_addr(index),
+            "POST",
+            "/v3/maintenance/status",
+            "{}",
+        )?;
+        let status: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| io::Error::other(format!("status is not JSON ({e}): {body}")))?;
+        let id = |value: &serde_json::Value| -> Option<u64> { value.as_str()?.parse().ok() };
+        let member = id(&status["header"]["member_id"]);
+        let leader = id(&status["leader"]);
+        match (member, leader) {
+            (Some(member), Some(leader)) => Ok((member, leader)),
+            _ => Err(io::Error::other(format!("status without ids: {body}"))),
+        }
+    }
+}
+
+/// One HTTP/1.0 request to `addr` (loopback only); the response's body.
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> io::Result<String> {
+    assert!(addr.ip().is_loopback(), "tests talk to loopback only");
+    let mut stream = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT)?;
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    match response.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.") => Ok(body.to_owned()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not an HTTP response: {response:?}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_is_a_loud_error_with_the_install_hint() {
+        let err = EtcdCluster::start_once(OsStr::new("/nonexistent/etcd")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(
+            err.to_string().contains("apt-get install etcd-server"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn members_elect_a_leader_survive_a_kill_and_a_pause_and_come_back() {
+        let cluster = EtcdCluster::start().unwrap();
+        assert_eq!(cluster.len(), 3);
+        assert!(cluster.url().starts_with("etcd://127.0.0.1:"));
+        assert_eq!(cluster.url().matches(',').count(), 2);
+        let leader = cluster.leader().unwrap();
+
+        cluster.kill(leader);
+        assert!(!cluster.is_running(leader));
+        let next = cluster.wait_for_leader(Duration::from_secs(30)).unwrap();
+        assert_ne!(next, leader, "a killed member cannot lead");
+        cluster.restart(leader).unwrap();
+        assert!(cluster.is_running(leader));
+
+        let follower = (next + 1) % 3;
+        cluster.pause(follower).unwrap();
+        assert!(http(cluster.client_addr(follower), "GET", "/health", "").is_err());
+        cluster.resume(follower).unwrap();
+        cluster
+            .wait_healthy(follower, Duration::from_secs(30))
+            .unwrap();
+    }
+
+    #[test]
+    fn dropping_the_cluster_kills_every_member() {
+        let cluster = EtcdCluster::start().unwrap();
+        let addrs: Vec<SocketAddr> = (0..3).map(|i| cluster.client_addr(i)).collect();
+        drop(cluster);
+        for addr in addrs {
+            assert!(
+                http(addr, "GET", "/health", "").is_err(),
+                "{addr} still answers"
+            );
+        }
+    }
+}
