@@ -34,6 +34,38 @@ use std::time::Duration;
 use crate::time::{format_duration, parse_duration};
 use crate::{Error, Result};
 
+/// A store's options as the query of its URL sets them, one `name=value` at a time, then
+/// checked as a whole: what [`from_query`] needs of them.
+pub trait QueryOptions: Sized + Default {
+    /// The options with `name` set to `value`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an unknown name or a bad value.
+    fn set_option(self, name: &str, value: &str) -> Result<Self>;
+
+    /// Checks the rules that span options (and each option's range).
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the rule.
+    fn check(&self) -> Result<()>;
+}
+
+/// The options of a URL's `query`: the defaults, each pair set in order ([`query_pairs`]),
+/// then checked. Every error's message goes through `bad`, which says which URL it was.
+///
+/// # Errors
+/// What `bad` makes of the first error.
+pub fn from_query<O: QueryOptions>(query: &str, bad: &impl Fn(String) -> Error) -> Result<O> {
+    let mut options = O::default();
+    for (name, value) in query_pairs(query).map_err(|e| bad(e.message().to_owned()))? {
+        options = options
+            .set_option(name, value)
+            .map_err(|e| bad(e.message().to_owned()))?;
+    }
+    options.check().map_err(|e| bad(e.message().to_owned()))?;
+    Ok(options)
+}
+
 /// The `name=value` pairs of a URL query, in order: split on `&` and on the first `=` of
 /// each pair, not percent-decoded. Empty pairs (`a=1&&b=2`, a trailing `&`, an empty query)
 /// are skipped.

@@ -158,3 +158,13 @@ mod tests {
         assert!(e.message().contains("response_timeout"), "{e}");
     }
 }
+
+impl baton_core::options::QueryOptions for EtcdOptions {
+    fn set_option(self, name: &str, value: &str) -> Result<Self> {
+        self.set(name, value)
+    }
+
+    fn check(&self) -> Result<()> {
+        self.validate()
+    }
+}

@@ -91,7 +91,7 @@ pub(crate) fn parse(text: &str) -> Result<(Target, EtcdOptions)> {
         .map(|host| endpoint(host, &bad))
         .collect::<Result<Vec<_>>>()?;
     let credentials = credentials(userinfo, host_start > 0, &bad)?;
-    let options = query_options(query, &bad)?;
+    let options = baton_core::options::from_query::<EtcdOptions>(query, &bad)?;
     Ok((
         Target {
             endpoints,
@@ -192,22 +192,6 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
-}
-
-/// The options of a URL's query, validated.
-fn query_options(query: &str, bad: &impl Fn(String) -> Error) -> Result<EtcdOptions> {
-    let mut options = EtcdOptions::new();
-    for (name, value) in
-        baton_core::options::query_pairs(query).map_err(|e| bad(e.message().to_owned()))?
-    {
-        options = options
-            .set(name, value)
-            .map_err(|e| bad(e.message().to_owned()))?;
-    }
-    options
-        .validate()
-        .map_err(|e| bad(e.message().to_owned()))?;
-    Ok(options)
 }
 
 #[cfg(test)]

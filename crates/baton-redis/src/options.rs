@@ -215,3 +215,13 @@ mod tests {
         assert_eq!(options.wait_millis(), 1000);
     }
 }
+
+impl baton_core::options::QueryOptions for RedisOptions {
+    fn set_option(self, name: &str, value: &str) -> Result<Self> {
+        self.set(name, value)
+    }
+
+    fn check(&self) -> Result<()> {
+        self.validate()
+    }
+}

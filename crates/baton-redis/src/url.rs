@@ -164,7 +164,7 @@ pub(crate) fn parse(text: &str) -> Result<(Target, RedisOptions)> {
         ));
     }
     let db = database(url.path().trim_start_matches('/'), &bad)?;
-    let options = query_options(url.query().unwrap_or(""), &bad)?;
+    let options = baton_core::options::from_query::<RedisOptions>(url.query().unwrap_or(""), &bad)?;
     url.set_query(None);
     let user = (!url.username().is_empty()).then(|| url.username().to_owned());
     Ok((
@@ -221,7 +221,7 @@ fn parse_sentinel(text: &str, rest: &str, tls: bool) -> Result<(Target, RedisOpt
         )));
     }
     let db = database(&segments.collect::<Vec<_>>().join("/"), &bad)?;
-    let options = query_options(query, &bad)?;
+    let options = baton_core::options::from_query::<RedisOptions>(query, &bad)?;
     // The credentials must read as a URL's; their user is the server's ACL user.
     let user = credentials_user(credentials, &bad)?;
     Ok((
@@ -292,7 +292,7 @@ pub(crate) fn parse_cluster(text: &str) -> Result<(ClusterTarget, RedisOptions)>
         .split(',')
         .map(|host| list_host(host, NODE_PORT, "seed node", "seed nodes", &bad))
         .collect::<Result<Vec<_>>>()?;
-    let options = query_options(query, &bad)?;
+    let options = baton_core::options::from_query::<RedisOptions>(query, &bad)?;
     let user = credentials_user(credentials, &bad)?;
     Ok((
         ClusterTarget {
@@ -372,22 +372,6 @@ fn database(path: &str, bad: &impl Fn(String) -> Error) -> Result<i64> {
             ))
         }),
     }
-}
-
-/// The options of a URL's query, validated.
-fn query_options(query: &str, bad: &impl Fn(String) -> Error) -> Result<RedisOptions> {
-    let mut options = RedisOptions::new();
-    for (name, value) in
-        baton_core::options::query_pairs(query).map_err(|e| bad(e.message().to_owned()))?
-    {
-        options = options
-            .set(name, value)
-            .map_err(|e| bad(e.message().to_owned()))?;
-    }
-    options
-        .validate()
-        .map_err(|e| bad(e.message().to_owned()))?;
-    Ok(options)
 }
 
 #[cfg(test)]
