@@ -30,12 +30,12 @@
 //! store's waiters waits for the key, that finds every permit held, queues the store under its
 //! LISTEN backend's pid. A release that gave back a live permit reserves it for the store that
 //! waited longest (its row becomes `handoff:<pid>` with fence 0, for
-//! [`HANDOFF_RESERVATION`](baton_core::signals::HANDOFF_RESERVATION)) and notifies that store
+//! [`HANDOFF_RESERVATION`]) and notifies that store
 //! alone; its first waiter claims and takes the reservation. Meanwhile the reservation counts
 //! as a held permit, so a claim from elsewhere (the releaser asking again at once, a
 //! newcomer) finds the key full and queues behind: stores take permits in the order they
 //! queued, and one release wakes one store. A store told of a reservation it has no waiter
-//! for any more passes it to the next store ([`pass`]). With nobody queued, a release
+//! for any more passes it to the next store (`pass`). With nobody queued, a release
 //! notifies `baton_released`, as a lock's plain release does.
 
 use std::time::Duration;
