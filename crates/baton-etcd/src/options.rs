@@ -120,6 +120,16 @@ impl EtcdOptions {
     }
 }
 
+impl baton_core::options::QueryOptions for EtcdOptions {
+    fn set_option(self, name: &str, value: &str) -> Result<Self> {
+        self.set(name, value)
+    }
+
+    fn check(&self) -> Result<()> {
+        self.validate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,15 +166,5 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.message().contains("response_timeout"), "{e}");
-    }
-}
-
-impl baton_core::options::QueryOptions for EtcdOptions {
-    fn set_option(self, name: &str, value: &str) -> Result<Self> {
-        self.set(name, value)
-    }
-
-    fn check(&self) -> Result<()> {
-        self.validate()
     }
 }

@@ -159,6 +159,16 @@ impl RedisOptions {
     }
 }
 
+impl baton_core::options::QueryOptions for RedisOptions {
+    fn set_option(self, name: &str, value: &str) -> Result<Self> {
+        self.set(name, value)
+    }
+
+    fn check(&self) -> Result<()> {
+        self.validate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,15 +223,5 @@ mod tests {
         let options = RedisOptions::new().set("min_replicas", "2").unwrap();
         assert_eq!(options.get_min_replicas(), 2);
         assert_eq!(options.wait_millis(), 1000);
-    }
-}
-
-impl baton_core::options::QueryOptions for RedisOptions {
-    fn set_option(self, name: &str, value: &str) -> Result<Self> {
-        self.set(name, value)
-    }
-
-    fn check(&self) -> Result<()> {
-        self.validate()
     }
 }

@@ -12,7 +12,7 @@ use baton_core::store::{Claim, LeaseRequest, Release};
 use baton_core::{Holder, Key, KeyKind, Namespace, Semaphore, SemaphoreStore, StoreKey, Ttl};
 use baton_redis::RedisStore;
 use baton_testkit::redis::{RedisOptions as ServerOptions, RedisServer};
-use baton_testkit::{PermitWorkload, most_permit_holders};
+use baton_testkit::{PermitWorkload, most_permit_holders, permit_order};
 
 baton_core::semaphore_conformance_tests!(common::harness());
 
@@ -102,111 +102,40 @@ async fn a_store_without_waiters_passes_its_turn_on() {
     got.release().await;
 }
 
-/// The permit a release frees is reserved for the store that queued for it: a claim from
-/// elsewhere (here the releasing store, asking again at once) finds it held by the
-/// reservation, and the queued store's next claim takes it.
+/// The permit a release frees is reserved for the store that queued for it (the rule is in
+/// `baton_testkit::permit_order`).
 #[tokio::test]
 async fn a_released_permit_is_reserved_for_the_store_that_queued() {
     let server = common::server().await;
     let (a, b) = (common::store(&server).await, common::store(&server).await);
     let key = fresh_namespace().qualify(KeyKind::Semaphore, &Key::new("reserved").unwrap());
-    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
-    let (first, waiting, again) = (Holder::random(), Holder::random(), Holder::random());
-    let claim = async |store: &RedisStore, holder: &Holder| {
-        store
-            .claim_permit(&key, LeaseRequest::new(holder, ttl), 1)
-            .await
-            .unwrap()
-    };
-    assert!(matches!(claim(&a, &first).await, Claim::Granted { .. }));
-    // A waiter of b's process waits for the key: b's claim queues b.
-    let _waits = b.permit_wakeups().hub.subscribe(&key);
-    assert!(matches!(claim(&b, &waiting).await, Claim::Held { .. }));
-    assert_eq!(
-        a.release_permit(&key, &first).await.unwrap(),
-        Release::Removed
-    );
-    match claim(&a, &again).await {
-        Claim::Held { holder, remaining } => {
-            assert!(
-                holder.as_str().starts_with("handoff:"),
-                "held by the reservation, not {holder}"
-            );
-            assert!(remaining <= Duration::from_millis(250), "{remaining:?}");
-        }
-        other => panic!("the releaser cut in before the queued store: {other:?}"),
-    }
-    assert!(
-        a.permits(&key).await.unwrap().is_empty(),
-        "a reservation is not a holder"
-    );
-    assert!(matches!(claim(&b, &waiting).await, Claim::Granted { .. }));
-    assert_eq!(
-        b.release_permit(&key, &waiting).await.unwrap(),
-        Release::Removed
-    );
+    permit_order::a_released_permit_is_reserved_for_the_store_that_queued(&a, &b, &key).await;
 }
 
-/// Stores take permits in the order they queued. With the only permit held, three other
-/// stores queue one after another; the holder gives its permit back and asks again at once,
-/// and still comes last: the released permit is reserved for the store that waited longest.
+/// Stores take permits in the order they queued, the releaser asking again at once last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_take_permits_in_the_order_they_queued() {
     let server = common::server().await;
     let ns = fresh_namespace();
     let key = ns.qualify(KeyKind::Semaphore, &Key::new("fifo").unwrap());
     let queue = format!("{{{}}}:queue", key.as_str());
-    let mut raw = common::raw(&server.url()).await;
-    let sem = |store: RedisStore| Semaphore::new(Arc::new(store), ns.clone(), "fifo", 1).unwrap();
-    let long = baton_core::LockOptions::new(Duration::from_secs(60));
-    let mine = sem(common::store(&server).await);
-    let held = mine.try_acquire(&long).await.unwrap().expect("free");
-    let mut waiters = Vec::new();
-    for queued in 1..=3 {
-        let other = sem(common::store(&server).await);
-        let wait = long.clone().wait(Duration::from_secs(30));
-        waiters.push(tokio::spawn(async move {
-            let got = other.acquire(&wait).await.expect("its turn");
-            let fence = got.fence().get();
-            got.release().await;
-            fence
-        }));
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let n: usize = redis::cmd("ZCARD")
-                .arg(&queue)
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            if n == queued {
-                break;
+    let raw = common::raw(&server.url()).await;
+    permit_order::stores_take_permits_in_the_order_they_queued(
+        || async { Arc::new(common::store(&server).await) as Arc<dyn SemaphoreStore> },
+        &ns,
+        "fifo",
+        || {
+            let (mut raw, queue) = (raw.clone(), queue.clone());
+            async move {
+                redis::cmd("ZCARD")
+                    .arg(&queue)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap()
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{queued} stores queued"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    held.release().await;
-    let again = mine
-        .acquire(&long.clone().wait(Duration::from_secs(30)))
-        .await
-        .expect("a permit after the others");
-    let mut fences = Vec::new();
-    for waiter in waiters {
-        fences.push(waiter.await.unwrap());
-    }
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "permits follow the order of queueing: {fences:?}"
-    );
-    assert!(
-        again.fence().get() > fences[2],
-        "the releaser asked again at once and still came last: {} before {fences:?}",
-        again.fence()
-    );
-    again.release().await;
+        },
+    )
+    .await;
 }
 
 /// Four OS processes, each with its store (and its pub/sub channel), share two permits: the

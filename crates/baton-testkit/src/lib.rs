@@ -60,6 +60,7 @@ pub mod etcd;
 pub mod harness;
 pub mod history;
 pub mod idempotency;
+pub mod permit_order;
 pub mod pgbouncer;
 pub mod postgres;
 pub mod process;
