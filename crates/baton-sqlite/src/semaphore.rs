@@ -288,8 +288,12 @@ fn claim(
         if let Some(own) = own {
             return Ok(Claim::Extended { fence: fence(own) });
         }
-        if let Some(handoff) = wakeups.handoff() {
-            // A permit a release reserved for this process makes room for this claim.
+        if let Some(handoff) = wakeups
+            .handoff()
+            .filter(|_| wakeups.hub().has_waiters(store_key))
+        {
+            // A permit a release reserved for this process makes room for this claim (made
+            // while one of its waiters waits: the release woke it for that reservation).
             let (from, to) = (format!("{handoff}/"), format!("{handoff}0"));
             conn.prepare_cached(TAKE_RESERVATION)?
                 .query_row(params![key, from, to, now], |_| Ok(()))
