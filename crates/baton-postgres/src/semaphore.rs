@@ -255,6 +255,8 @@ BEGIN
                 RETURN;
             END IF;
         END LOOP;
+        -- Nobody queued, as far as this transaction sees: a waiter whose queueing claim
+        -- commits after this read is woken by this, so it claims again at once.
         PERFORM pg_notify('baton_released', p_key);
     END IF;
     RETURN NEXT;
