@@ -725,24 +725,12 @@ impl Push {
             message.push(kind.byte());
             message.extend_from_slice(entry.as_bytes());
         }
-        match self
+        let sent = self
             .sender
-            .send_to(&message, self.dir.join(socket_name(owner)))
-        {
-            Ok(_) => Ok(true),
+            .send_to(&message, self.dir.join(socket_name(owner)));
+        match sent {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
-                ) =>
-            {
-                // The process is gone: forget its entry and its socket.
-                self.delete(entry);
-                let _ = std::fs::remove_file(self.dir.join(socket_name(owner)));
-                Ok(false)
-            }
-            Err(e) => Err(e),
+            sent => self.reached(sent.map(|_| ()), entry, owner),
         }
     }
 
@@ -751,7 +739,15 @@ impl Push {
     /// entry and socket are deleted).
     fn probe(&self, entry: &str, owner: &str) -> io::Result<bool> {
         let probe = UnixDatagram::unbound()?;
-        match probe.connect(self.dir.join(socket_name(owner))) {
+        let connected = probe.connect(self.dir.join(socket_name(owner)));
+        self.reached(connected, entry, owner)
+    }
+
+    /// What reaching `owner`'s socket answered: `Ok(true)` reached; `Ok(false)` when the
+    /// process is gone (refused, or no socket), whose entry and socket are then deleted;
+    /// other errors as they are.
+    fn reached(&self, answer: io::Result<()>, entry: &str, owner: &str) -> io::Result<bool> {
+        match answer {
             Ok(()) => Ok(true),
             Err(e)
                 if matches!(
@@ -759,6 +755,7 @@ impl Push {
                     io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
                 ) =>
             {
+                // The process is gone: forget its entry and its socket.
                 self.delete(entry);
                 let _ = std::fs::remove_file(self.dir.join(socket_name(owner)));
                 Ok(false)
