@@ -186,23 +186,12 @@ fn parse_sentinel(text: &str, rest: &str, tls: bool) -> Result<(Target, RedisOpt
     let redacted = redact_url(text);
     let bad = |what: String| Error::invalid_input(format!("store URL {redacted:?}: {what}"));
     const FORM: &str = "write redis+sentinel://host:26379[,host:26379...]/MASTER_NAME[/db]";
-    if rest.contains('#') {
-        return Err(bad(
-            "has a fragment (#...); options go in the query, e.g. ?connect_timeout=1s".into(),
-        ));
-    }
-    // The credentials end at the last '@' before the path (a password may hold '/' or '?'
-    // only percent-encoded, so the first '/' after it starts the path).
-    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
-    let (credentials, after) = rest.split_at(host_start);
-    let (authority_and_path, query) = match after.split_once('?') {
-        Some((before, query)) => (before, query),
-        None => (after, ""),
-    };
-    let (hosts_text, path) = match authority_and_path.split_once('/') {
-        Some((hosts, path)) => (hosts, path),
-        None => (authority_and_path, ""),
-    };
+    let HostList {
+        credentials,
+        hosts: hosts_text,
+        path,
+        query,
+    } = host_list(rest, &bad)?;
     if hosts_text.split(',').all(|h| h.trim().is_empty()) {
         return Err(bad(format!("has no Sentinel host; {FORM}")));
     }
@@ -264,22 +253,12 @@ pub(crate) fn parse_cluster(text: &str) -> Result<(ClusterTarget, RedisOptions)>
     let redacted = redact_url(text);
     let bad = |what: String| Error::invalid_input(format!("store URL {redacted:?}: {what}"));
     const FORM: &str = "write redis+cluster://host:port[,host:port...]";
-    if rest.contains('#') {
-        return Err(bad(
-            "has a fragment (#...); options go in the query, e.g. ?connect_timeout=1s".into(),
-        ));
-    }
-    // As in a Sentinel URL: the credentials end at the last '@' before the path.
-    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
-    let (credentials, after) = rest.split_at(host_start);
-    let (authority_and_path, query) = match after.split_once('?') {
-        Some((before, query)) => (before, query),
-        None => (after, ""),
-    };
-    let (hosts_text, path) = match authority_and_path.split_once('/') {
-        Some((hosts, path)) => (hosts, path),
-        None => (authority_and_path, ""),
-    };
+    let HostList {
+        credentials,
+        hosts: hosts_text,
+        path,
+        query,
+    } = host_list(rest, &bad)?;
     if hosts_text.split(',').all(|h| h.trim().is_empty()) {
         return Err(bad(format!("has no seed node; {FORM}")));
     }
@@ -304,6 +283,45 @@ pub(crate) fn parse_cluster(text: &str) -> Result<(ClusterTarget, RedisOptions)>
         },
         options,
     ))
+}
+
+/// The parts of a URL that names a list of hosts (Sentinel, Cluster), `rest` being the
+/// text after the scheme: `[credentials@]hosts[/path][?query]`.
+struct HostList<'a> {
+    /// `user:password@`, or empty.
+    credentials: &'a str,
+    /// The comma-separated hosts, not checked yet.
+    hosts: &'a str,
+    /// After the first `/` following the hosts, or empty.
+    path: &'a str,
+    /// After the `?`, or empty.
+    query: &'a str,
+}
+
+/// Splits `rest` into its [`HostList`] parts. The credentials end at the last `@` before the
+/// path (a password may hold `/` or `?` only percent-encoded, so the first `/` after it
+/// starts the path).
+///
+/// # Errors
+/// What `bad` makes of a fragment (`#...`).
+fn host_list<'a>(rest: &'a str, bad: &impl Fn(String) -> Error) -> Result<HostList<'a>> {
+    if rest.contains('#') {
+        return Err(bad(
+            "has a fragment (#...); options go in the query, e.g. ?connect_timeout=1s".into(),
+        ));
+    }
+    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
+    let (credentials, after) = rest.split_at(host_start);
+    let (authority_and_path, query) = after.split_once('?').unwrap_or((after, ""));
+    let (hosts, path) = authority_and_path
+        .split_once('/')
+        .unwrap_or((authority_and_path, ""));
+    Ok(HostList {
+        credentials,
+        hosts,
+        path,
+        query,
+    })
 }
 
 /// The user of `user:password@` credentials, which must read as a URL's.
