@@ -568,9 +568,10 @@ impl FileWakeups {
         };
         let rest = handover.rest;
         if handover.owner == push.id {
-            shared.take_grant(handover.key, handover.holder, handover.fence);
-            // Granted: the process leaves the queue, as after a claim that granted.
+            // Granted: the process leaves the queue, as after a claim that granted; first,
+            // so that a claim of the woken waiter that finds the key held again queues anew.
             shared.leave(&handover.entry);
+            shared.take_grant(handover.key, handover.holder, handover.fence);
             shared.send_first(Kind::Next, &mut rest.iter());
             return;
         }
@@ -871,10 +872,13 @@ impl Shared {
                         if let Some((entry, fence, holder)) = parse_grant(text) {
                             watches.remove(entry);
                             if let Some(key) = self.key_of(entry) {
-                                self.take_grant(key, holder, fence);
                                 // Granted: the process leaves the queue, as after a claim
-                                // that granted.
+                                // that granted. Before the waiter is woken: a grant that
+                                // ended while this process was paused sends it to claim,
+                                // and a claim that finds the key held must queue anew, not
+                                // write into the entry being deleted here.
                                 self.leave(entry);
+                                self.take_grant(key, holder, fence);
                             }
                         }
                     }
