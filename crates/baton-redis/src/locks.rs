@@ -306,31 +306,20 @@ impl RedisStore {
         }
     }
 
-    /// Frees `holder`'s grant of `key` without waiting for the answer: a grant the replicas
-    /// did not confirm. A failure is only logged; the grant's TTL frees it then.
-    fn release_in_background(&self, key: &StoreKey, holder: &str) {
-        let link = Arc::clone(&self.link);
+    /// Frees `holder`'s grant of `key`, a grant the replicas did not confirm, before the claim
+    /// answers: the waiter that made it claims again as the same holder, and a release still
+    /// in flight then could free the grant that later claim was answered as extended. A
+    /// failure is only logged; the grant's TTL frees it then, and a later claim of the holder
+    /// finds it its own.
+    async fn give_back_unconfirmed(&self, key: &StoreKey, holder: &str) {
         let mut invocation = Evalsha::new(&SCRIPTS.release, 2, 0);
         invocation
             .arg(keys::grant(key))
             .arg(keys::queue(key))
             .arg(holder)
             .arg(&self.release_idle);
-        let deadline = self.options.call_deadline();
-        let key = key.clone();
-        tokio::spawn(async move {
-            let mut conn = link.get();
-            let sent = timeout(deadline, async {
-                match invocation.send(&mut conn).await {
-                    Err(e) if is_noscript(&e) => reload_and_send(&invocation, &mut conn).await,
-                    sent => sent,
-                }
-            })
+        send_unconfirmed_give_back(&self.link, self.options.call_deadline(), key, &invocation)
             .await;
-            if !matches!(sent, Ok(Ok(_))) {
-                tracing::debug!(%key, "could not free an unconfirmed grant; its TTL frees it");
-            }
-        });
     }
 
     /// Whether a write answered with `replicas` acknowledgements (`None`: not confirmed by
@@ -515,7 +504,7 @@ impl LeaseStore for RedisStore {
             // A grant that a failover could lose is not handed out: it is freed again. A
             // holder's own grant that was extended stays as it was.
             if let Claim::Granted { .. } = claim {
-                self.release_in_background(key, holder);
+                self.give_back_unconfirmed(key, holder).await;
             }
             return Err(e);
         }
@@ -786,6 +775,28 @@ pub(crate) fn parse_claim(value: &Value) -> Option<Claim> {
             remaining: remaining(&items[2])?,
         }),
         _ => None,
+    }
+}
+
+/// Sends `invocation`, the release of a grant or permit the replicas did not confirm, and
+/// waits up to `deadline` for its answer, which is only logged when it fails (the grant's TTL
+/// ends it then).
+pub(crate) async fn send_unconfirmed_give_back(
+    link: &Link,
+    deadline: Duration,
+    key: &StoreKey,
+    invocation: &Evalsha<'_>,
+) {
+    let mut conn = link.get();
+    let sent = timeout(deadline, async {
+        match invocation.send(&mut conn).await {
+            Err(e) if is_noscript(&e) => reload_and_send(invocation, &mut conn).await,
+            sent => sent,
+        }
+    })
+    .await;
+    if !matches!(sent, Ok(Ok(_))) {
+        tracing::debug!(%key, "could not give back an unconfirmed grant; its TTL ends it");
     }
 }
 

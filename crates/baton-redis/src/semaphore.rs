@@ -23,12 +23,12 @@ use baton_core::semaphore::PermitInfo;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use redis::Value;
-use std::sync::Arc;
-use tokio::time::timeout;
 
 use crate::keys;
-use crate::locks::{RedisStore, fence, int, parse_claim, reload_and_send, remaining, text};
-use crate::scripts::{Evalsha, SCRIPTS, is_noscript};
+use crate::locks::{
+    RedisStore, fence, int, parse_claim, remaining, send_unconfirmed_give_back, text,
+};
+use crate::scripts::{Evalsha, SCRIPTS};
 
 /// What the permit release script answered: the release, and whether this store's own
 /// waiter is the one to wake.
@@ -84,10 +84,10 @@ impl RedisStore {
             .await
     }
 
-    /// Gives back `holder`'s permit of `key` without waiting for the answer: a permit the
-    /// replicas did not confirm. A failure is only logged; the permit's TTL ends it then.
-    fn release_permit_in_background(&self, key: &StoreKey, holder: &str) {
-        let link = Arc::clone(&self.link);
+    /// Gives back `holder`'s permit of `key`, a permit the replicas did not confirm, before the
+    /// claim answers (as a lock's grant, see `RedisStore::give_back_unconfirmed`): a later
+    /// claim of the same holder must not be answered as extended while this is in flight.
+    async fn give_back_unconfirmed_permit(&self, key: &StoreKey, holder: &str) {
         let mut invocation = Evalsha::new(&SCRIPTS.permit_release, 3, 0);
         invocation
             .arg(keys::permits(key))
@@ -95,21 +95,8 @@ impl RedisStore {
             .arg(keys::queue(key))
             .arg(holder)
             .arg(&self.release_idle);
-        let deadline = self.options().call_deadline();
-        let key = key.clone();
-        tokio::spawn(async move {
-            let mut conn = link.get();
-            let sent = timeout(deadline, async {
-                match invocation.send(&mut conn).await {
-                    Err(e) if is_noscript(&e) => reload_and_send(&invocation, &mut conn).await,
-                    sent => sent,
-                }
-            })
+        send_unconfirmed_give_back(&self.link, self.options().call_deadline(), key, &invocation)
             .await;
-            if !matches!(sent, Ok(Ok(_))) {
-                tracing::debug!(%key, "could not give back an unconfirmed permit; its TTL ends it");
-            }
-        });
     }
 }
 
@@ -153,7 +140,7 @@ impl SemaphoreStore for RedisStore {
             // A permit that a failover could lose is not handed out: it is given back. A
             // holder's own permit that was extended stays as it was.
             if let Claim::Granted { .. } = claim {
-                self.release_permit_in_background(key, holder);
+                self.give_back_unconfirmed_permit(key, holder).await;
             }
             return Err(e);
         }
