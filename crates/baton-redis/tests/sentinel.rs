@@ -137,6 +137,7 @@ fn contend_through_a_failover(min_replicas: u32) -> Run {
         (0..PROCESSES)
             .map(|i| History::read_jsonl(history_file(dir.path(), i)).expect("a child's history")),
     );
+    baton_testkit::jepsen::export_this_test(&history);
     Run {
         history,
         outputs: children.iter().map(|c| c.output()).collect(),

@@ -83,6 +83,10 @@ pub enum OpKind {
         fence: u64,
         /// What the release answered.
         outcome: Outcome,
+        /// When the answer arrived, where the recorder saw it (histories recorded before
+        /// this field have none: [`jepsen`](crate::jepsen) then takes the sending time).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered: Option<MonoTime>,
     },
     /// A write to a [`FencedRegister`]; [`Op::at`] is when it was sent.
     Write {
@@ -284,7 +288,7 @@ impl History {
                         outcome: None,
                     });
                 }
-                OpKind::Released { fence, outcome } => {
+                OpKind::Released { fence, outcome, .. } => {
                     if let Some(i) =
                         open.remove(&(op.process, op.contender, op.key.as_str(), *fence))
                     {
@@ -436,6 +440,7 @@ impl ContenderLog {
             OpKind::Released {
                 fence,
                 outcome: Outcome::from(&outcome),
+                answered: Some(MonoTime::now()),
             },
         );
         outcome
@@ -454,6 +459,7 @@ impl ContenderLog {
             OpKind::Released {
                 fence,
                 outcome: Outcome::from(&outcome),
+                answered: Some(MonoTime::now()),
             },
         );
         outcome
@@ -526,6 +532,7 @@ mod tests {
             OpKind::Released {
                 fence: 1,
                 outcome: Outcome::Released,
+                answered: None,
             },
         );
         b.record(
@@ -591,6 +598,7 @@ mod tests {
             OpKind::Released {
                 fence: 1,
                 outcome: Outcome::Expired,
+                answered: None,
             },
         );
         r.record(

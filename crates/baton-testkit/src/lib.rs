@@ -46,7 +46,7 @@
 //! let t = MonoTime::from_nanos(1_000);
 //! let ms = std::time::Duration::from_millis(1);
 //! recorder.record(0, "k", t, OpKind::Acquired { fence: 7, requested: t, valid_until: t + 10 * ms });
-//! recorder.record(0, "k", t + ms, OpKind::Released { fence: 7, outcome: Outcome::Released });
+//! recorder.record(0, "k", t + ms, OpKind::Released { fence: 7, outcome: Outcome::Released, answered: None });
 //! let history: History = recorder.history();
 //! assert!(check::all(&history).is_empty());
 //! ```
@@ -60,6 +60,7 @@ pub mod etcd;
 pub mod harness;
 pub mod history;
 pub mod idempotency;
+pub mod jepsen;
 pub mod permit_order;
 pub mod pgbouncer;
 pub mod postgres;

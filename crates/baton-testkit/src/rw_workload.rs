@@ -176,5 +176,15 @@ fn released(
     sent: MonoTime,
     outcome: Outcome,
 ) {
-    recorder.record(contender, key, sent, OpKind::Released { fence, outcome });
+    let answered = Some(MonoTime::now());
+    recorder.record(
+        contender,
+        key,
+        sent,
+        OpKind::Released {
+            fence,
+            outcome,
+            answered,
+        },
+    );
 }

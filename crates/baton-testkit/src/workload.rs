@@ -436,10 +436,12 @@ pub(crate) fn run_children(
             .wait_success(CHILD_TIMEOUT)
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    History::merge(
+    let history = History::merge(
         (0..processes)
             .map(|i| History::read_jsonl(history_file(dir, i)).expect("a child's history")),
-    )
+    );
+    crate::jepsen::export_this_test(&history);
+    history
 }
 
 /// This child's directory and index, from the parent's [`run_children`]; `None` when this

@@ -214,7 +214,11 @@ pub(super) fn convert(operations: &[Operation<'_>], families: &[&str]) -> Conver
                     event.contender,
                     &hkey,
                     invoke.at,
-                    OpKind::Released { fence, outcome },
+                    OpKind::Released {
+                        fence,
+                        outcome,
+                        answered: op.done.map(|d| d.at),
+                    },
                 );
             }
         }

@@ -190,7 +190,17 @@ pub(crate) mod tests {
         at: u64,
         outcome: Outcome,
     ) {
-        r.record(contender, key, t(at), OpKind::Released { fence, outcome });
+        let answered = None;
+        r.record(
+            contender,
+            key,
+            t(at),
+            OpKind::Released {
+                fence,
+                outcome,
+                answered,
+            },
+        );
     }
 
     /// Records a grant of `key` held over [from, to) (released at `to`), valid for 1 s.
