@@ -311,6 +311,303 @@ pub async fn diagnose(url: &str) -> Result<Report> {
     Ok(Report::new(&facts.server, checks(&facts, opened)))
 }
 
+/// The slot map of a cluster as one node serves it: every master with its slot count and
+/// replicas, and how the cluster judges itself (`CLUSTER INFO`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct ClusterMap {
+    /// `host:port` of each master, with the slots it serves and its replicas' addresses,
+    /// in the order `CLUSTER SLOTS` first names them.
+    masters: Vec<(String, u16, u32, Vec<String>)>,
+    /// `cluster_state` (`ok`, `fail`).
+    state: Option<String>,
+    /// `cluster_slots_ok`, `cluster_slots_pfail` and `cluster_slots_fail`.
+    slots_ok: Option<u32>,
+    slots_pfail: Option<u32>,
+    slots_fail: Option<u32>,
+}
+
+/// How many slots a Redis Cluster has.
+const SLOTS: u32 = 16_384;
+
+/// Checks the Redis Cluster named by a `redis+cluster://` or `rediss+cluster://` URL: the
+/// store is opened as an application opens it (scripts loaded on every master), the slot
+/// map is read from the first seed node that answers (`CLUSTER SLOTS`, `CLUSTER INFO`), and
+/// then every master is inspected as a single server is ([`inspect`]) and judged: round
+/// trip, version and role, clock, its replicas, `maxmemory-policy` and persistence, each
+/// check naming the master.
+///
+/// # Errors
+/// `InvalidInput` for a malformed URL or option; `Unsupported` for what
+/// [`RedisClusterStore::connect`](crate::RedisClusterStore::connect) refuses. A cluster
+/// that cannot be reached is not an error: the report says so.
+pub async fn diagnose_cluster(url: &str) -> Result<Report> {
+    let started = Instant::now();
+    let store = match crate::RedisClusterStore::connect(url).await {
+        Ok(store) => store,
+        Err(e) => return doctor::unreachable(url, e),
+    };
+    let opened = started.elapsed();
+    drop(store);
+    let (target, options) = url::parse_cluster(url)?;
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    let map = match read_cluster_map(&target, &options).await {
+        Ok(map) => map,
+        Err(e) => return doctor::unreachable(url, e),
+    };
+    let mut checks = Vec::new();
+    // The masters without a replica, by what each says of itself (INFO), else by the slot
+    // map (whose replicas a node learns by gossip, so a young cluster's may lag).
+    let mut without_replica = Vec::new();
+    for (host, port, slots, replicas) in &map.masters {
+        let mut node = target.node_url(host, *port);
+        if !query.is_empty() {
+            node = format!("{node}?{query}");
+        }
+        let address = url::host_port(host, *port);
+        let inspected = inspect(&node).await;
+        let replicated = match &inspected {
+            Ok(facts) => facts
+                .connected_replicas
+                .map_or(!replicas.is_empty(), |n| n > 0),
+            Err(_) => !replicas.is_empty(),
+        };
+        if !replicated {
+            without_replica.push(address.clone());
+        }
+        match inspected {
+            Ok(facts) => {
+                let judged = [
+                    round_trip(
+                        format!(
+                            "master {address} ({slots} slots); the store opened in {} (scripts loaded on every master); PING",
+                            millis(opened)
+                        ),
+                        &facts.round_trips,
+                        facts.response_timeout,
+                    ),
+                    cluster_node(&facts),
+                    clock(&facts),
+                    replication(&facts),
+                    eviction(&facts),
+                ];
+                checks.extend(
+                    judged
+                        .into_iter()
+                        .chain(persistence(&facts))
+                        .map(|check| on_master(check, &address)),
+                );
+            }
+            Err(e) => checks.push(Check::finding(
+                "master",
+                format!("master {address} ({slots} slots) could not be inspected: {e}"),
+                "check that every master is reachable from this host with the store's credentials",
+            )),
+        }
+    }
+    checks.insert(0, slot_coverage(&map, &without_replica));
+    Ok(Report::new(&target.redacted, checks))
+}
+
+/// `check`, its detail naming the master it is about (the round trip's names it already).
+fn on_master(mut check: Check, address: &str) -> Check {
+    if !check.detail.starts_with("master ") {
+        check.detail = format!("master {address}: {}", check.detail);
+    }
+    check
+}
+
+/// Version and role of a cluster's master: cluster mode is expected there.
+fn cluster_node(facts: &ServerFacts) -> Check {
+    let version = facts.version.as_deref().unwrap_or("unknown");
+    let role = facts.role.as_deref().unwrap_or("unknown");
+    let detail = format!("Redis {version}, role {role}, cluster mode on");
+    let major: Option<u32> = facts
+        .version
+        .as_deref()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok());
+    if facts.role.as_deref().is_some_and(|r| r != "master") {
+        Check::finding(
+            "server",
+            format!(
+                "{detail}: the slot map names it a master, but it says it is a replica (a failover in progress?)"
+            ),
+            "run baton doctor again once the cluster is stable; if it persists, check CLUSTER NODES",
+        )
+    } else if major.is_some_and(|m| m < 7) {
+        Check::finding(
+            "server",
+            format!("{detail}: baton on a cluster needs Redis 7 or newer (sharded pub/sub)"),
+            "upgrade the cluster's nodes",
+        )
+    } else {
+        Check::ok("server", detail)
+    }
+}
+
+/// Whether every slot is served, by how many masters, and which of them have no replica.
+fn slot_coverage(map: &ClusterMap, without_replica: &[String]) -> Check {
+    let served: u32 = map.masters.iter().map(|(_, _, slots, _)| slots).sum();
+    let state = map.state.as_deref().unwrap_or("unknown");
+    let detail = format!(
+        "{served} of {SLOTS} slots served by {} master(s), cluster_state {state} (slots ok {}, pfail {}, fail {})",
+        map.masters.len(),
+        count(map.slots_ok),
+        count(map.slots_pfail),
+        count(map.slots_fail),
+    );
+    if served < SLOTS || map.state.as_deref().is_some_and(|s| s != "ok") {
+        Check::finding(
+            "slots",
+            format!("{detail}: keys whose slot is not served can be neither locked nor released"),
+            "assign every slot (redis-cli --cluster fix) and bring failed masters back",
+        )
+    } else if map.slots_pfail.unwrap_or(0) + map.slots_fail.unwrap_or(0) > 0 {
+        Check::finding(
+            "slots",
+            format!(
+                "{detail}: a master is failing; its keys' grants wait for its replica's promotion"
+            ),
+            "check the failing master (CLUSTER NODES)",
+        )
+    } else if !without_replica.is_empty() {
+        Check::note(
+            "slots",
+            format!(
+                "{detail}; without a replica: {}: if one of them is lost, its slots are down until it is back, with every grant on it",
+                without_replica.join(", ")
+            ),
+            Some("give every master a replica".into()),
+        )
+    } else {
+        Check::ok("slots", format!("{detail}; every master has a replica"))
+    }
+}
+
+fn count(n: Option<u32>) -> String {
+    n.map_or("unknown".into(), |n| n.to_string())
+}
+
+/// Reads the slot map from the first seed node that answers.
+async fn read_cluster_map(
+    target: &url::ClusterTarget,
+    options: &crate::RedisOptions,
+) -> Result<ClusterMap> {
+    let deadline = options.call_deadline();
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(options.get_connect_timeout()))
+        .set_response_timeout(Some(options.get_response_timeout()));
+    let mut last = None;
+    for (seed, (host, port)) in target.seed_urls().iter().zip(&target.seeds) {
+        let address = url::host_port(host, *port);
+        let step = |what: &'static str| (what, address.as_str(), deadline);
+        let read = async {
+            let client = redis::Client::open(seed.as_str())
+                .map_err(|e| redis_error(e, "connecting", &address))?;
+            let mut conn = match timeout(
+                deadline,
+                client.get_multiplexed_async_connection_with_config(&config),
+            )
+            .await
+            {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => return Err(redis_error(e, "connecting", &address)),
+                Err(_) => return Err(timed_out("connecting", &address, deadline)),
+            };
+            let slots = within(
+                step("CLUSTER SLOTS"),
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<Value>(&mut conn),
+            )
+            .await?
+            .map_err(|e| redis_error(e, "CLUSTER SLOTS", &address))?;
+            let info = within(
+                step("CLUSTER INFO"),
+                redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async::<String>(&mut conn),
+            )
+            .await?
+            .map(|text| parse_info(&text))
+            .unwrap_or_default();
+            Ok(cluster_map(&slots, &info, host))
+        };
+        match read.await {
+            Ok(map) => return Ok(map),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| baton_core::Error::invalid_input("a cluster URL without seed nodes")))
+}
+
+/// The slot map of a `CLUSTER SLOTS` reply and a `CLUSTER INFO` one; a node that announces
+/// no address is at `seed_host`, the host it was reached at.
+fn cluster_map(slots: &Value, info: &BTreeMap<String, String>, seed_host: &str) -> ClusterMap {
+    let mut masters: Vec<(String, u16, u32, Vec<String>)> = Vec::new();
+    let node = |value: &Value| -> Option<(String, u16)> {
+        let Value::Array(fields) = value else {
+            return None;
+        };
+        let host = match fields.first()? {
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            Value::SimpleString(text) => text.clone(),
+            _ => return None,
+        };
+        let host = if host.is_empty() || host == "?" {
+            seed_host.to_owned()
+        } else {
+            host
+        };
+        let port = match fields.get(1)? {
+            Value::Int(port) => u16::try_from(*port).ok()?,
+            _ => return None,
+        };
+        Some((host, port))
+    };
+    if let Value::Array(ranges) = slots {
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(master)) =
+                (fields.first(), fields.get(1), fields.get(2).and_then(node))
+            else {
+                continue;
+            };
+            let count = u32::try_from(end - start + 1).unwrap_or(0);
+            let replicas: Vec<String> = fields[3..]
+                .iter()
+                .filter_map(node)
+                .map(|(h, p)| url::host_port(&h, p))
+                .collect();
+            match masters
+                .iter_mut()
+                .find(|(h, p, _, _)| (h.as_str(), *p) == (master.0.as_str(), master.1))
+            {
+                Some(known) => {
+                    known.2 += count;
+                    for replica in replicas {
+                        if !known.3.contains(&replica) {
+                            known.3.push(replica);
+                        }
+                    }
+                }
+                None => masters.push((master.0, master.1, count, replicas)),
+            }
+        }
+    }
+    let number = |name: &str| info.get(name).and_then(|v| v.parse().ok());
+    ClusterMap {
+        masters,
+        state: info.get("cluster_state").cloned(),
+        slots_ok: number("cluster_slots_ok"),
+        slots_pfail: number("cluster_slots_pfail"),
+        slots_fail: number("cluster_slots_fail"),
+    }
+}
+
 fn checks(facts: &ServerFacts, opened: Duration) -> Vec<Check> {
     let mut checks = vec![
         round_trip(
@@ -349,8 +646,10 @@ fn server(facts: &ServerFacts) -> Check {
     if facts.cluster_enabled == Some(true) {
         Check::finding(
             "server",
-            format!("{detail}: baton supports a single primary, not Redis Cluster"),
-            "use a standalone primary (with replicas and Sentinel if you need failover)",
+            format!(
+                "{detail}: this server is a node of a Redis Cluster, and a redis:// URL reaches only the slots it serves"
+            ),
+            "name the cluster with a redis+cluster:// URL (its nodes as seeds), which baton doctor also checks master by master",
         )
     } else if facts.role.as_deref().is_some_and(|r| r != "master") {
         Check::finding(
@@ -709,5 +1008,53 @@ mod tests {
         assert_eq!(found[0].lag_seconds, Some(0));
         assert_eq!(found[1].behind_bytes, Some(100));
         assert_eq!(found[1].lag_seconds, Some(3));
+    }
+
+    fn node(ip: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(ip.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"id".to_vec()),
+        ])
+    }
+
+    #[test]
+    fn a_slot_map_counts_slots_per_master_and_unserved_slots_are_a_finding() {
+        let slots = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(99),
+                node("10.0.0.1", 7000),
+                node("10.0.0.4", 7000),
+            ]),
+            Value::Array(vec![Value::Int(100), Value::Int(8000), node("", 7001)]),
+            Value::Array(vec![
+                Value::Int(8001),
+                Value::Int(8100),
+                node("10.0.0.1", 7000),
+            ]),
+        ]);
+        let info = parse_info("cluster_state:fail\r\ncluster_slots_ok:8101\r\n");
+        let map = cluster_map(&slots, &info, "seed");
+        assert_eq!(
+            map.masters,
+            [
+                (
+                    "10.0.0.1".to_owned(),
+                    7000,
+                    200,
+                    vec!["10.0.0.4:7000".to_owned()]
+                ),
+                ("seed".to_owned(), 7001, 7901, vec![]),
+            ]
+        );
+        let check = slot_coverage(&map, &["seed:7001".to_owned()]);
+        assert_eq!(check.verdict, Verdict::Finding, "{check:?}");
+        assert!(
+            check
+                .detail
+                .starts_with("8101 of 16384 slots served by 2 master(s), cluster_state fail"),
+            "{check:?}"
+        );
     }
 }

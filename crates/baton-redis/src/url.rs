@@ -50,13 +50,17 @@ pub(crate) struct ClusterTarget {
 impl ClusterTarget {
     /// The seed nodes' URLs for the redis client, with the store's credentials.
     pub(crate) fn seed_urls(&self) -> Vec<String> {
-        let scheme = if self.tls { "rediss" } else { "redis" };
         self.seeds
             .iter()
-            .map(|(host, port)| {
-                format!("{scheme}://{}{}", self.credentials, host_port(host, *port))
-            })
+            .map(|(host, port)| self.node_url(host, *port))
             .collect()
+    }
+
+    /// The `redis://` (or `rediss://`) URL of one node of the cluster, with the store's
+    /// credentials.
+    pub(crate) fn node_url(&self, host: &str, port: u16) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://{}{}", self.credentials, host_port(host, port))
     }
 }
 

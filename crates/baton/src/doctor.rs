@@ -14,6 +14,7 @@
 //! | store | checks |
 //! |---|---|
 //! | `redis://` | connect and round trip; server version, role and cluster mode; server clock against this host's; `maxmemory-policy`; persistence (`appendonly`, `appendfsync`, `save`) and what it means for exclusion and fences |
+//! | `redis+cluster://` | the slot map (every slot served, `cluster_state`, failing slots, masters without a replica); then, for every master, what `redis://` checks |
 //! | `sqlite://` | the file, its file system and permissions; header and schema version; the claimable-work tables (`work-schema`: present or not, since SQLite keeps no version of them); WAL mode; whether this user can take the write lock; `synchronous`; the clock (the host's: nothing to compare) |
 //! | `postgres://` | connect and round trip; version, standby or read-only; server clock against this host's; baton schema version; claimable-work schema version (`work-schema`, `baton_work_schema`); whether grants are flushed before they answer (`durable-grants`: the URL's `durable_grants`, the server's `synchronous_commit` and `fsync`); a transaction-pooling proxy in front without `pooler=transaction` (a finding whatever `listen` says), or with it but without `listen_url` (a note); the pool size against the server's `max_connections` (`connections`) |
 //! | `memory://` | one finding: it is process-local |
@@ -58,6 +59,8 @@ pub async fn diagnose(url: &str) -> Result<Report> {
         "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
             baton_redis::doctor::diagnose(url).await
         }
+        #[cfg(feature = "redis")]
+        "redis+cluster" | "rediss+cluster" => baton_redis::doctor::diagnose_cluster(url).await,
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => baton_postgres::doctor::diagnose(url).await,
         // A store without checks of its own (or a scheme this build lacks, which
