@@ -130,6 +130,28 @@ impl Scripts {
             &self.permit_pass,
         ]
     }
+
+    /// The text of one of the scripts, by its hash: what a Redis Cluster store loads on the
+    /// master of a key's slot after `NOSCRIPT` there.
+    pub(crate) fn text_of(&self, script: &Script) -> Option<&'static str> {
+        const TEXTS: [&str; 10] = [
+            CLAIM,
+            RENEW,
+            RELEASE,
+            INSPECT,
+            PASS,
+            PERMIT_CLAIM,
+            PERMIT_RENEW,
+            PERMIT_RELEASE,
+            PERMIT_LIST,
+            PERMIT_PASS,
+        ];
+        self.all()
+            .into_iter()
+            .zip(TEXTS)
+            .find(|(s, _)| s.get_hash() == script.get_hash())
+            .map(|(_, text)| text)
+    }
 }
 
 /// An `EVALSHA` of one of the store's scripts, its keys and arguments packed into one command
@@ -267,6 +289,10 @@ mod tests {
             .map(|s| s.get_hash().to_owned())
             .collect();
         assert_eq!(hashes.len(), 10);
+        for script in SCRIPTS.all() {
+            let text = SCRIPTS.text_of(script).expect("every script has its text");
+            assert_eq!(Script::new(text).get_hash(), script.get_hash());
+        }
         for text in [
             PERMIT_CLAIM,
             PERMIT_RENEW,
