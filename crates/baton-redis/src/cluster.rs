@@ -1,7 +1,8 @@
-//! [`RedisClusterStore`]: locks and leases on a Redis Cluster, each key's lock scripts run on
-//! the master that serves the key's slot.
+//! [`RedisClusterStore`]: locks, leases and semaphores (so reader-writer locks and elections
+//! too) on a Redis Cluster, each key's scripts run on the master that serves the key's slot.
 //!
-//! Every Redis key of one qualified key `Q` (the grant `{Q}`, its fence counter, its queue)
+//! Every Redis key of one qualified key `Q` (the grant `{Q}` or a semaphore's permits, its
+//! fence counter, its queue)
 //! carries the hash tag `{Q}`, so they share one slot and one master (see the key layout in
 //! `keys.rs`), and every lock script declares each key it touches: the cluster routes a
 //! call by its declared keys, and a slot that moves between masters moves with all of them.
@@ -32,9 +33,13 @@
 //! - A release whose connection dropped may have been retried by the cluster client after
 //!   it ran; it then answers that nobody held the key, which the core reports as a release
 //!   after expiry. The lock was freed either way.
-//! - Locks and leases only: the other capabilities answer `Unsupported` when a client is
-//!   built, naming the cluster, and so does `min_replicas` (a `WAIT` on the key's master)
-//!   when the store is opened.
+//! - Semaphores are the single server's permit scripts and calls (`crate::semaphore`),
+//!   queueing and waking stores as locks do; reader-writer locks and elections are built on
+//!   leases and semaphores in the core. An election on a cluster has no broadcast for its
+//!   notices, so an observer reads the leader at the core's polling interval.
+//! - Rate limits, the cache, broadcast and idempotency records answer `Unsupported` when a
+//!   client is built, naming the cluster, and so does `min_replicas` (a `WAIT` on the key's
+//!   master) when the store is opened.
 //! - `list` scans every master in turn (`CLUSTER SLOTS`, then `SCAN` on each), then reads
 //!   each grant it found; during a failover it may miss a grant or fail `Unavailable`.
 
@@ -45,6 +50,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_core::idempotency::IdempotencyStore;
+use baton_core::semaphore::PermitInfo;
 use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::store::{
     Capability, Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Store, Wakeups,
@@ -66,6 +72,7 @@ use crate::keys;
 use crate::locks::{holder_info, int, parse_claim, parse_release};
 use crate::options::RedisOptions;
 use crate::scripts::{Evalsha, SCRIPTS, Sent, is_noscript};
+use crate::semaphore;
 use crate::sharded::{ChannelNames, ShardedPush};
 use crate::url::{self, ClusterTarget};
 use crate::wakeups::{DEGRADED_POLL, GiveUp, Inbox};
@@ -80,18 +87,18 @@ const RETRIES: u32 = 16;
 const MIN_RETRY_WAIT_MS: u64 = 10;
 const MAX_RETRY_WAIT_MS: u64 = 250;
 
-/// Why a capability beyond locks and leases is refused on a cluster.
-const LEASES_ONLY: &str = "on a Redis Cluster baton offers locks and leases only so far (their scripts are the ones tested on a cluster); use one Redis server (redis:// or redis+sentinel://) for the others";
+/// Why a capability beyond locks, leases and semaphores is refused on a cluster.
+const LEASES_ONLY: &str = "on a Redis Cluster baton offers locks, leases and semaphores only so far (their scripts are the ones tested on a cluster); use one Redis server (redis:// or redis+sentinel://) for the others";
 
-/// A [`LeaseStore`] on a Redis Cluster: the lock scripts of [`RedisStore`](crate::RedisStore)
-/// run on the master of each key's slot.
+/// A [`LeaseStore`] and [`SemaphoreStore`] on a Redis Cluster: the scripts of
+/// [`RedisStore`](crate::RedisStore) run on the master of each key's slot.
 ///
 /// Use it when your Redis is a cluster. On one server (with or without Sentinel), use
 /// [`RedisStore`](crate::RedisStore): it offers every other primitive. Most code opens it
 /// through `baton::connect("redis+cluster://host:port,host:port")`.
 ///
 /// See the [module docs](self) for what runs where and what is not there yet
-/// (`min_replicas`, the primitives beyond locks and leases).
+/// (`min_replicas`, rate limits, the cache, broadcast, idempotency records).
 pub struct RedisClusterStore {
     scripts: ClusterScripts,
     target: ClusterTarget,
@@ -191,13 +198,7 @@ impl RedisClusterStore {
             let mut conn = client.get_async_connection().await?;
             // Loaded on every node now, so that the first calls find them; a node that
             // joins or restarts later loads each on its first NOSCRIPT.
-            for script in [
-                &SCRIPTS.claim,
-                &SCRIPTS.renew,
-                &SCRIPTS.release,
-                &SCRIPTS.inspect,
-                &SCRIPTS.pass,
-            ] {
+            for script in SCRIPTS.all() {
                 script.load_async(&mut conn).await?;
             }
             Ok::<_, RedisError>(conn)
@@ -327,9 +328,15 @@ impl RedisClusterStore {
         })
     }
 
-    /// The qualified keys starting with `prefix` whose grants `SCAN` finds on any master.
-    async fn scan(&self, prefix: &str) -> Result<BTreeSet<StoreKey>> {
-        let pattern = keys::grant_pattern(prefix);
+    /// The qualified keys that start with `prefix` of the Redis keys that `SCAN MATCH
+    /// pattern` finds on any master and `parse` reads back (a grant's `{Q}`, a semaphore's
+    /// `{Q}:permits`), in key order.
+    async fn scan(
+        &self,
+        pattern: &str,
+        prefix: &str,
+        parse: fn(&str) -> Option<StoreKey>,
+    ) -> Result<BTreeSet<StoreKey>> {
         let mut found = BTreeSet::new();
         for (host, port) in self.masters().await? {
             let mut cursor: u64 = 0;
@@ -337,7 +344,7 @@ impl RedisClusterStore {
                 let mut scan = redis::cmd("SCAN");
                 scan.arg(cursor)
                     .arg("MATCH")
-                    .arg(&pattern)
+                    .arg(pattern)
                     .arg("COUNT")
                     .arg(SCAN_BATCH);
                 let value = self.ask_node("listing", scan, &host, port).await?;
@@ -352,7 +359,7 @@ impl RedisClusterStore {
                 found.extend(
                     batch
                         .iter()
-                        .filter_map(|k| keys::from_grant_key(k))
+                        .filter_map(|k| parse(k))
                         .filter(|k| k.as_str().starts_with(prefix)),
                 );
                 if next == 0 {
@@ -684,7 +691,10 @@ impl LeaseStore for RedisClusterStore {
             return Ok(Vec::new());
         }
         let mut found = Vec::new();
-        for key in self.scan(prefix).await? {
+        let grants = self
+            .scan(&keys::grant_pattern(prefix), prefix, keys::from_grant_key)
+            .await?;
+        for key in grants {
             // A grant that expired between the scan and the read is simply not listed.
             if let Some(info) = self.inspect(&key).await? {
                 found.push(info);
@@ -704,8 +714,130 @@ impl LeaseStore for RedisClusterStore {
     }
 }
 
-/// Locks and leases; every other capability is refused with the reason (see the module
-/// docs).
+/// Semaphores: the single server's permit scripts and calls (`semaphore.rs`), on the
+/// master of each key's slot, with the lock's queue and sharded wake-ups.
+#[async_trait]
+impl SemaphoreStore for RedisClusterStore {
+    async fn claim_permit(
+        &self,
+        key: &StoreKey,
+        request: LeaseRequest<'_>,
+        permits: u32,
+    ) -> Result<Claim> {
+        // As for a lock: a waiter of this process subscribes before it claims, and the claim
+        // queues the store only under its subscribed channel in the key's slot.
+        let channel = if self.hub.has_waiters(key) {
+            self.push.subscribed(key).await
+        } else {
+            None
+        };
+        let invocation = semaphore::claim_call(key, &request, permits, channel.as_deref());
+        // A claim that ran and was retried comes back as an extension: a permit either way.
+        self.call(
+            || format!("permit claim of {key}"),
+            key,
+            &invocation,
+            parse_claim,
+        )
+        .await
+    }
+
+    async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        self.call(
+            || format!("permit renewal of {key}"),
+            key,
+            &semaphore::renew_call(key, holder, ttl),
+            semaphore::parse_renewal,
+        )
+        .await
+    }
+
+    async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let waiting = if self.hub.has_waiters(key) { '1' } else { '0' };
+        let store = format!("{waiting}{}", self.names.of(key));
+        let invocation = semaphore::release_call(key, holder.as_str(), &store);
+        let released = self
+            .call(
+                || format!("permit release of {key}"),
+                key,
+                &invocation,
+                semaphore::parse_release,
+            )
+            .await;
+        match released {
+            Ok((release, to_this_store)) => Ok(semaphore::tell_permit_release(
+                &self.hub,
+                key,
+                release,
+                to_this_store,
+                self.push.is_healthy(),
+            )),
+            Err(e) => {
+                // The release may have run and chosen a waiter of this process, which no
+                // message would wake: have this process's waiters look again.
+                self.hub.notify(key);
+                Err(e)
+            }
+        }
+    }
+
+    async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
+        Ok(self
+            .permits_of(key)
+            .await?
+            .into_iter()
+            .map(|p| p.grant)
+            .collect())
+    }
+
+    /// Scans every master for the keys' `{Q}:permits`, then reads each key's live permits,
+    /// in key order, until `limit` keys had some.
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let candidates = self
+            .scan(
+                &semaphore::permits_pattern(prefix),
+                prefix,
+                semaphore::from_permits_key,
+            )
+            .await?;
+        let (mut listed, mut keys) = (Vec::new(), 0);
+        for key in &candidates {
+            let permits = self.permits_of(key).await?;
+            // A key whose permits all ended since the scan is simply not listed.
+            if !permits.is_empty() {
+                listed.extend(permits);
+                keys += 1;
+                if keys == limit {
+                    break;
+                }
+            }
+        }
+        Ok(listed)
+    }
+
+    fn permit_wakeups(&self) -> Wakeups {
+        LeaseStore::wakeups(self)
+    }
+}
+
+impl RedisClusterStore {
+    /// The live permits of `key`, oldest fence first, with the N of each claim.
+    async fn permits_of(&self, key: &StoreKey) -> Result<Vec<PermitInfo>> {
+        self.call(
+            || format!("permits of {key}"),
+            key,
+            &semaphore::list_call(key),
+            |v| semaphore::parse_permits(key, v),
+        )
+        .await
+    }
+}
+
+/// Locks, leases and semaphores (and what is built on them: reader-writer locks,
+/// elections); every other capability is refused with the reason (see the module docs).
 impl Store for RedisClusterStore {
     fn name(&self) -> &'static str {
         "Redis Cluster"
@@ -727,9 +859,7 @@ impl Store for RedisClusterStore {
         Err(Capability::Idempotency.unsupported(self.name(), Some(LEASES_ONLY)))
     }
 
-    fn semaphore_store(self: Arc<Self>) -> Result<Arc<dyn SemaphoreStore>> {
-        Err(Capability::Semaphores.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
+    baton_core::offers!(semaphore_store);
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! best-effort under failover: read the trade-offs in `docs/redis.md` before you rely on it.
 //!
 //! - [`RedisStore`]: the store; [`RedisOptions`]: its timeouts.
-//! - [`RedisClusterStore`]: locks and leases on a Redis Cluster (`redis+cluster://`); what
+//! - [`RedisClusterStore`]: locks, leases and semaphores on a Redis Cluster
+//!   (`redis+cluster://`); what
 //!   it does not do yet is in [`cluster`]; [`sharded`]: how its waiters are woken over
 //!   sharded pub/sub.
 //! - [`scripts`]: the Lua scripts it runs, for operators and benchmarks.

@@ -114,6 +114,18 @@ mod conformance {
     baton_core::conformance_tests!(super::harness());
 }
 
+mod semaphore_conformance {
+    baton_core::semaphore_conformance_tests!(super::harness());
+}
+
+mod rwlock_conformance {
+    baton_core::rwlock_conformance_tests!(super::harness());
+}
+
+mod election_conformance {
+    baton_core::election_conformance_tests!(super::harness());
+}
+
 fn ttl(d: Duration) -> Ttl {
     Ttl::new(d).unwrap()
 }
@@ -640,4 +652,44 @@ async fn a_store_that_cannot_subscribe_polls_and_says_so() {
         .expect("the waiter task")
         .expect("the lock after the release");
     assert_eq!(taken.release().await, ReleaseOutcome::Released);
+}
+
+/// A permit released in one store goes to the waiter of another store by push: the waiting
+/// store queues under its sharded channel and is told the permit is its turn, though the
+/// permit it waits for would not end within the test's patience.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_release_wakes_a_waiter_of_another_store_by_sharded_push() {
+    let cluster = shared().await;
+    let ns = Namespace::new(format!("permits{}", &Holder::random().as_str()[..8])).unwrap();
+    let semaphore = |store: RedisClusterStore| {
+        baton_core::Semaphore::new(Arc::new(store), ns.clone(), "pool", 1).unwrap()
+    };
+    let holding = semaphore(store(cluster).await);
+    let waiting = semaphore(store(cluster).await);
+    let key = ns.qualify(KeyKind::Semaphore, &Key::new("pool").unwrap());
+
+    let held = holding
+        .try_acquire(&LockOptions::new(LONG))
+        .await
+        .unwrap()
+        .expect("a free permit");
+    let woken = tokio::spawn(async move {
+        waiting
+            .acquire(&LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(300)))
+            .await
+    });
+    let queued = eventually("the waiting store to queue for a permit", || async {
+        queue_of(cluster, &key).into_iter().next()
+    })
+    .await;
+    assert!(queued.starts_with("baton:wake:{"), "{queued}");
+    assert!(!woken.is_finished(), "the waiter got a permit that is held");
+    let fence = held.fence();
+    held.release().await;
+    let taken = within("the waiter to wake", woken)
+        .await
+        .expect("the waiter task")
+        .expect("the permit after the release");
+    assert!(taken.fence() > fence);
+    taken.release().await;
 }
