@@ -1,5 +1,6 @@
-//! [`RedisClusterStore`]: locks, leases and semaphores (so reader-writer locks and elections
-//! too) on a Redis Cluster, each key's scripts run on the master that serves the key's slot.
+//! [`RedisClusterStore`]: locks, leases, semaphores (so reader-writer locks and elections
+//! too), rate limits, the cache and idempotency records on a Redis Cluster, each key's
+//! scripts and commands run on the master that serves the key's slot.
 //!
 //! Every Redis key of one qualified key `Q` (the grant `{Q}` or a semaphore's permits, its
 //! fence counter, its queue)
@@ -37,9 +38,10 @@
 //!   queueing and waking stores as locks do; reader-writer locks and elections are built on
 //!   leases and semaphores in the core. An election on a cluster has no broadcast for its
 //!   notices, so an observer reads the leader at the core's polling interval.
-//! - Rate limits, the cache, broadcast and idempotency records answer `Unsupported` when a
-//!   client is built, naming the cluster, and so does `min_replicas` (a `WAIT` on the key's
-//!   master) when the store is opened.
+//! - Rate limits, the cache and idempotency records are the single server's scripts, calls
+//!   and commands, each about one key (a rate-limit log and its counter share the tag `{Q}`).
+//! - Broadcast answers `Unsupported` when its client is built, naming the cluster, and so
+//!   does `min_replicas` (a `WAIT` on the key's master) when the store is opened.
 //! - `list` scans every master in turn (`CLUSTER SLOTS`, then `SCAN` on each), then reads
 //!   each grant it found; during a failover it may miss a grant or fail `Unavailable`.
 
@@ -49,7 +51,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::idempotency::IdempotencyStore;
+use baton_core::idempotency::store::{
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
+};
 use baton_core::semaphore::PermitInfo;
 use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::store::{
@@ -57,7 +61,8 @@ use baton_core::store::{
 };
 use baton_core::telemetry::{self, events};
 use baton_core::{
-    BroadcastStore, CacheStore, Error, Holder, RateStore, Result, SemaphoreStore, StoreKey, Ttl,
+    BroadcastStore, CacheStore, Decision, Error, Holder, Quota, RateStore, Result, SemaphoreStore,
+    StoreKey, Ttl,
 };
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -76,6 +81,7 @@ use crate::semaphore;
 use crate::sharded::{ChannelNames, ShardedPush};
 use crate::url::{self, ClusterTarget};
 use crate::wakeups::{DEGRADED_POLL, GiveUp, Inbox};
+use crate::{cache, idempotency, limit};
 
 /// How many keys one `SCAN` step asks each master for.
 const SCAN_BATCH: usize = 500;
@@ -87,18 +93,18 @@ const RETRIES: u32 = 16;
 const MIN_RETRY_WAIT_MS: u64 = 10;
 const MAX_RETRY_WAIT_MS: u64 = 250;
 
-/// Why a capability beyond locks, leases and semaphores is refused on a cluster.
-const LEASES_ONLY: &str = "on a Redis Cluster baton offers locks, leases and semaphores only so far (their scripts are the ones tested on a cluster); use one Redis server (redis:// or redis+sentinel://) for the others";
+/// Why broadcast is refused on a cluster.
+const NO_BROADCAST: &str = "broadcast does not run on a Redis Cluster yet (its subscriber is a single-server pub/sub connection, not tested across shards); use one Redis server (redis:// or redis+sentinel://) for broadcast";
 
-/// A [`LeaseStore`] and [`SemaphoreStore`] on a Redis Cluster: the scripts of
-/// [`RedisStore`](crate::RedisStore) run on the master of each key's slot.
+/// Every primitive of [`RedisStore`](crate::RedisStore) but broadcast, on a Redis Cluster:
+/// its scripts and commands run on the master of each key's slot.
 ///
 /// Use it when your Redis is a cluster. On one server (with or without Sentinel), use
 /// [`RedisStore`](crate::RedisStore): it offers every other primitive. Most code opens it
 /// through `baton::connect("redis+cluster://host:port,host:port")`.
 ///
 /// See the [module docs](self) for what runs where and what is not there yet
-/// (`min_replicas`, rate limits, the cache, broadcast, idempotency records).
+/// (`min_replicas`, broadcast).
 pub struct RedisClusterStore {
     scripts: ClusterScripts,
     target: ClusterTarget,
@@ -198,7 +204,8 @@ impl RedisClusterStore {
             let mut conn = client.get_async_connection().await?;
             // Loaded on every node now, so that the first calls find them; a node that
             // joins or restarts later loads each on its first NOSCRIPT.
-            for script in SCRIPTS.all() {
+            let others = [limit::script()].into_iter().chain(idempotency::scripts());
+            for script in SCRIPTS.all().into_iter().chain(others) {
                 script.load_async(&mut conn).await?;
             }
             Ok::<_, RedisError>(conn)
@@ -836,30 +843,119 @@ impl RedisClusterStore {
     }
 }
 
-/// Locks, leases and semaphores (and what is built on them: reader-writer locks,
-/// elections); every other capability is refused with the reason (see the module docs).
+/// Rate limits: the single server's script and call ([`crate::limit`]), on the master of the
+/// key's slot.
+#[async_trait]
+impl RateStore for RedisClusterStore {
+    async fn admit(&self, key: &StoreKey, cost: u32, quota: Quota) -> Result<Decision> {
+        let invocation = limit::admit_call(key, cost, quota);
+        self.call(
+            || format!("rate limit of {key}"),
+            key,
+            &invocation,
+            limit::parse,
+        )
+        .await
+    }
+}
+
+/// The cache: the single server's commands ([`crate::cache`]), each on the master of its
+/// key's slot.
+#[async_trait]
+impl CacheStore for RedisClusterStore {
+    async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>> {
+        self.command(&format!("cache get of {key}"), cache::get_cmd(key))
+            .await
+    }
+
+    async fn set(&self, key: &StoreKey, value: Vec<u8>, ttl: Ttl) -> Result<()> {
+        self.command(
+            &format!("cache set of {key}"),
+            cache::set_cmd(key, value, ttl),
+        )
+        .await
+    }
+
+    async fn delete(&self, key: &StoreKey) -> Result<bool> {
+        let deleted: i64 = self
+            .command(&format!("cache delete of {key}"), cache::del_cmd(key))
+            .await?;
+        Ok(deleted == 1)
+    }
+}
+
+/// The idempotency log: the single server's scripts and calls ([`crate::idempotency`]), on
+/// the master of the record's slot.
+#[async_trait]
+impl IdempotencyStore for RedisClusterStore {
+    async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
+        let invocation = idempotency::acquire_call(key, &request);
+        self.call(
+            || format!("idempotency acquire of {key}"),
+            key,
+            &invocation,
+            idempotency::parse_acquire,
+        )
+        .await
+    }
+
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
+        let invocation = idempotency::renew_call(key, owner, lease);
+        self.call(
+            || format!("idempotency renewal of {key}"),
+            key,
+            &invocation,
+            idempotency::parse_renewal,
+        )
+        .await
+    }
+
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
+        let invocation = idempotency::finalize_call(key, &end);
+        self.call(
+            || format!("idempotency finalize of {key}"),
+            key,
+            &invocation,
+            |v| idempotency::parse_finalize(v, end.owner, end.metadata),
+        )
+        .await
+    }
+
+    async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
+        self.call(
+            || format!("idempotency read of {key}"),
+            key,
+            &idempotency::get_call(key),
+            idempotency::parse_get,
+        )
+        .await
+    }
+}
+
+impl RedisClusterStore {
+    /// Sends a one-key command, routed by its key, within the call deadline.
+    async fn command<T: redis::FromRedisValue>(&self, what: &str, cmd: redis::Cmd) -> Result<T> {
+        let mut conn = self.scripts.conn.clone();
+        match timeout(self.scripts.deadline, cmd.query_async::<T>(&mut conn)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(redis_error(e, what, &self.scripts.server)),
+            Err(_) => Err(timed_out(what, &self.scripts.server, self.scripts.deadline)),
+        }
+    }
+}
+
+/// Every capability of the single server's store but broadcast, which is refused with the
+/// reason (see the module docs); claimable work is refused as on one server.
 impl Store for RedisClusterStore {
     fn name(&self) -> &'static str {
         "Redis Cluster"
     }
 
-    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
-        Err(Capability::RateLimits.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
-
-    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
-        Err(Capability::Cache.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
-
     fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
-        Err(Capability::Broadcast.unsupported(self.name(), Some(LEASES_ONLY)))
+        Err(Capability::Broadcast.unsupported(self.name(), Some(NO_BROADCAST)))
     }
 
-    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
-        Err(Capability::Idempotency.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
-
-    baton_core::offers!(semaphore_store);
+    baton_core::offers!(semaphore_store, rate_store, cache_store, idempotency_store);
 }
 
 #[cfg(test)]

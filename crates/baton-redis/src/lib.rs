@@ -9,7 +9,7 @@
 //! best-effort under failover: read the trade-offs in `docs/redis.md` before you rely on it.
 //!
 //! - [`RedisStore`]: the store; [`RedisOptions`]: its timeouts.
-//! - [`RedisClusterStore`]: locks, leases and semaphores on a Redis Cluster
+//! - [`RedisClusterStore`]: every primitive but broadcast on a Redis Cluster
 //!   (`redis+cluster://`); what
 //!   it does not do yet is in [`cluster`]; [`sharded`]: how its waiters are woken over
 //!   sharded pub/sub.

@@ -131,8 +131,9 @@ impl Scripts {
         ]
     }
 
-    /// The text of one of the scripts, by its hash: what a Redis Cluster store loads on the
-    /// master of a key's slot after `NOSCRIPT` there.
+    /// The text of one of the crate's scripts (these, the rate limit's, the idempotency
+    /// log's), by its hash: what a Redis Cluster store loads on the master of a key's slot
+    /// after `NOSCRIPT` there.
     pub(crate) fn text_of(&self, script: &Script) -> Option<&'static str> {
         const TEXTS: [&str; 10] = [
             CLAIM,
@@ -151,6 +152,11 @@ impl Scripts {
             .zip(TEXTS)
             .find(|(s, _)| s.get_hash() == script.get_hash())
             .map(|(_, text)| text)
+            .or_else(|| {
+                (script.get_hash() == crate::limit::script().get_hash())
+                    .then_some(crate::limit::LIMIT)
+            })
+            .or_else(|| crate::idempotency::text_of(script))
     }
 }
 
@@ -289,10 +295,14 @@ mod tests {
             .map(|s| s.get_hash().to_owned())
             .collect();
         assert_eq!(hashes.len(), 10);
-        for script in SCRIPTS.all() {
+        let others = [crate::limit::script()]
+            .into_iter()
+            .chain(crate::idempotency::scripts());
+        for script in SCRIPTS.all().into_iter().chain(others) {
             let text = SCRIPTS.text_of(script).expect("every script has its text");
             assert_eq!(Script::new(text).get_hash(), script.get_hash());
         }
+        assert_eq!(SCRIPTS.text_of(&Script::new("return 1")), None);
         for text in [
             PERMIT_CLAIM,
             PERMIT_RENEW,

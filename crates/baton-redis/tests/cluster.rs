@@ -126,6 +126,18 @@ mod election_conformance {
     baton_core::election_conformance_tests!(super::harness());
 }
 
+mod rate_limit_conformance {
+    baton_core::rate_limit_conformance_tests!(super::harness());
+}
+
+mod cache_conformance {
+    baton_core::cache_conformance_tests!(super::harness());
+}
+
+mod idempotency_conformance {
+    baton_core::idempotency_conformance_tests!(super::harness());
+}
+
 fn ttl(d: Duration) -> Ttl {
     Ttl::new(d).unwrap()
 }
@@ -210,8 +222,9 @@ async fn keys_on_different_masters_are_held_at_once() {
     }
 }
 
-/// `baton::connect` opens a `redis+cluster://` URL; what the cluster store does not offer
-/// yet is refused when the client is built, naming the cluster.
+/// `baton::connect` opens a `redis+cluster://` URL, whose locks and cache work; what the
+/// cluster store does not offer yet (broadcast) is refused when the client is built, naming
+/// the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_facade_opens_a_cluster_and_refuses_what_it_lacks() {
     let cluster = shared().await;
@@ -225,7 +238,15 @@ async fn the_facade_opens_a_cluster_and_refuses_what_it_lacks() {
         .expect("a lock on the cluster");
     assert!(guard.fence().get() > 0);
     guard.release().await;
-    let e = baton.cache().expect_err("no cache on a cluster yet");
+    let cache = baton.cache().expect("a cache on a cluster");
+    cache
+        .set("facade", &7u32, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(cache.get::<u32>("facade").await.unwrap(), Some(7));
+    let e = baton
+        .broadcast()
+        .expect_err("no broadcast on a cluster yet");
     assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported, "{e}");
     assert!(e.message().contains("Redis Cluster"), "{e}");
     let e = baton::connect(&format!("{}?min_replicas=1", cluster.url()))
@@ -692,4 +713,44 @@ async fn a_permit_release_wakes_a_waiter_of_another_store_by_sharded_push() {
         .expect("the permit after the release");
     assert!(taken.fence() > fence);
     taken.release().await;
+}
+
+/// After `SCRIPT FLUSH` on every node, a rate limit, an idempotency record and a semaphore
+/// permit are still served: the store loads each script on the master of its key's slot
+/// when that master answers `NOSCRIPT`, and sends the call again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushed_scripts_are_loaded_again_on_the_keys_master() {
+    let cluster = own_cluster().await;
+    let store = Arc::new(store(&cluster).await);
+    blocking(&cluster, |c| {
+        for node in c.nodes() {
+            node.command_ok(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+        }
+    })
+    .await;
+    let limiter = baton_core::RateLimiter::with_namespace(
+        store.clone(),
+        Namespace::new("flushed").unwrap(),
+        baton_core::Quota::new(1, Duration::from_secs(60)).unwrap(),
+    );
+    assert!(limiter.try_acquire("k", 1).await.unwrap().allowed);
+    assert!(!limiter.try_acquire("k", 1).await.unwrap().allowed);
+    let log = baton_core::idempotency::IdempotencyLog::with_namespace(
+        store.clone(),
+        Namespace::new("flushed").unwrap(),
+    );
+    let scope = baton_core::idempotency::Scope::new("org", "domain", "key").unwrap();
+    let first = log
+        .try_acquire(&scope, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(first.is_acquired(), "{first:?}");
+    let semaphore =
+        baton_core::Semaphore::new(store, Namespace::new("flushed").unwrap(), "s", 1).unwrap();
+    let permit = semaphore
+        .try_acquire(&LockOptions::new(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("a free permit");
+    permit.release().await;
 }
