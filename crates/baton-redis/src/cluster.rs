@@ -1,6 +1,7 @@
-//! [`RedisClusterStore`]: locks, leases, semaphores (so reader-writer locks and elections
-//! too), rate limits, the cache and idempotency records on a Redis Cluster, each key's
-//! scripts and commands run on the master that serves the key's slot.
+//! [`RedisClusterStore`]: every primitive of the single server's store on a Redis Cluster
+//! (locks, leases, semaphores, so reader-writer locks and elections, rate limits, the cache,
+//! idempotency records, broadcast), each key's scripts and commands run on the master that
+//! serves the key's slot.
 //!
 //! Every Redis key of one qualified key `Q` (the grant `{Q}` or a semaphore's permits, its
 //! fence counter, its queue)
@@ -36,12 +37,14 @@
 //!   after expiry. The lock was freed either way.
 //! - Semaphores are the single server's permit scripts and calls (`crate::semaphore`),
 //!   queueing and waking stores as locks do; reader-writer locks and elections are built on
-//!   leases and semaphores in the core. An election on a cluster has no broadcast for its
-//!   notices, so an observer reads the leader at the core's polling interval.
+//!   leases and semaphores in the core (an election's notices go over broadcast).
 //! - Rate limits, the cache and idempotency records are the single server's scripts, calls
 //!   and commands, each about one key (a rate-limit log and its counter share the tag `{Q}`).
-//! - Broadcast answers `Unsupported` when its client is built, naming the cluster, and so
-//!   does `min_replicas` (a `WAIT` on the key's master) when the store is opened.
+//! - Broadcast is sharded pub/sub: the channel `Q:db0` is published with `SPUBLISH` to the
+//!   master of its slot and subscribed there on the store's subscribing connection, with
+//!   gaps reported as on one server (see [`sharded`](crate::sharded)).
+//! - `min_replicas` (a `WAIT` on the key's master) answers `Unsupported` when the store is
+//!   opened; claimable work is refused as on one server.
 //! - `list` scans every master in turn (`CLUSTER SLOTS`, then `SCAN` on each), then reads
 //!   each grant it found; during a failover it may miss a grant or fail `Unavailable`.
 
@@ -51,13 +54,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use baton_core::broadcast::RawSubscription;
 use baton_core::idempotency::store::{
     AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
 use baton_core::semaphore::PermitInfo;
 use baton_core::signals::{Handoffs, ReleaseHub};
 use baton_core::store::{
-    Capability, Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Store, Wakeups,
+    Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Store, Wakeups,
 };
 use baton_core::telemetry::{self, events};
 use baton_core::{
@@ -71,6 +75,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{ProtocolVersion, PushInfo, RedisError, RedisResult, Script, Value};
 use tokio::time::{Instant, timeout};
 
+use crate::broadcast::redis_channel;
 use crate::endpoint::tls_ready;
 use crate::error::{redis_error, timed_out, unexpected};
 use crate::keys;
@@ -93,18 +98,15 @@ const RETRIES: u32 = 16;
 const MIN_RETRY_WAIT_MS: u64 = 10;
 const MAX_RETRY_WAIT_MS: u64 = 250;
 
-/// Why broadcast is refused on a cluster.
-const NO_BROADCAST: &str = "broadcast does not run on a Redis Cluster yet (its subscriber is a single-server pub/sub connection, not tested across shards); use one Redis server (redis:// or redis+sentinel://) for broadcast";
-
-/// Every primitive of [`RedisStore`](crate::RedisStore) but broadcast, on a Redis Cluster:
-/// its scripts and commands run on the master of each key's slot.
+/// Every primitive of [`RedisStore`](crate::RedisStore) on a Redis Cluster: its scripts and
+/// commands run on the master of each key's slot.
 ///
 /// Use it when your Redis is a cluster. On one server (with or without Sentinel), use
-/// [`RedisStore`](crate::RedisStore): it offers every other primitive. Most code opens it
-/// through `baton::connect("redis+cluster://host:port,host:port")`.
+/// [`RedisStore`](crate::RedisStore). Most code opens it through
+/// `baton::connect("redis+cluster://host:port,host:port")`.
 ///
 /// See the [module docs](self) for what runs where and what is not there yet
-/// (`min_replicas`, broadcast).
+/// (`min_replicas`).
 pub struct RedisClusterStore {
     scripts: ClusterScripts,
     target: ClusterTarget,
@@ -932,6 +934,27 @@ impl IdempotencyStore for RedisClusterStore {
     }
 }
 
+/// Broadcast over sharded pub/sub: a channel `Q:db0` (as on one server, database 0) is
+/// published with `SPUBLISH` to the master of its slot and subscribed there, on the store's
+/// subscribing connection ([`crate::sharded`]).
+#[async_trait]
+impl BroadcastStore for RedisClusterStore {
+    async fn publish(&self, channel: &StoreKey, payload: Vec<u8>) -> Result<()> {
+        let mut publish = redis::cmd("SPUBLISH");
+        publish.arg(redis_channel(channel, 0)).arg(payload);
+        let _receivers: i64 = self
+            .command(&format!("publishing on {channel}"), publish)
+            .await?;
+        Ok(())
+    }
+
+    async fn subscribe(&self, channel: &StoreKey, capacity: usize) -> Result<RawSubscription> {
+        self.push
+            .subscribe_broadcast(&redis_channel(channel, 0), capacity)
+            .await
+    }
+}
+
 impl RedisClusterStore {
     /// Sends a one-key command, routed by its key, within the call deadline.
     async fn command<T: redis::FromRedisValue>(&self, what: &str, cmd: redis::Cmd) -> Result<T> {
@@ -944,18 +967,20 @@ impl RedisClusterStore {
     }
 }
 
-/// Every capability of the single server's store but broadcast, which is refused with the
-/// reason (see the module docs); claimable work is refused as on one server.
+/// Every capability of the single server's store; claimable work is refused as on one
+/// server.
 impl Store for RedisClusterStore {
     fn name(&self) -> &'static str {
         "Redis Cluster"
     }
 
-    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
-        Err(Capability::Broadcast.unsupported(self.name(), Some(NO_BROADCAST)))
-    }
-
-    baton_core::offers!(semaphore_store, rate_store, cache_store, idempotency_store);
+    baton_core::offers!(
+        semaphore_store,
+        rate_store,
+        cache_store,
+        idempotency_store,
+        broadcast_store
+    );
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The sharded pub/sub of a [`RedisClusterStore`](crate::RedisClusterStore): how its waiters
-//! hear of releases on the master of each key's slot.
+//! hear of releases on the master of each key's slot, and how its broadcast subscriptions
+//! are carried.
 //!
 //! On one server a store listens on one channel, and the lock scripts `PUBLISH` to it. On a
 //! cluster a script runs on the master of its key's slot and can reach, with `SPUBLISH`, only
@@ -26,6 +27,15 @@
 //!   channels are subscribed again at that pace. Then it emits
 //!   [`baton.store.push_restored`](baton_core::telemetry::events::STORE_PUSH_RESTORED) and
 //!   wakes every waiter once more.
+//! - Broadcast channels (`Q:db0`) ride the same connection: a channel is subscribed
+//!   (`SSUBSCRIBE` on its slot's master) by its first local subscription and unsubscribed
+//!   when its last is dropped, one change at a time, so an unsubscription's confirmation is
+//!   never mistaken for the server dropping the channel. A node's connection closing, or the
+//!   server dropping a channel with local subscribers, reports a gap to them
+//!   (`baton.subscription.dropped`); the channels are subscribed again every
+//!   [`DEGRADED_POLL`] until all are back, and the subscriptions are told
+//!   (`baton.subscription.resubscribed`). Messages published in between are lost (at most
+//!   once), as on one server.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +43,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_core::StoreKey;
+use baton_core::broadcast::RawSubscription;
+use baton_core::broadcast::delivery::Fanout;
 use baton_core::telemetry::{self, events};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -54,6 +66,7 @@ pub(crate) struct ShardedPush {
 impl Drop for ShardedPush {
     fn drop(&mut self) {
         self.task.abort();
+        self.shared.fanout.close();
     }
 }
 
@@ -79,6 +92,15 @@ struct Shared {
     resubscribing: AtomicBool,
     /// Wakes the task when a loss was noticed outside it.
     wake: tokio::sync::Notify,
+    /// Broadcast: the local subscriptions of each channel, and per channel the store
+    /// subscribed to, whether it is subscribed now.
+    fanout: Arc<Fanout>,
+    broadcast: Mutex<HashMap<String, bool>>,
+    /// Per broadcast channel, the `SUNSUBSCRIBE`s sent whose confirmation has not arrived:
+    /// a confirmation is the store's own, not the server dropping the channel.
+    leaving: Mutex<HashMap<String, u32>>,
+    /// Orders a broadcast channel's subscription and unsubscription.
+    switching: tokio::sync::Mutex<()>,
     /// The call deadline, for one `SSUBSCRIBE`.
     deadline: Duration,
     /// The cluster, as messages name it (password redacted).
@@ -140,6 +162,11 @@ impl ShardedPush {
     ) -> redis::RedisResult<Self> {
         let conn = client.get_async_connection().await?;
         inbox.handoffs.connected(inbox.generation);
+        // A channel whose last local subscription is dropped is unsubscribed by the task.
+        let (unsubscribe, unsubscribes) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let fanout = Arc::new(Fanout::with_on_empty(move |channel| {
+            let _ = unsubscribe.send(channel.to_owned());
+        }));
         let shared = Arc::new(Shared {
             conn,
             names,
@@ -147,10 +174,14 @@ impl ShardedPush {
             healthy: AtomicBool::new(true),
             resubscribing: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
+            fanout,
+            broadcast: Mutex::default(),
+            leaving: Mutex::default(),
+            switching: tokio::sync::Mutex::new(()),
             deadline,
             server,
         });
-        let task = tokio::spawn(run(Arc::clone(&shared), pushes, inbox));
+        let task = tokio::spawn(run(Arc::clone(&shared), pushes, unsubscribes, inbox));
         Ok(ShardedPush { shared, task })
     }
 
@@ -185,7 +216,66 @@ impl ShardedPush {
     }
 }
 
+impl ShardedPush {
+    /// A local subscription to the sharded broadcast channel `channel`, once the store is
+    /// subscribed to it (`SSUBSCRIBE` on the master of its slot).
+    ///
+    /// # Errors
+    /// `Unavailable` when the subscription fails or goes unanswered within the call
+    /// deadline.
+    pub(crate) async fn subscribe_broadcast(
+        &self,
+        channel: &str,
+        capacity: usize,
+    ) -> baton_core::Result<RawSubscription> {
+        // Registered first, so nothing published after Redis confirms is missed.
+        let (subscription, _first) = self.shared.fanout.subscribe(channel, capacity);
+        let _switching = self.shared.switching.lock().await;
+        let subscribed = *self
+            .shared
+            .broadcasts()
+            .entry(channel.to_owned())
+            .or_insert(false);
+        if subscribed {
+            return Ok(subscription);
+        }
+        match self.shared.subscribe(channel).await {
+            Ok(()) => Ok(subscription),
+            Err(why) => Err(baton_core::Error::unavailable(format!(
+                "redis cluster {}: {why}",
+                self.shared.server
+            ))),
+        }
+    }
+}
+
 impl Shared {
+    fn leaving(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.leaving.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts off one `SUNSUBSCRIBE` of the store's own for `channel`; whether there was one.
+    fn left(&self, channel: &str) -> bool {
+        let mut leaving = self.leaving();
+        match leaving.get_mut(channel) {
+            Some(1) => {
+                leaving.remove(channel);
+                true
+            }
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn broadcasts(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+        self.broadcast
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Channels> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -210,6 +300,47 @@ impl Shared {
         if let Some(subscribed) = self.lock().subscribed.get_mut(channel) {
             *subscribed = true;
         }
+        if let Some(subscribed) = self.broadcasts().get_mut(channel) {
+            *subscribed = true;
+        }
+    }
+
+    /// Whether `channel` is one of the store's wake-up channels (else a broadcast's).
+    fn is_wake_channel(&self, channel: &str) -> bool {
+        self.lock().subscribed.contains_key(channel)
+    }
+
+    /// Marks the broadcast channel `channel` (every one: `None`) not subscribed, and tells
+    /// the local subscriptions they lose messages until it is back
+    /// (`baton.subscription.dropped`).
+    fn broadcast_lost(&self, channel: Option<&str>, why: &str) {
+        {
+            let mut broadcasts = self.broadcasts();
+            match channel {
+                Some(channel) => match broadcasts.get_mut(channel) {
+                    Some(subscribed) => *subscribed = false,
+                    None => return,
+                },
+                None if broadcasts.is_empty() => return,
+                None => broadcasts.values_mut().for_each(|s| *s = false),
+            }
+        }
+        self.fanout.disconnected(why);
+        self.wake.notify_one();
+    }
+
+    /// The broadcast channels with local subscriptions that are not subscribed now.
+    fn broadcasts_missing(&self) -> Vec<String> {
+        let channels: Vec<String> = self
+            .broadcasts()
+            .iter()
+            .filter(|(_, subscribed)| !**subscribed)
+            .map(|(channel, _)| channel.clone())
+            .collect();
+        channels
+            .into_iter()
+            .filter(|channel| self.fanout.has_subscribers(channel))
+            .collect()
     }
 
     /// Marks `channel` (every channel: `None`) not subscribed, for `why`.
@@ -265,9 +396,18 @@ fn channel_of(push: &PushInfo) -> Option<String> {
     }
 }
 
-async fn run(shared: Arc<Shared>, mut pushes: UnboundedReceiver<PushInfo>, mut inbox: Inbox) {
+async fn run(
+    shared: Arc<Shared>,
+    mut pushes: UnboundedReceiver<PushInfo>,
+    mut unsubscribes: UnboundedReceiver<String>,
+    mut inbox: Inbox,
+) {
     let mut next_poll = Instant::now();
     loop {
+        // Broadcast subscriptions that were lost and are all back: their gap ends.
+        if shared.fanout.is_down() && shared.broadcasts_missing().is_empty() {
+            shared.fanout.resubscribed();
+        }
         // A loss noticed by a subscription or by the last push.
         let lost = shared.lock().lost.take();
         if let Some(why) = lost {
@@ -286,6 +426,7 @@ async fn run(shared: Arc<Shared>, mut pushes: UnboundedReceiver<PushInfo>, mut i
             inbox.hub.notify_all();
         }
         let healthy = shared.healthy.load(Ordering::Acquire);
+        let broadcast_down = shared.fanout.is_down();
         if !healthy && shared.missing().is_empty() {
             shared.healthy.store(true, Ordering::Release);
             inbox.generation += 1;
@@ -301,6 +442,9 @@ async fn run(shared: Arc<Shared>, mut pushes: UnboundedReceiver<PushInfo>, mut i
             inbox.hub.notify_all();
             continue;
         }
+        if broadcast_down && healthy && next_poll < Instant::now() {
+            next_poll = Instant::now() + DEGRADED_POLL;
+        }
         let watch = inbox.next_watch();
         tokio::select! {
             push = pushes.recv() => match push {
@@ -312,9 +456,16 @@ async fn run(shared: Arc<Shared>, mut pushes: UnboundedReceiver<PushInfo>, mut i
                 inbox.fire_watches();
             }
             _ = shared.wake.notified() => {}
-            _ = sleep_until(next_poll), if !healthy => {
+            channel = unsubscribes.recv() => {
+                if let Some(channel) = channel {
+                    unsubscribe(&shared, channel);
+                }
+            }
+            _ = sleep_until(next_poll), if !healthy || broadcast_down => {
                 next_poll = Instant::now() + DEGRADED_POLL;
-                inbox.hub.notify_all();
+                if !healthy {
+                    inbox.hub.notify_all();
+                }
                 resubscribe(&shared);
             }
         }
@@ -323,8 +474,14 @@ async fn run(shared: Arc<Shared>, mut pushes: UnboundedReceiver<PushInfo>, mut i
 
 fn on_push(shared: &Shared, inbox: &mut Inbox, push: PushInfo) {
     match push.kind {
-        PushKind::SMessage => match push.data.get(1) {
-            Some(Value::BulkString(payload)) => inbox.on_message(payload),
+        PushKind::SMessage => match (channel_of(&push), push.data.get(1)) {
+            (Some(channel), Some(Value::BulkString(payload))) => {
+                if shared.is_wake_channel(&channel) {
+                    inbox.on_message(payload);
+                } else {
+                    shared.fanout.deliver(&channel, payload);
+                }
+            }
             _ => tracing::debug!(?push, "ignored a sharded message without a payload"),
         },
         PushKind::SSubscribe => {
@@ -333,19 +490,50 @@ fn on_push(shared: &Shared, inbox: &mut Inbox, push: PushInfo) {
             }
         }
         // The store never unsubscribes: the server did, because the slot left that node.
+        // A broadcast channel the store unsubscribed itself has no local subscription.
         PushKind::SUnsubscribe => {
             if let Some(channel) = channel_of(&push) {
-                shared.unsubscribed(
-                    Some(&channel),
-                    format!("the server unsubscribed {channel} (its slot moved)"),
-                );
+                if shared.left(&channel) {
+                    return;
+                }
+                let why = format!("the server unsubscribed {channel} (its slot moved)");
+                if shared.fanout.has_subscribers(&channel) {
+                    shared.broadcast_lost(Some(&channel), &why);
+                }
+                shared.unsubscribed(Some(&channel), why);
             }
         }
         PushKind::Disconnection => {
-            shared.unsubscribed(None, "a connection to a cluster node closed".to_owned())
+            let why = "a connection to a cluster node closed";
+            shared.broadcast_lost(None, why);
+            shared.unsubscribed(None, why.to_owned());
         }
         _ => {}
     }
+}
+
+/// Unsubscribes, in the background, the broadcast channel `channel` if it still has no
+/// local subscription. A failure is only logged: messages for it are then dropped here.
+fn unsubscribe(shared: &Arc<Shared>, channel: String) {
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let _switching = shared.switching.lock().await;
+        if shared.fanout.has_subscribers(&channel) || shared.broadcasts().remove(&channel).is_none()
+        {
+            return;
+        }
+        *shared.leaving().entry(channel.clone()).or_insert(0) += 1;
+        let mut conn = shared.conn.clone();
+        let failed = match timeout(shared.deadline, conn.sunsubscribe(&channel)).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => format!("SUNSUBSCRIBE failed: {e}"),
+            Err(_) => "SUNSUBSCRIBE went unanswered".to_owned(),
+        };
+        // No confirmation will come (or it comes late, and reads as a loss: a gap reported
+        // too many, never one too few).
+        shared.left(&channel);
+        tracing::debug!(%channel, %failed, "a broadcast channel stays subscribed");
+    });
 }
 
 /// Subscribes again, in the background, to every channel not subscribed now; one round at
@@ -356,7 +544,11 @@ fn resubscribe(shared: &Arc<Shared>) {
     }
     let shared = Arc::clone(shared);
     tokio::spawn(async move {
-        for channel in shared.missing() {
+        for channel in shared
+            .missing()
+            .into_iter()
+            .chain(shared.broadcasts_missing())
+        {
             if let Err(why) = shared.subscribe(&channel).await {
                 tracing::debug!(%why, "sharded resubscription failed; trying again");
             }

@@ -138,6 +138,10 @@ mod idempotency_conformance {
     baton_core::idempotency_conformance_tests!(super::harness());
 }
 
+mod broadcast_conformance {
+    baton_core::broadcast_conformance_tests!(super::harness());
+}
+
 fn ttl(d: Duration) -> Ttl {
     Ttl::new(d).unwrap()
 }
@@ -222,9 +226,9 @@ async fn keys_on_different_masters_are_held_at_once() {
     }
 }
 
-/// `baton::connect` opens a `redis+cluster://` URL, whose locks and cache work; what the
-/// cluster store does not offer yet (broadcast) is refused when the client is built, naming
-/// the cluster.
+/// `baton::connect` opens a `redis+cluster://` URL, whose locks and cache work; claimable
+/// work, which no Redis store offers, is refused when its client is built, and so is
+/// `min_replicas` when the store is opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_facade_opens_a_cluster_and_refuses_what_it_lacks() {
     let cluster = shared().await;
@@ -244,11 +248,8 @@ async fn the_facade_opens_a_cluster_and_refuses_what_it_lacks() {
         .await
         .unwrap();
     assert_eq!(cache.get::<u32>("facade").await.unwrap(), Some(7));
-    let e = baton
-        .broadcast()
-        .expect_err("no broadcast on a cluster yet");
+    let e = baton.work_store().expect_err("no claimable work on Redis");
     assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported, "{e}");
-    assert!(e.message().contains("Redis Cluster"), "{e}");
     let e = baton::connect(&format!("{}?min_replicas=1", cluster.url()))
         .await
         .expect_err("min_replicas is refused");
@@ -753,4 +754,53 @@ async fn flushed_scripts_are_loaded_again_on_the_keys_master() {
         .unwrap()
         .expect("a free permit");
     permit.release().await;
+}
+
+/// A broadcast subscriber on a cluster whose subscription the server drops (`CLIENT KILL
+/// TYPE pubsub` on the master of the channel's slot) is told of the gap, subscribes again by
+/// itself, and receives what is published after, from a publisher on another store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_broadcast_subscription_reports_a_gap_and_resumes() {
+    use baton_core::broadcast::Event;
+
+    capture_events();
+    let cluster = own_cluster().await;
+    let ns = Namespace::new("bgap").unwrap();
+    let listening =
+        baton_core::Broadcast::with_namespace(Arc::new(store(&cluster).await), ns.clone());
+    let publishing = baton_core::Broadcast::with_namespace(Arc::new(store(&cluster).await), ns);
+    let mut sub = listening.subscribe::<u32>("news").await.unwrap();
+    publishing.publish("news", &1u32).await.unwrap();
+    assert!(
+        matches!(within("the next broadcast event", sub.next()).await, Some(Event::Message(m)) if m.payload == 1)
+    );
+
+    let master = blocking(&cluster, |c| {
+        c.master_for("bgap:broadcast:news:db0").unwrap()
+    })
+    .await;
+    let killed = blocking(&cluster, move |c| {
+        c.node(master)
+            .unwrap()
+            .command_ok(&["CLIENT", "KILL", "TYPE", "pubsub"])
+            .unwrap()
+    })
+    .await;
+    assert!(
+        killed.as_integer().is_some_and(|n| n >= 1),
+        "killed {killed:?}"
+    );
+    assert!(matches!(
+        within("the next broadcast event", sub.next()).await,
+        Some(Event::Gap { .. })
+    ));
+    assert!(matches!(
+        within("the next broadcast event", sub.next()).await,
+        Some(Event::Resubscribed)
+    ));
+    publishing.publish("news", &2u32).await.unwrap();
+    match within("the next broadcast event", sub.next()).await {
+        Some(Event::Message(m)) => assert_eq!(m.payload, 2),
+        other => panic!("expected message 2, got {other:?}"),
+    }
 }
