@@ -1,6 +1,6 @@
-//! `baton run` with `BATON_STORE=redis://...`, against a private `redis-server` started by
-//! `baton-testkit`: several processes exclude each other, a contender that cannot wait
-//! exits 75, and a server that is down gives 69.
+//! `baton run` with `BATON_STORE=redis://...` (and `redis+cluster://...`), against a private
+//! `redis-server` (or Redis Cluster) started by `baton-testkit`: several processes exclude
+//! each other, a contender that cannot wait exits 75, and a server that is down gives 69.
 
 mod common;
 
@@ -15,6 +15,25 @@ fn baton_run_on_redis_excludes_reports_contention_and_a_down_server() {
     common::run_excludes_reports_contention_and_a_down_server(&url, "baton-cli-redis-", || {
         server.kill()
     });
+}
+
+/// The same through a `redis+cluster://` URL, against a private cluster of three masters and
+/// three replicas: the four runs queue for the key on its master and are woken over sharded
+/// pub/sub; with every node killed, a run exits 69.
+#[test]
+fn baton_run_on_a_redis_cluster_excludes_reports_contention_and_a_down_cluster() {
+    let cluster = baton_testkit::redis_cluster::RedisCluster::start()
+        .expect("a private Redis Cluster (apt-get install redis-server)");
+    let url = format!("{}?connect_timeout=1s&response_timeout=1s", cluster.url());
+    common::run_excludes_reports_contention_and_a_down_server(
+        &url,
+        "baton-cli-redis-cluster-",
+        || {
+            for port in cluster.ports() {
+                cluster.kill(port).expect("kill a cluster node");
+            }
+        },
+    );
 }
 
 /// `baton run` across the promotion of a replica that missed grants: three runs replicated,

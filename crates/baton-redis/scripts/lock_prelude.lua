@@ -11,7 +11,11 @@
 -- the value.
 --
 -- Each store instance listens on a channel of its own, "baton:wake:<db>:<random id>", and
--- that channel name is also its name in the scripts ("store" below). Three messages:
+-- that channel name is also its name in the scripts ("store" below). On a Redis Cluster a
+-- store listens on one sharded channel per slot it waits in, "baton:wake:{<tag>}:<random id>",
+-- whose hash tag puts it in the slot of the key it is named for: a channel with a hash tag is
+-- sent to with SPUBLISH (which reaches the subscribers of the key's shard, and counts them),
+-- any other with PUBLISH (publish() in helpers()). Three messages:
 --     "g<fence>\n<holder>\n<Q>"  Q is granted to your waiting holder, with that fence
 --                                (hand-over; holders and keys contain no control characters)
 --     "h<Q>"         it is your turn: Q is reserved for you (handoff)
@@ -85,6 +89,17 @@ local function helpers(fence_only)
     local QUEUE_GRACE_MS = 5000 -- a queue outlives the holder's remaining time by this much
     local HANDOFF_RESERVATION_MS = 250 -- a released key waits this long for the next store
 
+    -- Sends `message` to the store whose channel is `channel`; answers how many subscribers
+    -- it reached. A sharded channel (it has a hash tag, so it is in the slot of the key this
+    -- script runs for) takes SPUBLISH: on a cluster, PUBLISH would count only the
+    -- subscribers of this node, not the shard's.
+    local function publish(channel, message)
+        if string.find(channel, '{', 1, true) then
+            return redis.call('SPUBLISH', channel, message)
+        end
+        return redis.call('PUBLISH', channel, message)
+    end
+
     -- Splits a stored value: fence, holder, reason, marked for a grant; or false, nil, nil,
     -- false, store for a handoff reservation. Anything else is not baton's: an error.
     local function read(key, value)
@@ -133,7 +148,7 @@ local function helpers(fence_only)
             return false
         end
         -- The payload names the qualified key Q of the grant's Redis key "{Q}".
-        redis.call('PUBLISH', head, 'w' .. ms .. ':' .. string.sub(grant, 2, -2))
+        publish(head, 'w' .. ms .. ':' .. string.sub(grant, 2, -2))
         return true
     end
 
@@ -204,7 +219,7 @@ local function helpers(fence_only)
             local ms = holder and ttl or reservation_ms
             local next = line[i + 1]
             if next then
-                redis.call('PUBLISH', next, 'w' .. ms .. ':' .. name)
+                publish(next, 'w' .. ms .. ':' .. name)
             end
             local reached, fence
             if holder then
@@ -217,10 +232,10 @@ local function helpers(fence_only)
             if store == me then
                 reached = me_waiting == '1'
             elseif holder then
-                reached = redis.call('PUBLISH', store,
+                reached = publish(store,
                     'g' .. string.format('%d', fence) .. '\n' .. holder .. '\n' .. name) > 0
             else
-                reached = redis.call('PUBLISH', store, 'h' .. name) > 0
+                reached = publish(store, 'h' .. name) > 0
             end
             if reached then
                 if holder then

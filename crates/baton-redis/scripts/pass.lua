@@ -6,13 +6,17 @@
 --
 -- KEYS[1]  the grant: "{<qualified key>}"
 -- KEYS[2]  the queue of waiting stores: "{<qualified key>}:queue"
+-- KEYS[3]  the waiting holders of the queued stores: "{<qualified key>}:who"; optional
+-- KEYS[4]  the fence counter: "{<qualified key>}:fence"; optional. Without them both are
+--          named from KEYS[1] (the same slot); a Redis Cluster store declares them, as it does
+--          for release.lua
 -- ARGV[1]  this store: its wake-up channel
 --
 -- Returns 1 when the key was handed on or freed, 0 when it is held or reserved for another
 -- store (whose release or claim moves the queue on; the new head watches in this store's
 -- place, and the grant is marked so that its release hands on).
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[1] .. ':who', ARGV[1])
+redis.call('HDEL', KEYS[3] or KEYS[1] .. ':who', ARGV[1])
 local read, _, mark, watch_head, _, hand_off = helpers()
 local value = redis.call('GET', KEYS[1])
 if value then
@@ -26,7 +30,7 @@ if value then
         return 0
     end
 end
-if not hand_off(KEYS[1], KEYS[2], ARGV[1], '0') and value then
+if not hand_off(KEYS[1], KEYS[2], ARGV[1], '0', KEYS[3], KEYS[4]) and value then
     redis.call('DEL', KEYS[1])
 end
 return 1

@@ -106,7 +106,10 @@ local function wake_next(permits, queue, me, me_waiting, now)
         else
             -- The queue's key is "{Q}:queue".
             name = name or string.sub(queue, 2, -8)
-            reached = redis.call('PUBLISH', head, 'p' .. name) > 0
+            -- A sharded channel (a cluster store's, with a hash tag) takes SPUBLISH, as in
+            -- publish() of lock_prelude.lua.
+            local command = string.find(head, '{', 1, true) and 'SPUBLISH' or 'PUBLISH'
+            reached = redis.call(command, head, 'p' .. name) > 0
         end
         if reached then
             redis.call('ZADD', permits, ms(now + PERMIT_RESERVATION_MS), reservation(head))

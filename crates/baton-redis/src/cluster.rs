@@ -1,7 +1,10 @@
-//! [`RedisClusterStore`]: locks and leases on a Redis Cluster, each key's lock scripts run on
-//! the master that serves the key's slot.
+//! [`RedisClusterStore`]: every primitive of the single server's store on a Redis Cluster
+//! (locks, leases, semaphores, so reader-writer locks and elections, rate limits, the cache,
+//! idempotency records, broadcast), each key's scripts and commands run on the master that
+//! serves the key's slot.
 //!
-//! Every Redis key of one qualified key `Q` (the grant `{Q}`, its fence counter, its queue)
+//! Every Redis key of one qualified key `Q` (the grant `{Q}` or a semaphore's permits, its
+//! fence counter, its queue)
 //! carries the hash tag `{Q}`, so they share one slot and one master (see the key layout in
 //! `keys.rs`), and every lock script declares each key it touches: the cluster routes a
 //! call by its declared keys, and a slot that moves between masters moves with all of them.
@@ -20,20 +23,28 @@
 //!   coordinated failover (`CLUSTER FAILOVER`) keeps fences increasing; after an abrupt one
 //!   the promoted replica's clock keeps them increasing as long as it is not behind the
 //!   old master's.
-//! - Waiting polls. The single-server store wakes waiters of other processes through one
-//!   pub/sub channel per store, published by the release script; on a cluster that script
-//!   runs on the key's master, which can only publish to its own shard (`SPUBLISH`), not to
-//!   a channel the waiting store listens on at another master. Until wake-ups go over
-//!   sharded pub/sub per key, a waiter looks again every [`CLUSTER_POLL`] (and at once when
-//!   a release in its own process frees the key), so a handoff between processes takes up
-//!   to that long, and the claim never queues the store: there is no hand-over and no
-//!   first-come order between processes.
+//! - Waiting processes queue per key and take turns, as on one server: the queue, the
+//!   hand-over of a released key to the holder that waited longest and the reservations are
+//!   the single-server protocol (see [`crate::wakeups`]), carried over sharded pub/sub
+//!   (`SSUBSCRIBE`/`SPUBLISH`, Redis 7 or later): a store listens on one channel per slot
+//!   it waits in, named so that it hashes to that slot, so the release script on the key's
+//!   master reaches it and a release wakes only waiters of that key's shard (see
+//!   [`sharded`](crate::sharded) for the subscriptions and what happens when one is lost:
+//!   the store says so with `baton.store.push_lost` and its waiters poll every
+//!   [`DEGRADED_POLL`] until it is back).
 //! - A release whose connection dropped may have been retried by the cluster client after
 //!   it ran; it then answers that nobody held the key, which the core reports as a release
 //!   after expiry. The lock was freed either way.
-//! - Locks and leases only: the other capabilities answer `Unsupported` when a client is
-//!   built, naming the cluster, and so does `min_replicas` (a `WAIT` on the key's master)
-//!   when the store is opened.
+//! - Semaphores are the single server's permit scripts and calls (`crate::semaphore`),
+//!   queueing and waking stores as locks do; reader-writer locks and elections are built on
+//!   leases and semaphores in the core (an election's notices go over broadcast).
+//! - Rate limits, the cache and idempotency records are the single server's scripts, calls
+//!   and commands, each about one key (a rate-limit log and its counter share the tag `{Q}`).
+//! - Broadcast is sharded pub/sub: the channel `Q:db0` is published with `SPUBLISH` to the
+//!   master of its slot and subscribed there on the store's subscribing connection, with
+//!   gaps reported as on one server (see [`sharded`](crate::sharded)).
+//! - `min_replicas` (a `WAIT` on the key's master) answers `Unsupported` when the store is
+//!   opened; claimable work is refused as on one server.
 //! - `list` scans every master in turn (`CLUSTER SLOTS`, then `SCAN` on each), then reads
 //!   each grant it found; during a failover it may miss a grant or fail `Unavailable`.
 
@@ -43,32 +54,39 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use baton_core::idempotency::IdempotencyStore;
-use baton_core::signals::ReleaseHub;
-use baton_core::store::{
-    Capability, Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Store, Wakeups,
+use baton_core::broadcast::RawSubscription;
+use baton_core::idempotency::store::{
+    AcquireAnswer, AcquireRequest, AttemptEnd, FinalizeAnswer, IdempotencyStore, StoredRecord,
 };
+use baton_core::semaphore::PermitInfo;
+use baton_core::signals::{Handoffs, ReleaseHub};
+use baton_core::store::{
+    Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Store, Wakeups,
+};
+use baton_core::telemetry::{self, events};
 use baton_core::{
-    BroadcastStore, CacheStore, Error, Holder, RateStore, Result, SemaphoreStore, StoreKey, Ttl,
+    BroadcastStore, CacheStore, Decision, Error, Holder, Quota, RateStore, Result, SemaphoreStore,
+    StoreKey, Ttl,
 };
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::io::tcp::TcpSettings;
-use redis::{RedisError, RedisResult, Script, Value};
-use tokio::time::timeout;
+use redis::{ProtocolVersion, PushInfo, RedisError, RedisResult, Script, Value};
+use tokio::time::{Instant, timeout};
 
+use crate::broadcast::redis_channel;
 use crate::endpoint::tls_ready;
 use crate::error::{redis_error, timed_out, unexpected};
 use crate::keys;
 use crate::locks::{holder_info, int, parse_claim, parse_release};
 use crate::options::RedisOptions;
-use crate::scripts::{CLAIM, Evalsha, INSPECT, RELEASE, RENEW, SCRIPTS, Sent, is_noscript};
+use crate::scripts::{Evalsha, SCRIPTS, Sent, is_noscript};
+use crate::semaphore;
+use crate::sharded::{ChannelNames, ShardedPush};
 use crate::url::{self, ClusterTarget};
-
-/// How often a waiter on a cluster looks at a held key again, besides the timer at the
-/// holder's remaining time: releases in other processes are not pushed on a cluster yet.
-pub const CLUSTER_POLL: Duration = Duration::from_millis(100);
+use crate::wakeups::{DEGRADED_POLL, GiveUp, Inbox};
+use crate::{cache, idempotency, limit};
 
 /// How many keys one `SCAN` step asks each master for.
 const SCAN_BATCH: usize = 500;
@@ -80,27 +98,35 @@ const RETRIES: u32 = 16;
 const MIN_RETRY_WAIT_MS: u64 = 10;
 const MAX_RETRY_WAIT_MS: u64 = 250;
 
-/// Why a capability beyond locks and leases is refused on a cluster.
-const LEASES_ONLY: &str = "on a Redis Cluster baton offers locks and leases only so far (their scripts are the ones tested on a cluster); use one Redis server (redis:// or redis+sentinel://) for the others";
-
-/// A [`LeaseStore`] on a Redis Cluster: the lock scripts of [`RedisStore`](crate::RedisStore)
-/// run on the master of each key's slot.
+/// Every primitive of [`RedisStore`](crate::RedisStore) on a Redis Cluster: its scripts and
+/// commands run on the master of each key's slot.
 ///
 /// Use it when your Redis is a cluster. On one server (with or without Sentinel), use
-/// [`RedisStore`](crate::RedisStore): it also pushes wake-ups to waiting processes and offers
-/// every other primitive. Most code opens it through
+/// [`RedisStore`](crate::RedisStore). Most code opens it through
 /// `baton::connect("redis+cluster://host:port,host:port")`.
 ///
-/// See the [module docs](self) for what runs where and what is not there yet (push wake-ups,
-/// `min_replicas`, the primitives beyond locks and leases).
+/// See the [module docs](self) for what runs where and what is not there yet
+/// (`min_replicas`).
 pub struct RedisClusterStore {
-    conn: ClusterConnection,
+    scripts: ClusterScripts,
     target: ClusterTarget,
     options: RedisOptions,
     hub: Arc<ReleaseHub>,
-    /// The release script's last argument: `0` (no waiter of this store is queued, which on
-    /// a cluster is always so), then a name for the store.
-    release_idle: String,
+    /// The grants releases handed to this store's waiting holders.
+    handoffs: Arc<Handoffs>,
+    /// The store's channel in each slot: also its name in the queues of that slot's keys.
+    names: Arc<ChannelNames>,
+    push: ShardedPush,
+}
+
+/// The cluster connection that runs the scripts, cloned into background work (a pass, a
+/// give-back).
+#[derive(Clone)]
+struct ClusterScripts {
+    conn: ClusterConnection,
+    /// The cluster, as messages name it (password redacted).
+    server: String,
+    deadline: Duration,
 }
 
 impl fmt::Debug for RedisClusterStore {
@@ -180,12 +206,8 @@ impl RedisClusterStore {
             let mut conn = client.get_async_connection().await?;
             // Loaded on every node now, so that the first calls find them; a node that
             // joins or restarts later loads each on its first NOSCRIPT.
-            for script in [
-                &SCRIPTS.claim,
-                &SCRIPTS.renew,
-                &SCRIPTS.release,
-                &SCRIPTS.inspect,
-            ] {
+            let others = [limit::script()].into_iter().chain(idempotency::scripts());
+            for script in SCRIPTS.all().into_iter().chain(others) {
                 script.load_async(&mut conn).await?;
             }
             Ok::<_, RedisError>(conn)
@@ -195,12 +217,72 @@ impl RedisClusterStore {
             Ok(Err(e)) => return Err(redis_error(e, "connecting to the cluster", &server)),
             Err(_) => return Err(timed_out("connecting to the cluster", &server, deadline)),
         };
-        Ok(RedisClusterStore {
+        let scripts = ClusterScripts {
             conn,
+            server: server.clone(),
+            deadline,
+        };
+        // 64 random bits: the channels of the stores on one cluster never meet.
+        let names = Arc::new(ChannelNames::new(&Holder::random().as_str()[..16]));
+        let hub = Arc::new(ReleaseHub::new());
+        let handoffs = Arc::new(Handoffs::new(Arc::clone(&hub), {
+            let (scripts, names, hub) = (scripts.clone(), Arc::clone(&names), Arc::clone(&hub));
+            move |handoffs: &Arc<Handoffs>, key, holder| {
+                give_back(
+                    GiveBack {
+                        scripts: scripts.clone(),
+                        names: Arc::clone(&names),
+                        hub: Arc::clone(&hub),
+                        handoffs: Arc::clone(handoffs),
+                    },
+                    key,
+                    holder,
+                );
+            }
+        }));
+        let inbox = Inbox::new(
+            Arc::clone(&hub),
+            Arc::clone(&handoffs),
+            Arc::new(Turns {
+                scripts: scripts.clone(),
+                names: Arc::clone(&names),
+            }),
+            deadline,
+        );
+        let (sender, pushes) = tokio::sync::mpsc::unbounded_channel::<PushInfo>();
+        let push_client = ClusterClientBuilder::new(target.seed_urls());
+        let push_client = configure(push_client, &options)
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(sender)
+            .build()
+            .map_err(|e| redis_error(e, "opening a cluster client", &server))?;
+        let starting = ShardedPush::start(
+            &push_client,
+            pushes,
+            inbox,
+            Arc::clone(&names),
+            deadline,
+            server.clone(),
+        );
+        let push = match timeout(deadline, starting).await {
+            Ok(Ok(push)) => push,
+            Ok(Err(e)) => return Err(redis_error(e, "connecting for sharded pub/sub", &server)),
+            Err(_) => {
+                return Err(timed_out(
+                    "connecting for sharded pub/sub",
+                    &server,
+                    deadline,
+                ));
+            }
+        };
+        Ok(RedisClusterStore {
+            scripts,
             target,
             options,
-            hub: Arc::new(ReleaseHub::new()),
-            release_idle: format!("0baton:cluster:{}", &Holder::random().as_str()[..16]),
+            hub,
+            handoffs,
+            names,
+            push,
         })
     }
 
@@ -213,24 +295,9 @@ impl RedisClusterStore {
         invocation: &Evalsha<'_>,
         parse: impl Fn(&Value) -> Option<T>,
     ) -> Result<T> {
-        let deadline = self.options.call_deadline();
-        let server = &self.target.redacted;
-        let mut conn = self.conn.clone();
-        let sending = async {
-            match invocation.send(&mut conn).await {
-                Err(e) if is_noscript(&e) => {
-                    load_on_master(&mut conn, invocation.script(), key).await?;
-                    invocation.send(&mut conn).await
-                }
-                sent => sent,
-            }
-        };
-        let sent: Sent = match timeout(deadline, sending).await {
-            Ok(Ok(sent)) => sent,
-            Ok(Err(e)) => return Err(redis_error(e, &what(), server)),
-            Err(_) => return Err(timed_out(&what(), server, deadline)),
-        };
-        parse(&sent.value).ok_or_else(|| unexpected(&what(), server, format!("{:?}", sent.value)))
+        let sent = self.scripts.send(&what, key, invocation).await?;
+        parse(&sent.value)
+            .ok_or_else(|| unexpected(&what(), &self.scripts.server, format!("{:?}", sent.value)))
     }
 
     /// Sends a plain command to the node at `host:port`, within the call deadline.
@@ -244,7 +311,7 @@ impl RedisClusterStore {
 
     async fn within(&self, what: &str, cmd: redis::Cmd, routing: RoutingInfo) -> Result<Value> {
         let deadline = self.options.call_deadline();
-        let mut conn = self.conn.clone();
+        let mut conn = self.scripts.conn.clone();
         match timeout(deadline, conn.route_command(cmd, routing)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(redis_error(e, what, &self.target.redacted)),
@@ -270,9 +337,15 @@ impl RedisClusterStore {
         })
     }
 
-    /// The qualified keys starting with `prefix` whose grants `SCAN` finds on any master.
-    async fn scan(&self, prefix: &str) -> Result<BTreeSet<StoreKey>> {
-        let pattern = keys::grant_pattern(prefix);
+    /// The qualified keys that start with `prefix` of the Redis keys that `SCAN MATCH
+    /// pattern` finds on any master and `parse` reads back (a grant's `{Q}`, a semaphore's
+    /// `{Q}:permits`), in key order.
+    async fn scan(
+        &self,
+        pattern: &str,
+        prefix: &str,
+        parse: fn(&str) -> Option<StoreKey>,
+    ) -> Result<BTreeSet<StoreKey>> {
         let mut found = BTreeSet::new();
         for (host, port) in self.masters().await? {
             let mut cursor: u64 = 0;
@@ -280,7 +353,7 @@ impl RedisClusterStore {
                 let mut scan = redis::cmd("SCAN");
                 scan.arg(cursor)
                     .arg("MATCH")
-                    .arg(&pattern)
+                    .arg(pattern)
                     .arg("COUNT")
                     .arg(SCAN_BATCH);
                 let value = self.ask_node("listing", scan, &host, port).await?;
@@ -295,7 +368,7 @@ impl RedisClusterStore {
                 found.extend(
                     batch
                         .iter()
-                        .filter_map(|k| keys::from_grant_key(k))
+                        .filter_map(|k| parse(k))
                         .filter(|k| k.as_str().starts_with(prefix)),
                 );
                 if next == 0 {
@@ -322,7 +395,15 @@ fn supported(options: &RedisOptions, server: &str) -> Result<()> {
 /// The cluster client for `target`: the seed nodes, the store's timeouts, `TCP_NODELAY`,
 /// short retries.
 fn client(target: &ClusterTarget, options: &RedisOptions) -> Result<ClusterClient> {
-    ClusterClientBuilder::new(target.seed_urls())
+    configure(ClusterClientBuilder::new(target.seed_urls()), options)
+        .build()
+        .map_err(|e| redis_error(e, "opening a cluster client", &target.redacted))
+}
+
+/// The store's timeouts, `TCP_NODELAY` and short retries, for the scripts' client and the
+/// subscriptions' alike.
+fn configure(builder: ClusterClientBuilder, options: &RedisOptions) -> ClusterClientBuilder {
+    builder
         .connection_timeout(options.get_connect_timeout())
         .response_timeout(options.get_response_timeout())
         .overall_response_timeout(Some(options.call_deadline()))
@@ -330,8 +411,123 @@ fn client(target: &ClusterTarget, options: &RedisOptions) -> Result<ClusterClien
         .min_retry_wait(MIN_RETRY_WAIT_MS)
         .max_retry_wait(MAX_RETRY_WAIT_MS)
         .tcp_settings(TcpSettings::default().set_nodelay(true))
-        .build()
-        .map_err(|e| redis_error(e, "opening a cluster client", &target.redacted))
+}
+
+impl ClusterScripts {
+    /// Sends one script call about `key` within the call deadline; after `NOSCRIPT` loads
+    /// the script on the master of `key`'s slot and sends it again.
+    async fn send(
+        &self,
+        what: &impl Fn() -> String,
+        key: &StoreKey,
+        invocation: &Evalsha<'_>,
+    ) -> Result<Sent> {
+        let mut conn = self.conn.clone();
+        let sending = async {
+            match invocation.send(&mut conn).await {
+                Err(e) if is_noscript(&e) => {
+                    load_on_master(&mut conn, invocation.script(), key).await?;
+                    invocation.send(&mut conn).await
+                }
+                sent => sent,
+            }
+        };
+        match timeout(self.deadline, sending).await {
+            Ok(Ok(sent)) => Ok(sent),
+            Ok(Err(e)) => Err(redis_error(e, &what(), &self.server)),
+            Err(_) => Err(timed_out(&what(), &self.server, self.deadline)),
+        }
+    }
+
+    /// Sends `invocation` in the background; a failure is only logged, with `what`.
+    fn send_in_background(&self, what: String, key: StoreKey, invocation: Evalsha<'static>) {
+        let scripts = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = scripts.send(&|| what.clone(), &key, &invocation).await {
+                tracing::debug!(error = %e, "a background call failed; timers move the key on");
+            }
+        });
+    }
+}
+
+/// How a cluster store gives a turn away: `pass.lua` and `permit_pass.lua`, every key they
+/// touch declared, with the store's channel in the key's slot.
+struct Turns {
+    scripts: ClusterScripts,
+    names: Arc<ChannelNames>,
+}
+
+impl GiveUp for Turns {
+    fn pass(&self, key: StoreKey, _deadline: Duration) {
+        let mut invocation = Evalsha::new(&SCRIPTS.pass, 4, 0);
+        invocation
+            .arg(keys::grant(&key))
+            .arg(keys::queue(&key))
+            .arg(keys::who(&key))
+            .arg(keys::fence(&key))
+            .arg(self.names.of(&key));
+        self.scripts
+            .send_in_background(format!("giving up the turn for {key}"), key, invocation);
+    }
+
+    fn pass_permit(&self, key: StoreKey, _deadline: Duration) {
+        let mut invocation = Evalsha::new(&SCRIPTS.permit_pass, 2, 0);
+        invocation
+            .arg(keys::queue(&key))
+            .arg(keys::permits(&key))
+            .arg(self.names.of(&key));
+        self.scripts.send_in_background(
+            format!("giving up the permit turn for {key}"),
+            key,
+            invocation,
+        );
+    }
+}
+
+/// What a cluster store's give-back needs: see [`give_back`].
+struct GiveBack {
+    scripts: ClusterScripts,
+    names: Arc<ChannelNames>,
+    hub: Arc<ReleaseHub>,
+    handoffs: Arc<Handoffs>,
+}
+
+/// Releases, in the background, the grant a release handed to `holder`, who stopped
+/// waiting before it arrived: the release hands the key to the next store in line (this
+/// one, if another of its holders waits). A failure emits
+/// [`baton.lock.release_faulted`](events::LOCK_RELEASE_FAULTED): the grant's TTL frees the
+/// key then.
+fn give_back(store: GiveBack, key: StoreKey, holder: Holder) {
+    tokio::spawn(async move {
+        let waiting = if store.hub.has_waiters(&key) {
+            '1'
+        } else {
+            '0'
+        };
+        let mut invocation = Evalsha::new(&SCRIPTS.release, 4, 0);
+        invocation
+            .arg(keys::grant(&key))
+            .arg(keys::queue(&key))
+            .arg(keys::who(&key))
+            .arg(keys::fence(&key))
+            .arg(holder.as_str())
+            .arg(format!("{waiting}{}", store.names.of(&key)));
+        let what = || format!("giving back {key}");
+        let sent = store.scripts.send(&what, &key, &invocation).await;
+        match sent.ok().and_then(|sent| parse_release(&sent.value)) {
+            Some(released) => {
+                released.tell(&store.hub, &store.handoffs, &key, true);
+            }
+            None => telemetry::emit(
+                &events::LOCK_RELEASE_FAULTED,
+                Some(key.as_str()),
+                format_args!(
+                    "a grant handed to a waiter that stopped waiting could not be released, \
+                     so the key stays held until its TTL"
+                ),
+            ),
+        }
+    });
 }
 
 /// Loads `script` on the master that serves `key`'s slot.
@@ -340,20 +536,8 @@ async fn load_on_master(
     script: &Script,
     key: &StoreKey,
 ) -> RedisResult<()> {
-    let text = [
-        (&SCRIPTS.claim, CLAIM),
-        (&SCRIPTS.renew, RENEW),
-        (&SCRIPTS.release, RELEASE),
-        (&SCRIPTS.inspect, INSPECT),
-    ]
-    .into_iter()
-    .find(|(s, _)| s.get_hash() == script.get_hash())
-    .map(|(_, text)| text)
-    .ok_or_else(|| {
-        RedisError::from((
-            redis::ErrorKind::Client,
-            "not a lock script of the cluster store",
-        ))
+    let text = SCRIPTS.text_of(script).ok_or_else(|| {
+        RedisError::from((redis::ErrorKind::Client, "not a script of the Redis store"))
     })?;
     let grant = format!("{{{}}}", key.as_str());
     let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
@@ -391,21 +575,62 @@ fn masters_of(slots: &Value) -> Option<Vec<(String, u16)>> {
 #[async_trait]
 impl LeaseStore for RedisClusterStore {
     async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
-        let (holder, ttl, reason) = (request.holder.as_str(), request.ttl, request.reason);
-        let size = 2 * key.as_str().len() + holder.len() + reason.len();
-        // Never with a store in ARGV[3]: a cluster store does not queue (see the module
-        // docs), so the claim touches the grant and its counter, both declared.
-        let mut invocation = Evalsha::new(&SCRIPTS.claim, 2, size);
-        invocation
-            .arg(keys::grant(key))
-            .arg(keys::fence(key))
-            .arg(holder)
-            .arg(ttl.as_millis());
-        if !reason.is_empty() {
-            invocation.arg("").arg(reason);
+        let (holder, ttl, reason) = (request.holder, request.ttl, request.reason);
+        // As on one server (see `RedisStore`'s claim): a waiter of this process subscribes
+        // before it claims, so this tells whether the store should queue for the key. On a
+        // cluster it queues under its channel in the key's slot, subscribed first; without
+        // that subscription it does not queue, and its waiters poll.
+        let channel = if self.hub.has_waiters(key) {
+            if let Some(handed) = self.handoffs.take(key, holder)
+                && handed.since.elapsed() < ttl.get() / 2
+            {
+                return Ok(Claim::HandedOver {
+                    fence: handed.fence,
+                    since: handed.since,
+                });
+            }
+            self.push.subscribed(key).await
+        } else {
+            None
+        };
+        let hand_over = channel.is_some()
+            && reason.is_empty()
+            && self.handoffs.address().is_some()
+            && self.hub.is_waiting(key, holder);
+        if hand_over {
+            self.handoffs.queueing(key, holder, Instant::now());
         }
-        self.call(|| format!("claim of {key}"), key, &invocation, parse_claim)
-            .await
+        let size = 4 * key.as_str().len()
+            + holder.as_str().len()
+            + reason.len()
+            + channel.as_ref().map_or(0, String::len);
+        // Every key the script touches is declared: the queue only with a channel, the
+        // waiting holders only with a hand-over.
+        let key_count = 2 + usize::from(channel.is_some()) + usize::from(hand_over);
+        let mut invocation = Evalsha::new(&SCRIPTS.claim, key_count, size);
+        invocation.arg(keys::grant(key)).arg(keys::fence(key));
+        if channel.is_some() {
+            invocation.arg(keys::queue(key));
+        }
+        if hand_over {
+            invocation.arg(keys::who(key));
+        }
+        invocation.arg(holder.as_str()).arg(ttl.as_millis());
+        match (&channel, reason.is_empty()) {
+            (Some(channel), true) => invocation.arg(channel),
+            (Some(channel), false) => invocation.arg(channel).arg(reason),
+            (None, true) => &mut invocation,
+            (None, false) => invocation.arg("").arg(reason),
+        };
+        let claim = self
+            .call(|| format!("claim of {key}"), key, &invocation, parse_claim)
+            .await?;
+        if channel.is_some()
+            && let Claim::Granted { .. } | Claim::Extended { .. } = claim
+        {
+            self.handoffs.granted(key, holder);
+        }
+        Ok(claim)
     }
 
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
@@ -424,10 +649,11 @@ impl LeaseStore for RedisClusterStore {
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let waiting = if self.hub.has_waiters(key) { '1' } else { '0' };
+        let store = format!("{waiting}{}", self.names.of(key));
         let holder = holder.as_str();
-        let size = 4 * key.as_str().len() + holder.len() + self.release_idle.len();
-        // All four keys a release may touch are declared, the hand-over's too (it runs
-        // only for a grant some store queued for, which a cluster store never does).
+        let size = 4 * key.as_str().len() + holder.len() + store.len();
+        // All four keys a release may touch are declared, the hand-over's too.
         let mut invocation = Evalsha::new(&SCRIPTS.release, 4, size);
         invocation
             .arg(keys::grant(key))
@@ -435,7 +661,7 @@ impl LeaseStore for RedisClusterStore {
             .arg(keys::who(key))
             .arg(keys::fence(key))
             .arg(holder)
-            .arg(&self.release_idle);
+            .arg(&store);
         let released = self
             .call(
                 || format!("release of {key}"),
@@ -443,12 +669,18 @@ impl LeaseStore for RedisClusterStore {
                 &invocation,
                 parse_release,
             )
-            .await?;
-        if released.release == Release::Removed {
-            // Waiters in this process look again now; those of other processes poll.
-            self.hub.notify(key);
+            .await;
+        match released {
+            Ok(released) => {
+                Ok(released.tell(&self.hub, &self.handoffs, key, self.push.is_healthy()))
+            }
+            Err(e) => {
+                // The release may have run and reserved the key for a waiter of this process,
+                // which no message would wake: have this process's waiters look again.
+                self.hub.notify(key);
+                Err(e)
+            }
         }
-        Ok(released.release)
     }
 
     async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
@@ -468,7 +700,10 @@ impl LeaseStore for RedisClusterStore {
             return Ok(Vec::new());
         }
         let mut found = Vec::new();
-        for key in self.scan(prefix).await? {
+        let grants = self
+            .scan(&keys::grant_pattern(prefix), prefix, keys::from_grant_key)
+            .await?;
+        for key in grants {
             // A grant that expired between the scan and the read is simply not listed.
             if let Some(info) = self.inspect(&key).await? {
                 found.push(info);
@@ -483,37 +718,269 @@ impl LeaseStore for RedisClusterStore {
     fn wakeups(&self) -> Wakeups {
         Wakeups {
             hub: Arc::clone(&self.hub),
-            poll: Some(CLUSTER_POLL),
+            poll: (!self.push.is_healthy()).then_some(DEGRADED_POLL),
         }
     }
 }
 
-/// Locks and leases; every other capability is refused with the reason (see the module
-/// docs).
+/// Semaphores: the single server's permit scripts and calls (`semaphore.rs`), on the
+/// master of each key's slot, with the lock's queue and sharded wake-ups.
+#[async_trait]
+impl SemaphoreStore for RedisClusterStore {
+    async fn claim_permit(
+        &self,
+        key: &StoreKey,
+        request: LeaseRequest<'_>,
+        permits: u32,
+    ) -> Result<Claim> {
+        // As for a lock: a waiter of this process subscribes before it claims, and the claim
+        // queues the store only under its subscribed channel in the key's slot.
+        let channel = if self.hub.has_waiters(key) {
+            self.push.subscribed(key).await
+        } else {
+            None
+        };
+        let invocation = semaphore::claim_call(key, &request, permits, channel.as_deref());
+        // A claim that ran and was retried comes back as an extension: a permit either way.
+        self.call(
+            || format!("permit claim of {key}"),
+            key,
+            &invocation,
+            parse_claim,
+        )
+        .await
+    }
+
+    async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        self.call(
+            || format!("permit renewal of {key}"),
+            key,
+            &semaphore::renew_call(key, holder, ttl),
+            semaphore::parse_renewal,
+        )
+        .await
+    }
+
+    async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        let waiting = if self.hub.has_waiters(key) { '1' } else { '0' };
+        let store = format!("{waiting}{}", self.names.of(key));
+        let invocation = semaphore::release_call(key, holder.as_str(), &store);
+        let released = self
+            .call(
+                || format!("permit release of {key}"),
+                key,
+                &invocation,
+                semaphore::parse_release,
+            )
+            .await;
+        match released {
+            Ok((release, to_this_store)) => Ok(semaphore::tell_permit_release(
+                &self.hub,
+                key,
+                release,
+                to_this_store,
+                self.push.is_healthy(),
+            )),
+            Err(e) => {
+                // The release may have run and chosen a waiter of this process, which no
+                // message would wake: have this process's waiters look again.
+                self.hub.notify(key);
+                Err(e)
+            }
+        }
+    }
+
+    async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
+        Ok(self
+            .permits_of(key)
+            .await?
+            .into_iter()
+            .map(|p| p.grant)
+            .collect())
+    }
+
+    /// Scans every master for the keys' `{Q}:permits`, then reads each key's live permits,
+    /// in key order, until `limit` keys had some.
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let candidates = self
+            .scan(
+                &semaphore::permits_pattern(prefix),
+                prefix,
+                semaphore::from_permits_key,
+            )
+            .await?;
+        let (mut listed, mut keys) = (Vec::new(), 0);
+        for key in &candidates {
+            let permits = self.permits_of(key).await?;
+            // A key whose permits all ended since the scan is simply not listed.
+            if !permits.is_empty() {
+                listed.extend(permits);
+                keys += 1;
+                if keys == limit {
+                    break;
+                }
+            }
+        }
+        Ok(listed)
+    }
+
+    fn permit_wakeups(&self) -> Wakeups {
+        LeaseStore::wakeups(self)
+    }
+}
+
+impl RedisClusterStore {
+    /// The live permits of `key`, oldest fence first, with the N of each claim.
+    async fn permits_of(&self, key: &StoreKey) -> Result<Vec<PermitInfo>> {
+        self.call(
+            || format!("permits of {key}"),
+            key,
+            &semaphore::list_call(key),
+            |v| semaphore::parse_permits(key, v),
+        )
+        .await
+    }
+}
+
+/// Rate limits: the single server's script and call ([`crate::limit`]), on the master of the
+/// key's slot.
+#[async_trait]
+impl RateStore for RedisClusterStore {
+    async fn admit(&self, key: &StoreKey, cost: u32, quota: Quota) -> Result<Decision> {
+        let invocation = limit::admit_call(key, cost, quota);
+        self.call(
+            || format!("rate limit of {key}"),
+            key,
+            &invocation,
+            limit::parse,
+        )
+        .await
+    }
+}
+
+/// The cache: the single server's commands ([`crate::cache`]), each on the master of its
+/// key's slot.
+#[async_trait]
+impl CacheStore for RedisClusterStore {
+    async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>> {
+        self.command(&format!("cache get of {key}"), cache::get_cmd(key))
+            .await
+    }
+
+    async fn set(&self, key: &StoreKey, value: Vec<u8>, ttl: Ttl) -> Result<()> {
+        self.command(
+            &format!("cache set of {key}"),
+            cache::set_cmd(key, value, ttl),
+        )
+        .await
+    }
+
+    async fn delete(&self, key: &StoreKey) -> Result<bool> {
+        let deleted: i64 = self
+            .command(&format!("cache delete of {key}"), cache::del_cmd(key))
+            .await?;
+        Ok(deleted == 1)
+    }
+}
+
+/// The idempotency log: the single server's scripts and calls ([`crate::idempotency`]), on
+/// the master of the record's slot.
+#[async_trait]
+impl IdempotencyStore for RedisClusterStore {
+    async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
+        let invocation = idempotency::acquire_call(key, &request);
+        self.call(
+            || format!("idempotency acquire of {key}"),
+            key,
+            &invocation,
+            idempotency::parse_acquire,
+        )
+        .await
+    }
+
+    async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
+        let invocation = idempotency::renew_call(key, owner, lease);
+        self.call(
+            || format!("idempotency renewal of {key}"),
+            key,
+            &invocation,
+            idempotency::parse_renewal,
+        )
+        .await
+    }
+
+    async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
+        let invocation = idempotency::finalize_call(key, &end);
+        self.call(
+            || format!("idempotency finalize of {key}"),
+            key,
+            &invocation,
+            |v| idempotency::parse_finalize(v, end.owner, end.metadata),
+        )
+        .await
+    }
+
+    async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
+        self.call(
+            || format!("idempotency read of {key}"),
+            key,
+            &idempotency::get_call(key),
+            idempotency::parse_get,
+        )
+        .await
+    }
+}
+
+/// Broadcast over sharded pub/sub: a channel `Q:db0` (as on one server, database 0) is
+/// published with `SPUBLISH` to the master of its slot and subscribed there, on the store's
+/// subscribing connection ([`crate::sharded`]).
+#[async_trait]
+impl BroadcastStore for RedisClusterStore {
+    async fn publish(&self, channel: &StoreKey, payload: Vec<u8>) -> Result<()> {
+        let mut publish = redis::cmd("SPUBLISH");
+        publish.arg(redis_channel(channel, 0)).arg(payload);
+        let _receivers: i64 = self
+            .command(&format!("publishing on {channel}"), publish)
+            .await?;
+        Ok(())
+    }
+
+    async fn subscribe(&self, channel: &StoreKey, capacity: usize) -> Result<RawSubscription> {
+        self.push
+            .subscribe_broadcast(&redis_channel(channel, 0), capacity)
+            .await
+    }
+}
+
+impl RedisClusterStore {
+    /// Sends a one-key command, routed by its key, within the call deadline.
+    async fn command<T: redis::FromRedisValue>(&self, what: &str, cmd: redis::Cmd) -> Result<T> {
+        let mut conn = self.scripts.conn.clone();
+        match timeout(self.scripts.deadline, cmd.query_async::<T>(&mut conn)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(redis_error(e, what, &self.scripts.server)),
+            Err(_) => Err(timed_out(what, &self.scripts.server, self.scripts.deadline)),
+        }
+    }
+}
+
+/// Every capability of the single server's store; claimable work is refused as on one
+/// server.
 impl Store for RedisClusterStore {
     fn name(&self) -> &'static str {
         "Redis Cluster"
     }
 
-    fn rate_store(self: Arc<Self>) -> Result<Arc<dyn RateStore>> {
-        Err(Capability::RateLimits.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
-
-    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn CacheStore>> {
-        Err(Capability::Cache.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
-
-    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn BroadcastStore>> {
-        Err(Capability::Broadcast.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
-
-    fn idempotency_store(self: Arc<Self>) -> Result<Arc<dyn IdempotencyStore>> {
-        Err(Capability::Idempotency.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
-
-    fn semaphore_store(self: Arc<Self>) -> Result<Arc<dyn SemaphoreStore>> {
-        Err(Capability::Semaphores.unsupported(self.name(), Some(LEASES_ONLY)))
-    }
+    baton_core::offers!(
+        semaphore_store,
+        rate_store,
+        cache_store,
+        idempotency_store,
+        broadcast_store
+    );
 }
 
 #[cfg(test)]

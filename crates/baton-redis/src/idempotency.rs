@@ -58,59 +58,107 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     get: Script::new(GET),
 });
 
+// The calls of the scripts, built once for the single server's store and a cluster store
+// alike (each declares the record, its only key), with their parsers below.
+
+/// An acquire of the record `key`.
+pub(crate) fn acquire_call(key: &StoreKey, request: &AcquireRequest<'_>) -> Evalsha<'static> {
+    let mut invocation = Evalsha::new(&SCRIPTS.acquire, 1, 128 + request.fingerprint.len());
+    invocation
+        .arg(keys::grant(key))
+        .arg(request.attempt.as_str())
+        .arg(request.fingerprint)
+        .arg(request.ttl.as_millis())
+        .arg(request.lease.as_millis())
+        .arg(if request.retry_failed { "1" } else { "0" });
+    invocation
+}
+
+/// A renewal of `owner`'s lease on the record `key`.
+pub(crate) fn renew_call(key: &StoreKey, owner: &Holder, lease: Ttl) -> Evalsha<'static> {
+    let mut invocation = Evalsha::new(&SCRIPTS.renew, 1, 128);
+    invocation
+        .arg(keys::grant(key))
+        .arg(owner.as_str())
+        .arg(lease.as_millis());
+    invocation
+}
+
+/// The renewal script's answer.
+pub(crate) fn parse_renewal(value: &Value) -> Option<Renewal> {
+    match int(value)? {
+        1 => Some(Renewal::Renewed),
+        0 => Some(Renewal::NotHeld),
+        _ => None,
+    }
+}
+
+/// A finalize of the record `key` by `end`'s owner.
+pub(crate) fn finalize_call(key: &StoreKey, end: &AttemptEnd<'_>) -> Evalsha<'static> {
+    let mut invocation = Evalsha::new(&SCRIPTS.finalize, 1, 128 + end.metadata.len());
+    invocation
+        .arg(keys::grant(key))
+        .arg(end.owner.as_str())
+        .arg(end.outcome.status().as_str())
+        .arg(end.metadata);
+    invocation
+}
+
+/// A reading of the live record `key`.
+pub(crate) fn get_call(key: &StoreKey) -> Evalsha<'static> {
+    let mut invocation = Evalsha::new(&SCRIPTS.get, 1, 64);
+    invocation.arg(keys::grant(key));
+    invocation
+}
+
+/// The scripts of the log, for loading them on a cluster's masters.
+pub(crate) fn scripts() -> [&'static Script; 4] {
+    [
+        &SCRIPTS.acquire,
+        &SCRIPTS.finalize,
+        &SCRIPTS.renew,
+        &SCRIPTS.get,
+    ]
+}
+
+/// The text of one of the log's scripts, by its hash.
+pub(crate) fn text_of(script: &Script) -> Option<&'static str> {
+    scripts()
+        .into_iter()
+        .zip([ACQUIRE, FINALIZE, RENEW, GET])
+        .find(|(s, _)| s.get_hash() == script.get_hash())
+        .map(|(_, text)| text)
+}
+
 #[async_trait]
 impl IdempotencyStore for RedisStore {
     async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
-        let mut invocation = Evalsha::new(&SCRIPTS.acquire, 1, 128 + request.fingerprint.len());
-        invocation
-            .arg(keys::grant(key))
-            .arg(request.attempt.as_str())
-            .arg(request.fingerprint)
-            .arg(request.ttl.as_millis())
-            .arg(request.lease.as_millis())
-            .arg(if request.retry_failed { "1" } else { "0" });
         let what = || format!("idempotency acquire of {key}");
+        let invocation = acquire_call(key, &request);
         self.call(what, &invocation, parse_acquire, |_| true).await
     }
 
     async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
-        let mut invocation = Evalsha::new(&SCRIPTS.renew, 1, 128);
-        invocation
-            .arg(keys::grant(key))
-            .arg(owner.as_str())
-            .arg(lease.as_millis());
         let what = || format!("idempotency renewal of {key}");
-        let parse = |v: &Value| match int(v)? {
-            1 => Some(Renewal::Renewed),
-            0 => Some(Renewal::NotHeld),
-            _ => None,
-        };
-        self.call(what, &invocation, parse, |_| true).await
+        let invocation = renew_call(key, owner, lease);
+        self.call(what, &invocation, parse_renewal, |_| true).await
     }
 
     async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
-        let (owner, outcome, metadata) = (end.owner, end.outcome, end.metadata);
-        let mut invocation = Evalsha::new(&SCRIPTS.finalize, 1, 128 + metadata.len());
-        invocation
-            .arg(keys::grant(key))
-            .arg(owner.as_str())
-            .arg(outcome.status().as_str())
-            .arg(metadata);
         let what = || format!("idempotency finalize of {key}");
-        let parse = |v: &Value| parse_finalize(v, owner, metadata);
+        let invocation = finalize_call(key, &end);
+        let parse = |v: &Value| parse_finalize(v, end.owner, end.metadata);
         self.call(what, &invocation, parse, |_| true).await
     }
 
     async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
-        let mut invocation = Evalsha::new(&SCRIPTS.get, 1, 64);
-        invocation.arg(keys::grant(key));
         let what = || format!("idempotency read of {key}");
-        self.call(what, &invocation, parse_get, |_| true).await
+        self.call(what, &get_call(key), parse_get, |_| true).await
     }
 }
 
 /// `{kind, previous, status, owner, attempt, fingerprint, metadata, pttl, lease ms}`.
-fn parse_acquire(value: &Value) -> Option<AcquireAnswer> {
+pub(crate) fn parse_acquire(value: &Value) -> Option<AcquireAnswer> {
     let Value::Array(items) = value else {
         return None;
     };
@@ -142,7 +190,7 @@ fn parse_acquire(value: &Value) -> Option<AcquireAnswer> {
 }
 
 /// `{1}` or `{0, changed, status, attempt, fingerprint, pttl, metadata}`.
-fn parse_finalize(value: &Value, owner: &Holder, sent: &[u8]) -> Option<FinalizeAnswer> {
+pub(crate) fn parse_finalize(value: &Value, owner: &Holder, sent: &[u8]) -> Option<FinalizeAnswer> {
     let Value::Array(items) = value else {
         return None;
     };
@@ -169,7 +217,7 @@ fn parse_finalize(value: &Value, owner: &Holder, sent: &[u8]) -> Option<Finalize
 }
 
 /// nil, or `{status, owner, attempt, fingerprint, metadata, pttl, lease ms}`.
-fn parse_get(value: &Value) -> Option<Option<StoredRecord>> {
+pub(crate) fn parse_get(value: &Value) -> Option<Option<StoredRecord>> {
     match value {
         Value::Nil => Some(None),
         Value::Array(items) if items.len() == 7 => Some(Some(StoredRecord {

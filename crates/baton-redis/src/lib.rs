@@ -9,8 +9,9 @@
 //! best-effort under failover: read the trade-offs in `docs/redis.md` before you rely on it.
 //!
 //! - [`RedisStore`]: the store; [`RedisOptions`]: its timeouts.
-//! - [`RedisClusterStore`]: locks and leases on a Redis Cluster (`redis+cluster://`); what
-//!   it does not do yet is in [`cluster`].
+//! - [`RedisClusterStore`]: every primitive on a Redis Cluster (`redis+cluster://`); what
+//!   it does not do yet is in [`cluster`]; [`sharded`]: how its waiters are woken over
+//!   sharded pub/sub, and its broadcast.
 //! - [`scripts`]: the Lua scripts it runs, for operators and benchmarks.
 //! - [`idempotency`]: the idempotency log's record layout and scripts.
 //! - [`wakeups`]: who a release wakes (the queue of waiting processes, handoffs), and what
@@ -43,6 +44,7 @@ pub mod scripts;
 mod semaphore;
 mod sentinel;
 mod server;
+pub mod sharded;
 mod url;
 pub mod wakeups;
 

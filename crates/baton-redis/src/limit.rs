@@ -63,7 +63,22 @@ pub fn arguments(cost: u32, quota: Quota) -> [u64; 4] {
     ]
 }
 
-fn parse(value: &Value) -> Option<Decision> {
+/// The call of the script for `cost` units of `key` under `quota` (both stores send it: one
+/// server, and a cluster on the master of the key's slot).
+pub(crate) fn admit_call(key: &StoreKey, cost: u32, quota: Quota) -> Evalsha<'static> {
+    let redis_keys = redis_keys(key);
+    let mut invocation = Evalsha::new(&SCRIPT, redis_keys.len(), 128);
+    for redis_key in redis_keys {
+        invocation.arg(redis_key);
+    }
+    for argument in arguments(cost, quota) {
+        invocation.arg(argument);
+    }
+    invocation
+}
+
+/// The script's answer: `{allowed, remaining, retry after µs}`.
+pub(crate) fn parse(value: &Value) -> Option<Decision> {
     let Value::Array(items) = value else {
         return None;
     };
@@ -91,16 +106,9 @@ fn parse(value: &Value) -> Option<Decision> {
 #[async_trait]
 impl RateStore for RedisStore {
     async fn admit(&self, key: &StoreKey, cost: u32, quota: Quota) -> Result<Decision> {
-        let redis_keys = redis_keys(key);
-        let mut invocation = Evalsha::new(&SCRIPT, redis_keys.len(), 128);
-        for redis_key in redis_keys {
-            invocation.arg(redis_key);
-        }
-        for argument in arguments(cost, quota) {
-            invocation.arg(argument);
-        }
         let what = || format!("rate limit of {key}");
-        self.call(what, &invocation, parse, |_| true).await
+        self.call(what, &admit_call(key, cost, quota), parse, |_| true)
+            .await
     }
 }
 

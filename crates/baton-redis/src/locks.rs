@@ -574,21 +574,7 @@ impl LeaseStore for RedisStore {
                 return Err(e);
             }
         };
-        if let Some((fence, to)) = released.handed {
-            // Granted to a waiting holder of this process: it is told here, not by a message.
-            match self.handoffs.address() {
-                Some(address) => self.handoffs.arrived(address, key.clone(), to, fence),
-                // Pub/sub is down: the holder's next claim finds the key its own.
-                None => self.hub.notify(key),
-            }
-        } else if released.to_this_store
-            || (released.release == Release::Removed && !self.push.is_healthy())
-        {
-            // The key is reserved for a waiter of this process, which no message will wake;
-            // or pub/sub is down and this process's waiters would not hear of a handoff.
-            self.hub.notify(key);
-        }
-        Ok(released.release)
+        Ok(released.tell(&self.hub, &self.handoffs, key, self.push.is_healthy()))
     }
 
     async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
@@ -688,21 +674,14 @@ fn give_back(store: GiveBack, key: StoreKey, holder: Holder) {
             }
         })
         .await;
-        match sent.ok().and_then(|sent| sent.ok()) {
-            Some(sent) => match parse_release(&sent.value) {
-                Some(Released {
-                    handed: Some((fence, to)),
-                    ..
-                }) => match store.handoffs.address() {
-                    Some(address) => store.handoffs.arrived(address, key, to, fence),
-                    None => store.hub.notify(&key),
-                },
-                Some(Released {
-                    to_this_store: true,
-                    ..
-                }) => store.hub.notify(&key),
-                _ => {}
-            },
+        match sent
+            .ok()
+            .and_then(|sent| sent.ok())
+            .and_then(|sent| parse_release(&sent.value))
+        {
+            Some(released) => {
+                released.tell(&store.hub, &store.handoffs, &key, true);
+            }
             None => telemetry::emit(
                 &events::LOCK_RELEASE_FAULTED,
                 Some(key.as_str()),
@@ -808,6 +787,31 @@ pub(crate) struct Released {
     to_this_store: bool,
     /// The key is now granted to a waiting holder of this store, with this fence.
     handed: Option<(Fence, Holder)>,
+}
+
+impl Released {
+    /// Tells this process what the release did: a grant handed to one of its waiting holders
+    /// goes to `handoffs` (it is told here, not by a message); a key reserved for its
+    /// waiters, or freed while its push connection is down (`push_healthy` false: its
+    /// waiters would not hear of a handoff), wakes them. Answers the release.
+    pub(crate) fn tell(
+        self,
+        hub: &ReleaseHub,
+        handoffs: &Arc<Handoffs>,
+        key: &StoreKey,
+        push_healthy: bool,
+    ) -> Release {
+        if let Some((fence, to)) = self.handed {
+            match handoffs.address() {
+                Some(address) => handoffs.arrived(address, key.clone(), to, fence),
+                // Pub/sub is down: the holder's next claim finds the key its own.
+                None => hub.notify(key),
+            }
+        } else if self.to_this_store || (self.release == Release::Removed && !push_healthy) {
+            hub.notify(key);
+        }
+        self.release
+    }
 }
 
 /// The answer of the release script: 0, 1 or 2, `{fence, holder}`, or the other holder's id.

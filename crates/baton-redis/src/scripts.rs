@@ -130,6 +130,34 @@ impl Scripts {
             &self.permit_pass,
         ]
     }
+
+    /// The text of one of the crate's scripts (these, the rate limit's, the idempotency
+    /// log's), by its hash: what a Redis Cluster store loads on the master of a key's slot
+    /// after `NOSCRIPT` there.
+    pub(crate) fn text_of(&self, script: &Script) -> Option<&'static str> {
+        const TEXTS: [&str; 10] = [
+            CLAIM,
+            RENEW,
+            RELEASE,
+            INSPECT,
+            PASS,
+            PERMIT_CLAIM,
+            PERMIT_RENEW,
+            PERMIT_RELEASE,
+            PERMIT_LIST,
+            PERMIT_PASS,
+        ];
+        self.all()
+            .into_iter()
+            .zip(TEXTS)
+            .find(|(s, _)| s.get_hash() == script.get_hash())
+            .map(|(_, text)| text)
+            .or_else(|| {
+                (script.get_hash() == crate::limit::script().get_hash())
+                    .then_some(crate::limit::LIMIT)
+            })
+            .or_else(|| crate::idempotency::text_of(script))
+    }
 }
 
 /// An `EVALSHA` of one of the store's scripts, its keys and arguments packed into one command
@@ -267,6 +295,14 @@ mod tests {
             .map(|s| s.get_hash().to_owned())
             .collect();
         assert_eq!(hashes.len(), 10);
+        let others = [crate::limit::script()]
+            .into_iter()
+            .chain(crate::idempotency::scripts());
+        for script in SCRIPTS.all().into_iter().chain(others) {
+            let text = SCRIPTS.text_of(script).expect("every script has its text");
+            assert_eq!(Script::new(text).get_hash(), script.get_hash());
+        }
+        assert_eq!(SCRIPTS.text_of(&Script::new("return 1")), None);
         for text in [
             PERMIT_CLAIM,
             PERMIT_RENEW,

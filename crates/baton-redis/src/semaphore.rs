@@ -20,6 +20,7 @@
 
 use async_trait::async_trait;
 use baton_core::semaphore::PermitInfo;
+use baton_core::signals::ReleaseHub;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, LeaseStore, Release, Renewal, Wakeups};
 use baton_core::{Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use redis::Value;
@@ -32,7 +33,7 @@ use crate::scripts::{Evalsha, SCRIPTS};
 
 /// What the permit release script answered: the release, and whether this store's own
 /// waiter is the one to wake.
-fn parse_release(value: &Value) -> Option<(Release, bool)> {
+pub(crate) fn parse_release(value: &Value) -> Option<(Release, bool)> {
     match int(value)? {
         0 => Some((Release::Removed, false)),
         1 => Some((Release::Removed, true)),
@@ -43,7 +44,7 @@ fn parse_release(value: &Value) -> Option<(Release, bool)> {
 
 /// The answer of the list script: holder, fence, remaining ms and the claim's N (0: not
 /// recorded), for each live permit; sorted here by fence (oldest first).
-fn parse_permits(key: &StoreKey, value: &Value) -> Option<Vec<PermitInfo>> {
+pub(crate) fn parse_permits(key: &StoreKey, value: &Value) -> Option<Vec<PermitInfo>> {
     let Value::Array(items) = value else {
         return None;
     };
@@ -70,17 +71,113 @@ fn parse_permits(key: &StoreKey, value: &Value) -> Option<Vec<PermitInfo>> {
 }
 
 /// The qualified key of a semaphore's `{Q}:permits`, or `None` for any other Redis key.
-fn from_permits_key(redis_key: &str) -> Option<StoreKey> {
+pub(crate) fn from_permits_key(redis_key: &str) -> Option<StoreKey> {
     keys::from_grant_key(redis_key.strip_suffix(":permits")?)
+}
+
+/// The `SCAN MATCH` pattern of the `{Q}:permits` keys whose qualified key starts with
+/// `prefix`.
+pub(crate) fn permits_pattern(prefix: &str) -> String {
+    let mut pattern = keys::grant_pattern(prefix);
+    pattern.push_str(":permits");
+    pattern
+}
+
+// The calls of the permit scripts, built once for the single server's store and a cluster
+// store alike: each declares every key its script touches, so a cluster routes it by them.
+
+/// A permit claim of up to `permits` permits. With `store` (the store's channel, when a waiter
+/// of this process waits for a permit) the claim also queues the store if every permit is held.
+pub(crate) fn claim_call(
+    key: &StoreKey,
+    request: &LeaseRequest<'_>,
+    permits: u32,
+    store: Option<&str>,
+) -> Evalsha<'static> {
+    let holder = request.holder.as_str();
+    let size = 4 * key.as_str().len() + holder.len() + store.map_or(0, str::len) + 64;
+    let keys = if store.is_some() { 4 } else { 3 };
+    let mut invocation = Evalsha::new(&SCRIPTS.permit_claim, keys, size);
+    invocation
+        .arg(keys::permits(key))
+        .arg(keys::fences(key))
+        .arg(keys::fence(key));
+    if store.is_some() {
+        invocation.arg(keys::queue(key));
+    }
+    invocation
+        .arg(holder)
+        .arg(request.ttl.as_millis())
+        .arg(permits);
+    if let Some(store) = store {
+        invocation.arg(store);
+    }
+    invocation
+}
+
+/// A renewal of `holder`'s permit for `ttl`.
+pub(crate) fn renew_call(key: &StoreKey, holder: &Holder, ttl: Ttl) -> Evalsha<'static> {
+    let mut invocation = Evalsha::new(&SCRIPTS.permit_renew, 2, 2 * key.as_str().len() + 64);
+    invocation
+        .arg(keys::permits(key))
+        .arg(keys::fences(key))
+        .arg(holder.as_str())
+        .arg(ttl.as_millis());
+    invocation
+}
+
+/// The answer of the permit renewal script.
+pub(crate) fn parse_renewal(value: &Value) -> Option<Renewal> {
+    match int(value)? {
+        1 => Some(Renewal::Renewed),
+        0 => Some(Renewal::NotHeld),
+        _ => None,
+    }
+}
+
+/// A release of `holder`'s permit; `store` is `1` or `0` (a waiter of this process waits for
+/// a permit) followed by the store's channel.
+pub(crate) fn release_call(key: &StoreKey, holder: &str, store: &str) -> Evalsha<'static> {
+    let size = 3 * key.as_str().len() + holder.len() + store.len() + 32;
+    let mut invocation = Evalsha::new(&SCRIPTS.permit_release, 3, size);
+    invocation
+        .arg(keys::permits(key))
+        .arg(keys::fences(key))
+        .arg(keys::queue(key))
+        .arg(holder)
+        .arg(store);
+    invocation
+}
+
+/// Tells this process what a permit release did, and answers the release: when a waiter of
+/// this process is next (`to_this_store`), which no message wakes, or the push connection is
+/// down (`push_healthy` false) and this process's waiters would not hear of other releases,
+/// they look again.
+pub(crate) fn tell_permit_release(
+    hub: &ReleaseHub,
+    key: &StoreKey,
+    release: Release,
+    to_this_store: bool,
+    push_healthy: bool,
+) -> Release {
+    if to_this_store || (release == Release::Removed && !push_healthy) {
+        hub.notify(key);
+    }
+    release
+}
+
+/// A reading of the live permits of `key` ([`parse_permits`] reads the answer).
+pub(crate) fn list_call(key: &StoreKey) -> Evalsha<'static> {
+    let mut invocation = Evalsha::new(&SCRIPTS.permit_list, 2, 2 * key.as_str().len());
+    invocation.arg(keys::permits(key)).arg(keys::fences(key));
+    invocation
 }
 
 impl RedisStore {
     /// The live permits of `key`, oldest fence first, with the N of each claim.
     async fn permits_of(&self, key: &StoreKey) -> Result<Vec<PermitInfo>> {
-        let mut invocation = Evalsha::new(&SCRIPTS.permit_list, 2, 2 * key.as_str().len());
-        invocation.arg(keys::permits(key)).arg(keys::fences(key));
         let what = || format!("permits of {key}");
-        self.call(what, &invocation, |v| parse_permits(key, v), |_| true)
+        self.call(what, &list_call(key), |v| parse_permits(key, v), |_| true)
             .await
     }
 
@@ -88,13 +185,7 @@ impl RedisStore {
     /// claim answers (as a lock's grant, see `RedisStore::give_back_unconfirmed`): a later
     /// claim of the same holder must not be answered as extended while this is in flight.
     async fn give_back_unconfirmed_permit(&self, key: &StoreKey, holder: &str) {
-        let mut invocation = Evalsha::new(&SCRIPTS.permit_release, 3, 0);
-        invocation
-            .arg(keys::permits(key))
-            .arg(keys::fences(key))
-            .arg(keys::queue(key))
-            .arg(holder)
-            .arg(&self.release_idle);
+        let invocation = release_call(key, holder, &self.release_idle);
         send_unconfirmed_give_back(&self.link, self.options().call_deadline(), key, &invocation)
             .await;
     }
@@ -112,22 +203,12 @@ impl SemaphoreStore for RedisStore {
         // does the claim carry the queue and the store's channel.
         let waiting = self.hub.has_waiters(key);
         let holder = request.holder.as_str();
-        let size = 4 * key.as_str().len() + holder.len() + self.channel.len() + 64;
-        let mut invocation = Evalsha::new(&SCRIPTS.permit_claim, if waiting { 4 } else { 3 }, size);
-        invocation
-            .arg(keys::permits(key))
-            .arg(keys::fences(key))
-            .arg(keys::fence(key));
-        if waiting {
-            invocation.arg(keys::queue(key));
-        }
-        invocation
-            .arg(holder)
-            .arg(request.ttl.as_millis())
-            .arg(permits);
-        if waiting {
-            invocation.arg(&self.channel);
-        }
+        let mut invocation = claim_call(
+            key,
+            &request,
+            permits,
+            waiting.then_some(self.channel.as_str()),
+        );
         self.confirm(&mut invocation);
         let what = || format!("permit claim of {key}");
         // A claim that ran and was retried comes back as an extension: a permit either way.
@@ -148,21 +229,11 @@ impl SemaphoreStore for RedisStore {
     }
 
     async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
-        let mut invocation = Evalsha::new(&SCRIPTS.permit_renew, 2, 2 * key.as_str().len() + 64);
-        invocation
-            .arg(keys::permits(key))
-            .arg(keys::fences(key))
-            .arg(holder.as_str())
-            .arg(ttl.as_millis());
+        let mut invocation = renew_call(key, holder, ttl);
         let what = || format!("permit renewal of {key}");
-        let parse = |v: &Value| match int(v)? {
-            1 => Some(Renewal::Renewed),
-            0 => Some(Renewal::NotHeld),
-            _ => None,
-        };
         self.confirm(&mut invocation);
         let (renew, replicas) = self
-            .call_confirmed(what, &invocation, parse, |_| true)
+            .call_confirmed(what, &invocation, parse_renewal, |_| true)
             .await?;
         if renew == Renewal::Renewed
             && let Some(e) = self.unconfirmed(&what(), replicas)
@@ -178,15 +249,7 @@ impl SemaphoreStore for RedisStore {
         } else {
             &self.release_idle
         };
-        let holder = holder.as_str();
-        let size = 3 * key.as_str().len() + holder.len() + store.len() + 32;
-        let mut invocation = Evalsha::new(&SCRIPTS.permit_release, 3, size);
-        invocation
-            .arg(keys::permits(key))
-            .arg(keys::fences(key))
-            .arg(keys::queue(key))
-            .arg(holder)
-            .arg(store);
+        let mut invocation = release_call(key, holder.as_str(), store);
         let what = || format!("permit release of {key}");
         // A release retried after its connection dropped answers NoHolder if the first
         // attempt had removed the permit: that would report an expiry that did not happen,
@@ -212,12 +275,13 @@ impl SemaphoreStore for RedisStore {
                 return Err(e);
             }
         };
-        if to_this_store || (release == Release::Removed && !self.push.is_healthy()) {
-            // A waiter of this process is next, which no message wakes; or pub/sub is down
-            // and this process's waiters would not hear of other releases.
-            self.hub.notify(key);
-        }
-        Ok(release)
+        Ok(tell_permit_release(
+            &self.hub,
+            key,
+            release,
+            to_this_store,
+            self.push.is_healthy(),
+        ))
     }
 
     async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
@@ -236,10 +300,8 @@ impl SemaphoreStore for RedisStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut pattern = keys::grant_pattern(prefix);
-        pattern.push_str(":permits");
         let candidates = self
-            .scan_matching(&pattern, prefix, from_permits_key)
+            .scan_matching(&permits_pattern(prefix), prefix, from_permits_key)
             .await?;
         let (mut listed, mut keys) = (Vec::new(), 0);
         for key in &candidates {

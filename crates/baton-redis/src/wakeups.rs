@@ -126,10 +126,24 @@ pub(crate) struct Identity {
     pub(crate) server: String,
 }
 
-impl Identity {
+/// How a store gives up a turn that none of its waiters wants any more: the single server's
+/// store through its multiplexed connection ([`Identity`]), a cluster store through its
+/// cluster connection, the scripts and their policy being the same.
+pub(crate) trait GiveUp: Send + Sync + 'static {
     /// Gives up this store's place in `key`'s queue and a reservation made for it, in the
-    /// background. A failure is only logged: the next store's watch timer and its waiters'
-    /// TTL timers still move the key on.
+    /// background (`pass.lua`). A failure is only logged: the next store's watch timer and
+    /// its waiters' TTL timers still move the key on.
+    fn pass(&self, key: StoreKey, deadline: Duration);
+
+    /// Gives up this store's turn for a permit of `key`, in the background: the store leaves
+    /// the key's queue, and the permit reserved for it is reserved for the next store in
+    /// line, which is told instead (`permit_pass.lua`). A failure is only logged: the
+    /// reservation ends on its own, and the next store's waiters look again when the permit
+    /// or reservation that ends soonest ends.
+    fn pass_permit(&self, key: StoreKey, deadline: Duration);
+}
+
+impl GiveUp for Identity {
     fn pass(&self, key: StoreKey, deadline: Duration) {
         let identity = self.clone();
         tokio::spawn(async move {
@@ -153,14 +167,7 @@ impl Identity {
             }
         });
     }
-}
 
-impl Identity {
-    /// Gives up this store's turn for a permit of `key`, in the background: the store leaves
-    /// the key's queue, and the permit reserved for it is reserved for the next store in
-    /// line, which is told instead (`permit_pass.lua`). A failure is only logged: the
-    /// reservation ends on its own, and the next store's waiters look again when the permit
-    /// or reservation that ends soonest ends.
     fn pass_permit(&self, key: StoreKey, deadline: Duration) {
         let identity = self.clone();
         tokio::spawn(async move {
@@ -201,17 +208,20 @@ impl PushChannel {
             .map_err(|e| e.into_error(&format!("subscribing to {channel}"), &identity.server))?;
         let healthy = Arc::new(AtomicBool::new(true));
         handoffs.connected(1);
+        let inbox = Inbox::new(
+            hub,
+            handoffs,
+            Arc::new(identity.clone()),
+            options.call_deadline(),
+        );
         let task = tokio::spawn(run(
             Listener {
                 endpoint,
                 channel,
                 identity,
-                hub,
-                handoffs,
-                generation: 1,
+                inbox,
                 options,
                 healthy: Arc::clone(&healthy),
-                watches: HashMap::new(),
             },
             connection,
         ));
@@ -228,12 +238,23 @@ struct Listener {
     endpoint: Endpoint,
     channel: String,
     identity: Identity,
-    hub: Arc<ReleaseHub>,
-    handoffs: Arc<Handoffs>,
-    /// The subscription's generation, the [`Handoffs`] address while it is up.
-    generation: u64,
+    inbox: Inbox,
     options: RedisOptions,
     healthy: Arc<AtomicBool>,
+}
+
+/// What a store does with the wake-up messages it is sent, whichever connection brings them
+/// (the single server's subscription, or a cluster store's sharded ones): hand-overs go to
+/// the core's [`Handoffs`], turns and permits wake this process's waiters (or are given
+/// away when none wants them), and watches become timers.
+pub(crate) struct Inbox {
+    pub(crate) hub: Arc<ReleaseHub>,
+    pub(crate) handoffs: Arc<Handoffs>,
+    /// The subscription's generation, the [`Handoffs`] address while it is up.
+    pub(crate) generation: u64,
+    give_up: Arc<dyn GiveUp>,
+    /// The call deadline of the store, for giving a turn away.
+    deadline: Duration,
     /// Keys this store is next in line for, with when to look at them again.
     watches: HashMap<StoreKey, Instant>,
 }
@@ -287,8 +308,26 @@ impl Message {
     }
 }
 
-impl Listener {
-    fn on_message(&mut self, payload: &[u8]) {
+impl Inbox {
+    /// An inbox at generation 1, with no watches.
+    pub(crate) fn new(
+        hub: Arc<ReleaseHub>,
+        handoffs: Arc<Handoffs>,
+        give_up: Arc<dyn GiveUp>,
+        deadline: Duration,
+    ) -> Self {
+        Inbox {
+            hub,
+            handoffs,
+            generation: 1,
+            give_up,
+            deadline,
+            watches: HashMap::new(),
+        }
+    }
+
+    /// Acts on one message's payload.
+    pub(crate) fn on_message(&mut self, payload: &[u8]) {
         match Message::parse(payload) {
             Some(Message::Granted { key, holder, fence }) => {
                 self.watches.remove(&key);
@@ -302,17 +341,14 @@ impl Listener {
                 if self.hub.has_waiters(&key) {
                     self.hub.notify(&key);
                 } else {
-                    self.identity.pass_permit(key, self.options.call_deadline());
+                    self.give_up.pass_permit(key, self.deadline);
                 }
             }
             Some(Message::Watch(key, after)) => {
                 self.watches
                     .insert(key, Instant::now() + after + WATCH_SLACK);
             }
-            None => tracing::debug!(
-                channel = %self.channel,
-                "ignored a wake-up message this version does not know"
-            ),
+            None => tracing::debug!("ignored a wake-up message this version does not know"),
         }
     }
 
@@ -321,17 +357,17 @@ impl Listener {
         if self.hub.has_waiters(&key) {
             self.hub.notify(&key);
         } else {
-            self.identity.pass(key, self.options.call_deadline());
+            self.give_up.pass(key, self.deadline);
         }
     }
 
     /// The earliest watch deadline.
-    fn next_watch(&self) -> Option<Instant> {
+    pub(crate) fn next_watch(&self) -> Option<Instant> {
         self.watches.values().min().copied()
     }
 
     /// Acts on every watch whose time has come.
-    fn fire_watches(&mut self) {
+    pub(crate) fn fire_watches(&mut self) {
         let now = Instant::now();
         let due: Vec<StoreKey> = self
             .watches
@@ -354,7 +390,7 @@ async fn run(mut listener: Listener, mut connection: Connection) {
         let why = listen(&mut listener, &mut connection).await;
         drop(connection);
         listener.healthy.store(false, Ordering::Release);
-        listener.handoffs.disconnected();
+        listener.inbox.handoffs.disconnected();
         telemetry::emit(
             &events::STORE_PUSH_LOST,
             None,
@@ -363,10 +399,10 @@ async fn run(mut listener: Listener, mut connection: Connection) {
                 listener.identity.server
             ),
         );
-        listener.hub.notify_all();
+        listener.inbox.hub.notify_all();
         connection = reconnect(&listener).await;
-        listener.generation += 1;
-        listener.handoffs.connected(listener.generation);
+        listener.inbox.generation += 1;
+        listener.inbox.handoffs.connected(listener.inbox.generation);
         listener.healthy.store(true, Ordering::Release);
         telemetry::emit(
             &events::STORE_PUSH_RESTORED,
@@ -376,7 +412,7 @@ async fn run(mut listener: Listener, mut connection: Connection) {
                 listener.identity.server, listener.channel
             ),
         );
-        listener.hub.notify_all();
+        listener.inbox.hub.notify_all();
     }
 }
 
@@ -386,10 +422,10 @@ async fn listen(listener: &mut Listener, (sink, stream, address): &mut Connectio
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
     loop {
-        let watch = listener.next_watch();
+        let watch = listener.inbox.next_watch();
         tokio::select! {
             message = stream.next() => match message {
-                Some(message) => listener.on_message(message.get_payload_bytes()),
+                Some(message) => listener.inbox.on_message(message.get_payload_bytes()),
                 None => return "the server closed it".to_owned(),
             },
             _ = ping.tick() => {
@@ -405,7 +441,7 @@ async fn listen(listener: &mut Listener, (sink, stream, address): &mut Connectio
                 }
             }
             _ = sleep_until(watch.unwrap_or_else(Instant::now)), if watch.is_some() => {
-                listener.fire_watches();
+                listener.inbox.fire_watches();
             }
             _ = listener.identity.link.moved(), if listener.endpoint.follows_sentinel() => {
                 if let Some(why) = moved_away(listener, address) {

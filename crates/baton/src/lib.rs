@@ -9,7 +9,7 @@
 //! | `sqlite:///path/to/file.db` | embedded, one file, safe across the processes of one host |
 //! | `redis://[user:password@]host[:port][/db]`, `rediss://...` | a Redis server (TLS with `rediss://`) shared by replicas on many hosts |
 //! | `redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db]`, `rediss+sentinel://...` | the Redis primary that Sentinel names, followed across failovers |
-//! | `redis+cluster://[user:password@]host:port[,host:port...]`, `rediss+cluster://...` | a Redis Cluster, discovered from its seed nodes: locks and leases only so far (see `docs/redis.md`, "Cluster") |
+//! | `redis+cluster://[user:password@]host:port[,host:port...]`, `rediss+cluster://...` | a Redis Cluster, discovered from its seed nodes: every primitive of one Redis server, over sharded pub/sub (see `docs/redis.md`, "Cluster") |
 //! | `postgres://[user[:password]@]host[:port]/database[?sslmode=require]`, `postgresql://...` | a PostgreSQL database shared by replicas on many hosts (tables, `LISTEN`/`NOTIFY`) |
 //! | `etcd://[user:password@]host[:port][,host[:port]...]` | an etcd cluster (feature `etcd`, off by default): locks and leases whose grants survive the loss of any one member, fenced by etcd revisions |
 //!
