@@ -291,6 +291,76 @@ impl RedisCluster {
         self.wait_healthy(deadline.saturating_duration_since(Instant::now()))
     }
 
+    /// Moves `slot` to the master on `to`, live, as `redis-cli --cluster reshard` moves each
+    /// slot: the target imports it, the source marks it migrating, its keys go over with
+    /// `MIGRATE` one at a time (meanwhile a command on a key already moved is answered
+    /// `ASK`, one on keys split between the two `TRYAGAIN`), and then every master is told
+    /// the target owns it. Returns once the cluster is healthy again. `pause` is waited
+    /// after each key, so that clients meet the slot half moved. Answers how many keys
+    /// went over.
+    ///
+    /// # Errors
+    /// When `to` is not a master, a node refuses a step (the message quotes it), or the
+    /// cluster is not healthy within `timeout` afterwards.
+    pub fn migrate_slot(
+        &self,
+        slot: u16,
+        to: u16,
+        pause: Duration,
+        timeout: Duration,
+    ) -> io::Result<usize> {
+        let nodes = self.cluster_nodes()?;
+        let from = self.master_of_slot(slot)?;
+        if from == to {
+            return Ok(0);
+        }
+        let id = |port: u16| {
+            nodes
+                .iter()
+                .find(|n| n.port == port && n.master)
+                .map(|n| n.id.clone())
+                .ok_or_else(|| io::Error::other(format!("no master on port {port}: {nodes:?}")))
+        };
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let node = |port: u16| {
+            self.node(port)
+                .ok_or_else(|| io::Error::other(format!("no node on port {port}")))
+        };
+        let (source, target) = (node(from)?, node(to)?);
+        let slot_text = slot.to_string();
+        target.command_ok(&["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from_id])?;
+        source.command_ok(&["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &to_id])?;
+        let mut moved = 0;
+        loop {
+            let keys = source
+                .command_ok(&["CLUSTER", "GETKEYSINSLOT", &slot_text, "1"])?
+                .as_texts()
+                .unwrap_or_default();
+            if keys.is_empty() {
+                break;
+            }
+            let to_port = to.to_string();
+            let mut migrate = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            migrate.extend(keys.iter().map(String::as_str));
+            source.command_ok(&migrate)?;
+            moved += keys.len();
+            std::thread::sleep(pause);
+        }
+        // The target first, then the source, then everyone else (as redis-cli does).
+        target.command_ok(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id])?;
+        source.command_ok(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id])?;
+        for other in nodes
+            .iter()
+            .filter(|n| n.master && n.port != from && n.port != to)
+        {
+            if let Some(server) = self.node(other.port).filter(|s| s.is_running()) {
+                server.command_ok(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id])?;
+            }
+        }
+        self.wait_healthy(timeout)?;
+        Ok(moved)
+    }
+
     /// Waits until every running node says `cluster_state:ok` with all slots served, agrees
     /// on which master serves each slot, and every replica's link to its master is up.
     ///
