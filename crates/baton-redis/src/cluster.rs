@@ -88,6 +88,9 @@ use crate::url::{self, ClusterTarget};
 use crate::wakeups::{DEGRADED_POLL, GiveUp, Inbox};
 use crate::{cache, idempotency, limit};
 
+/// How many times a script call that met `NOSCRIPT` loads the script and is sent again.
+const NOSCRIPT_LOADS: u32 = 3;
+
 /// How many keys one `SCAN` step asks each master for.
 const SCAN_BATCH: usize = 500;
 
@@ -415,7 +418,9 @@ fn configure(builder: ClusterClientBuilder, options: &RedisOptions) -> ClusterCl
 
 impl ClusterScripts {
     /// Sends one script call about `key` within the call deadline; after `NOSCRIPT` loads
-    /// the script on the master of `key`'s slot and sends it again.
+    /// the script on the master of `key`'s slot and sends it again, up to
+    /// [`NOSCRIPT_LOADS`] times: right after a failover the client may load it on the old
+    /// master (its slot map still names it) while the call, redirected, runs on the new one.
     async fn send(
         &self,
         what: &impl Fn() -> String,
@@ -424,12 +429,15 @@ impl ClusterScripts {
     ) -> Result<Sent> {
         let mut conn = self.conn.clone();
         let sending = async {
-            match invocation.send(&mut conn).await {
-                Err(e) if is_noscript(&e) => {
-                    load_on_master(&mut conn, invocation.script(), key).await?;
-                    invocation.send(&mut conn).await
+            let mut loads = 0;
+            loop {
+                match invocation.send(&mut conn).await {
+                    Err(e) if is_noscript(&e) && loads < NOSCRIPT_LOADS => {
+                        loads += 1;
+                        load_on_master(&mut conn, invocation.script(), key).await?;
+                    }
+                    sent => return sent,
                 }
-                sent => sent,
             }
         };
         match timeout(self.deadline, sending).await {
@@ -581,14 +589,14 @@ impl LeaseStore for RedisClusterStore {
         // cluster it queues under its channel in the key's slot, subscribed first; without
         // that subscription it does not queue, and its waiters poll.
         let channel = if self.hub.has_waiters(key) {
-            if let Some(handed) = self.handoffs.take(key, holder)
-                && handed.since.elapsed() < ttl.get() / 2
-            {
-                return Ok(Claim::HandedOver {
-                    fence: handed.fence,
-                    since: handed.since,
-                });
-            }
+            // A hand-over told to this store is never trusted from memory here, as it is on
+            // one server: it is confirmed by the claim below, which finds the key this
+            // holder's and extends it. `SPUBLISH` counts only the subscribers on the master
+            // it ran on, but the message also reaches those on the slot's replicas (where a
+            // store's subscription stays after a failover), so a release that counted this
+            // store unreached, and so granted the key to nobody or to the next store, may
+            // still have told it "yours".
+            let _ = self.handoffs.take(key, holder);
             self.push.subscribed(key).await
         } else {
             None

@@ -1,11 +1,12 @@
-//! Locks on a Redis Cluster while the key's slot moves between masters, live, with four OS
-//! processes contending for the key: the recorded history keeps every rule (no two holders,
-//! fences strictly increasing, every holder's increment landed once in the fenced register),
-//! and grants were made while the slot was half moved.
+//! Locks on a Redis Cluster with four OS processes contending for one key while the cluster
+//! changes under them: the key's slot moves between masters, live, and the key's master
+//! hands over to its replica (`CLUSTER FAILOVER`). The recorded history keeps every rule (no
+//! two holders, fences strictly increasing, every holder's increment landed once in the
+//! fenced register), and grants were made while the change was under way.
 //!
-//! The cluster is this binary's own (three masters, three replicas on loopback); the slot
-//! moves one key at a time (`RedisCluster::migrate_slot`), so the contenders meet `ASK` and
-//! `TRYAGAIN` answers, which the cluster client follows and retries.
+//! Each test starts a cluster of its own (three masters, three replicas on loopback). The
+//! slot moves one key at a time (`RedisCluster::migrate_slot`), so the contenders meet `ASK`
+//! and `TRYAGAIN` answers, which the cluster client follows and retries.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,21 @@ const ROUNDS: u32 = 60;
 /// How long the slot stays half moved after each key goes over.
 const PER_KEY: Duration = Duration::from_millis(150);
 const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits until the contenders have started (`go`) and the key has data on its master
+/// (`CLUSTER COUNTKEYSINSLOT`), then a little longer, so that the change meets contention.
+fn contending(cluster: &RedisCluster, go: &std::path::Path, slot: u16, master: u16) {
+    process::wait_for_file(go, PATIENCE).expect("the contenders start");
+    let node = cluster.node(master).expect("the key's master");
+    process::wait_until("the key's data on its master", PATIENCE, || {
+        node.command_ok(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
+            .ok()
+            .and_then(|r| r.as_integer())
+            .is_some_and(|n| n > 0)
+    })
+    .expect("the contenders claim the key");
+    std::thread::sleep(Duration::from_millis(100));
+}
 
 #[test]
 fn four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back() {
@@ -44,8 +60,7 @@ fn four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back() 
     let reshard = std::thread::spawn({
         let cluster = Arc::clone(&cluster);
         move || {
-            process::wait_for_file(&go, PATIENCE).expect("the contenders start");
-            std::thread::sleep(Duration::from_millis(300));
+            contending(&cluster, &go, slot, home);
             let started = MonoTime::now();
             let there = cluster
                 .migrate_slot(slot, away, PER_KEY, PATIENCE)
@@ -58,7 +73,7 @@ fn four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back() 
         }
     });
     let (history, register) = LockWorkload::run_in_processes(
-        "cluster_reshard_contender",
+        "cluster_contender",
         PROCESSES,
         dir.path(),
         &[(
@@ -88,8 +103,50 @@ fn four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back() 
 }
 
 #[test]
-#[ignore = "a child process of four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back"]
-fn cluster_reshard_contender() {
+fn four_processes_exclude_each_other_through_a_coordinated_failover_of_the_keys_master() {
+    let cluster = Arc::new(RedisCluster::start().expect("a private Redis Cluster"));
+    let dir = tempfile::tempdir().unwrap();
+    let qualified = Namespace::default().qualify(KeyKind::Lock, &Key::new(KEY).unwrap());
+    let slot = cluster
+        .slot_of(&format!("{{{}}}", qualified.as_str()))
+        .unwrap();
+    let master = cluster.master_of_slot(slot).unwrap();
+    let replica = cluster.replica_of(master).unwrap();
+    let go = dir.path().join("go");
+    let failover = std::thread::spawn({
+        let cluster = Arc::clone(&cluster);
+        move || {
+            contending(&cluster, &go, slot, master);
+            let started = MonoTime::now();
+            cluster
+                .failover(replica, PATIENCE)
+                .unwrap_or_else(|e| panic!("failing {master} over to {replica}: {e}"));
+            (started, cluster.master_of_slot(slot).unwrap())
+        }
+    });
+    let (history, register) = LockWorkload::run_in_processes(
+        "cluster_contender",
+        PROCESSES,
+        dir.path(),
+        &[(
+            "CLUSTER_URL",
+            &format!("{}?response_timeout=2s", cluster.url()),
+        )],
+    );
+    let (started, now) = failover.join().expect("the failover");
+    assert_eq!(now, replica, "the replica serves the key's slot now");
+    LockWorkload::assert_every_grant_landed(&history, &register, u64::from(PROCESSES * ROUNDS));
+    let after = history
+        .grants()
+        .iter()
+        .filter(|g| g.acquired > started)
+        .count();
+    assert!(after > 0, "grants were made after the failover began");
+}
+
+#[test]
+#[ignore = "a child process of this file's tests"]
+fn cluster_contender() {
     LockWorkload::new(KEY)
         .contenders(1, 0)
         .rounds(ROUNDS)
