@@ -221,6 +221,53 @@ impl LockWorkload {
         (history, register)
     }
 
+    /// The child side of a run through store faults (a master killed, no master for the
+    /// key's slot until its replica is promoted): as [`run_as_child`](Self::run_as_child),
+    /// but acquires that fail are tried again after a short pause until each contender was
+    /// granted its rounds; the errors are printed, not fatal. The parent checks the history.
+    ///
+    /// # Panics
+    /// When the store cannot be opened, or the history cannot be written.
+    pub fn run_as_child_through_faults<F, Fut>(self, open: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Locks>,
+    {
+        let Some((dir, index)) = child_place() else {
+            return;
+        };
+        let wanted = u64::from(self.rounds) * u64::from(self.contenders);
+        let workload = LockWorkload {
+            first_contender: index * self.contenders,
+            ..self
+        };
+        process::child_runtime().block_on(async {
+            let locks = open().await;
+            let recorder = Recorder::for_this_process();
+            let register = Arc::new(FencedRegister::file("counter", register_file(&dir)));
+            ready_and_wait_for_go(&dir, index).await;
+            let mut granted = 0;
+            while granted < wanted {
+                let left =
+                    u32::try_from((wanted - granted).div_ceil(u64::from(workload.contenders)))
+                        .unwrap_or(u32::MAX);
+                let report = workload
+                    .clone()
+                    .rounds(left)
+                    .run(&locks, &recorder, &register)
+                    .await;
+                granted += report.grants;
+                if let Some(last) = report.errors.last() {
+                    eprintln!("{} acquires failed; the last: {last}", report.errors.len());
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            recorder
+                .write_jsonl(history_file(&dir, index))
+                .expect("write the history");
+        });
+    }
+
     /// The child side of [`run_in_processes`](LockWorkload::run_in_processes): opens locks
     /// with `open`, waits for the parent's go, runs the workload with its contenders numbered
     /// after those of the processes before it, writes the history for the parent and asserts
