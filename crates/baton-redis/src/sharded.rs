@@ -38,8 +38,9 @@
 //!   once), as on one server.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use baton_core::StoreKey;
@@ -126,6 +127,8 @@ pub(crate) struct ChannelNames {
 impl ChannelNames {
     /// The names of the store with random id `id`.
     pub(crate) fn new(id: &str) -> Self {
+        // The slots' tags are found now, when a store opens, not on a call's path.
+        slot_tags();
         ChannelNames {
             id: id.to_owned(),
             tags: Mutex::default(),
@@ -378,14 +381,40 @@ impl Shared {
     }
 }
 
-/// A short text whose hash slot is `slot`: the hash tag of the store's channel in that slot.
+/// A short text whose hash slot is `slot`: the hash tag of the store's channel in that slot,
+/// the first number (in hex) that hashes there.
+///
+/// The numbers of all 16,384 slots are found together, once per process (about 170,000
+/// hashes, a few milliseconds): looking for one slot's alone costs thousands of hashes, and
+/// it came on the path of every call in a slot the store had not named yet (a release names
+/// its store), so a workload over many keys spent its time here.
 fn tag_of(slot: Slot) -> String {
-    // Every slot is reached within a few hundred thousand numbers (CRC16 spreads them evenly).
-    (0u32..)
+    slot_tags()
+        .get(&slot)
         .map(|n| format!("{n:x}"))
-        .find(|tag| Slot::for_key(tag) == slot)
         .unwrap_or_default()
 }
+
+/// The number of every slot's tag (see [`tag_of`]), found on first use.
+fn slot_tags() -> &'static HashMap<Slot, u32> {
+    static TAGS: OnceLock<HashMap<Slot, u32>> = OnceLock::new();
+    TAGS.get_or_init(|| {
+        let mut tags = HashMap::with_capacity(usize::from(SLOTS));
+        let mut text = String::with_capacity(8);
+        for n in 0u32.. {
+            text.clear();
+            let _ = write!(text, "{n:x}");
+            tags.entry(Slot::for_key(&text)).or_insert(n);
+            if tags.len() == usize::from(SLOTS) {
+                break;
+            }
+        }
+        tags
+    })
+}
+
+/// How many hash slots a Redis Cluster has.
+const SLOTS: u16 = 16_384;
 
 /// The channel a push about a subscription or a message names, its first element.
 fn channel_of(push: &PushInfo) -> Option<String> {
