@@ -53,7 +53,7 @@ use etcd_client::{
 };
 
 use crate::EtcdStore;
-use crate::error::{self, is_lease_not_found};
+use crate::error;
 
 /// The first line of every grant's value: which layout the rest follows.
 const LAYOUT: &str = "baton:v1";
@@ -123,11 +123,7 @@ fn fence(revision: i64) -> Fence {
 impl EtcdStore {
     /// The key's current value, if any.
     async fn read(&self, key: &StoreKey, what: &str) -> Result<Option<KeyValue>> {
-        let mut kv = self.client.kv_client();
-        let key = key.as_str().to_owned();
-        let mut answer = self
-            .call(what, async move { kv.get(key, None).await })
-            .await?;
+        let mut answer = self.get(what, key.as_str(), None).await?;
         Ok(answer.take_kvs().into_iter().next())
     }
 
@@ -142,67 +138,10 @@ impl EtcdStore {
         })
     }
 
-    /// A new lease of `seconds`.
-    async fn grant_lease(&self, seconds: i64) -> Result<i64> {
-        let mut leases = self.client.lease_client();
-        let answer = self
-            .call(
-                "lease grant",
-                async move { leases.grant(seconds, None).await },
-            )
-            .await?;
-        Ok(answer.id())
-    }
-
-    /// Revokes `lease`, deleting the keys attached to it; a lease already gone is fine.
-    async fn revoke(&self, lease: i64) -> Result<()> {
-        let mut leases = self.client.lease_client();
-        match tokio::time::timeout(self.options.get_response_timeout(), leases.revoke(lease)).await
-        {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if is_lease_not_found(&e) => Ok(()),
-            Ok(Err(e)) => Err(error::etcd_error(e, "lease revoke", self.cluster())),
-            Err(_) => Err(error::timed_out(
-                "lease revoke",
-                self.cluster(),
-                self.options.get_response_timeout(),
-            )),
-        }
-    }
-
-    /// Revokes a lease nobody uses, without waiting: its TTL removes it if this fails.
-    fn revoke_in_background(&self, lease: i64) {
-        let mut leases = self.client.lease_client();
-        let within = self.options.get_response_timeout();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(within, leases.revoke(lease)).await;
-        });
-    }
-
-    /// One keep-alive exchange on `lease` (its TTL starts again): whether the cluster still
-    /// knows it.
-    async fn keep_alive(&self, lease: i64) -> Result<bool> {
-        let mut leases = self.client.lease_client();
-        let within = self.options.get_response_timeout();
-        // The client sends one request and reads its answer; it reports a lease that is
-        // gone (TTL 0) as an error. Dropping the keeper ends the stream.
-        match tokio::time::timeout(within, leases.keep_alive(lease)).await {
-            Ok(Ok(_)) => Ok(true),
-            Ok(Err(e)) if is_lease_not_found(&e) => Ok(false),
-            Ok(Err(e)) => Err(error::etcd_error(e, "lease keep-alive", self.cluster())),
-            Err(_) => Err(error::timed_out("lease keep-alive", self.cluster(), within)),
-        }
-    }
-
     /// `(remaining, granted)` seconds of `lease`; remaining is -1 for a lease the cluster
     /// no longer knows.
-    async fn lease_ttl(&self, lease: i64) -> Result<(i64, i64)> {
-        let mut leases = self.client.lease_client();
-        let answer = self
-            .call("lease time-to-live", async move {
-                leases.time_to_live(lease, None).await
-            })
-            .await?;
+    pub(crate) async fn lease_ttl(&self, lease: i64) -> Result<(i64, i64)> {
+        let answer = self.lease_time_to_live(lease).await?;
         Ok((answer.ttl(), answer.granted_ttl()))
     }
 
@@ -223,10 +162,7 @@ impl EtcdStore {
                 value,
                 Some(PutOptions::new().with_lease(new_lease)),
             )]);
-        let mut kv = self.client.kv_client();
-        let answer = self
-            .call("extend (txn)", async move { kv.txn(txn).await })
-            .await?;
+        let answer = self.txn("extend (txn)", txn).await?;
         if answer.succeeded() {
             self.revoke_in_background(old_lease);
         }
@@ -255,11 +191,7 @@ impl LeaseStore for EtcdStore {
                     Some(PutOptions::new().with_lease(lease)),
                 )])
                 .or_else([TxnOp::get(key.as_str(), None)]);
-            let mut kv = self.client.kv_client();
-            let answer = match self
-                .call("claim (txn)", async move { kv.txn(txn).await })
-                .await
-            {
+            let answer = match self.txn("claim (txn)", txn).await {
                 Ok(answer) => answer,
                 Err(e) => {
                     self.revoke_in_background(lease);
@@ -371,10 +303,7 @@ impl LeaseStore for EtcdStore {
             let txn = Txn::new()
                 .when([Compare::lease(key.as_str(), CompareOp::Equal, stored.lease)])
                 .and_then([TxnOp::delete(key.as_str(), None)]);
-            let mut client = self.client.kv_client();
-            let answer = self
-                .call("release (txn)", async move { client.txn(txn).await })
-                .await?;
+            let answer = self.txn("release (txn)", txn).await?;
             if answer.succeeded() {
                 self.hub.notify(key);
                 // The key is gone; the lease has nothing else attached. Its TTL removes it
@@ -407,11 +336,7 @@ impl LeaseStore for EtcdStore {
         } else {
             options.with_prefix()
         };
-        let mut kv = self.client.kv_client();
-        let from = prefix.to_owned();
-        let mut answer = self
-            .call("list", async move { kv.get(from, Some(options)).await })
-            .await?;
+        let mut answer = self.get("list", prefix, Some(options)).await?;
         let mut found = Vec::new();
         for kv in answer.take_kvs() {
             // Keys baton did not write are not grants.

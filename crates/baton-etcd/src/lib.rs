@@ -30,7 +30,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 
 use baton_core::signals::ReleaseHub;
@@ -41,6 +40,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions};
 mod error;
 pub mod grants;
 mod options;
+mod requests;
 mod url;
 pub mod watch;
 
@@ -124,13 +124,16 @@ impl EtcdStore {
         };
         // A linearizable read goes through the leader's quorum: a cluster without one fails
         // here. The probe key is never written.
-        let mut kv = store.client.kv_client();
         store
-            .call_within("connect", deadline, async move {
-                kv.get("baton\u{0}probe", Some(GetOptions::new().with_count_only()))
-                    .await
+            .send_within("connect", deadline, || {
+                let mut kv = store.client.kv_client();
+                async move {
+                    kv.get("baton\u{0}probe", Some(GetOptions::new().with_count_only()))
+                        .await
+                }
             })
-            .await?;
+            .await
+            .map_err(|fault| store.failed("connect", fault))?;
         Ok(store)
     }
 
@@ -142,29 +145,6 @@ impl EtcdStore {
     /// The options the store was opened with.
     pub fn options(&self) -> &EtcdOptions {
         &self.options
-    }
-
-    /// Runs one request, failing with `Unavailable` after the response timeout.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        self.call_within(what, self.options.get_response_timeout(), request)
-            .await
-    }
-
-    async fn call_within<T>(
-        &self,
-        what: &str,
-        within: std::time::Duration,
-        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(within, request).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(error::etcd_error(e, what, self.cluster())),
-            Err(_) => Err(error::timed_out(what, self.cluster(), within)),
-        }
     }
 }
 
