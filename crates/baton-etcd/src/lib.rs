@@ -9,13 +9,19 @@
 //! - [`EtcdStore`]: locks and leases ([`LeaseStore`](baton_core::store::LeaseStore)); each
 //!   grant is a key attached to an etcd lease whose TTL is the grant's, so the cluster
 //!   decides expiry ([`grants`] says how each atom maps to etcd, and why the fence is the
-//!   grant's create revision).
+//!   grant's create revision). Elections are lock grants (`baton-core` builds them on this
+//!   atom): the term is the leader key's create revision, as in etcd's own election.
+//! - Semaphores ([`SemaphoreStore`](baton_core::SemaphoreStore)): each permit is one of N
+//!   slot keys, created only while no slot from N on is taken ([`permits`]); reader-writer
+//!   locks are built on them and the lock atom.
 //! - [`EtcdOptions`]: timeouts, also given in the URL's query.
-//! - Wake-ups: a watch on each key that a waiter of this process waits for ([`watch`]).
+//! - Wake-ups: a watch on each key (or a semaphore's permits) that a waiter of this process
+//!   waits for ([`watch`]).
+//! - Requests that went to a member that is down are sent again to another.
 //!
 //! Every other capability (rate limits, the cache, broadcast, idempotency records,
-//! claimable work, semaphores) answers `Unsupported` when it is asked for, naming the stores
-//! that offer it.
+//! claimable work) answers `Unsupported` when it is asked for, naming the stores that offer
+//! it.
 //!
 //! ## Behavior
 //! - TTLs are whole seconds on etcd: a grant's lease is its TTL rounded up to the next
@@ -40,6 +46,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions};
 mod error;
 pub mod grants;
 mod options;
+pub mod permits;
 mod requests;
 mod url;
 pub mod watch;
@@ -49,8 +56,8 @@ pub use options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, EtcdOptions
 use crate::url::Target;
 use crate::watch::Watches;
 
-/// Why the etcd store offers no capability beyond locks and leases yet.
-const NOT_YET: &str = "baton's etcd store offers locks and leases only so far";
+/// Why the etcd store does not offer a capability yet.
+const NOT_YET: &str = "baton's etcd store offers locks, leases, semaphores, reader-writer locks and elections only so far";
 
 /// A store on an etcd cluster. See the [crate docs](crate).
 ///
@@ -191,9 +198,7 @@ impl Store for EtcdStore {
         Err(Capability::Work.unsupported(self.name(), Some(NOT_YET)))
     }
 
-    fn semaphore_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::SemaphoreStore>> {
-        Err(Capability::Semaphores.unsupported(self.name(), Some(NOT_YET)))
-    }
+    baton_core::offers!(semaphore_store);
 }
 
 #[cfg(test)]

@@ -28,6 +28,15 @@ use etcd_client::{WatchClient, WatchFilterType, WatchOptions};
 /// How often a watch with no events checks whether anybody still waits for its key.
 pub const IDLE_CHECK: Duration = Duration::from_secs(1);
 
+/// What a watch covers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Range {
+    /// The waited key itself (a lock's or lease's grant).
+    Key,
+    /// The permits of the waited key (a semaphore's), the keys under its prefix.
+    Permits,
+}
+
 /// The watches of one store.
 #[derive(Debug, Default)]
 struct Active {
@@ -77,6 +86,12 @@ impl Watches {
     /// Makes sure `key` is watched for deletes from `revision` on (a watch already running
     /// started earlier, so it sees them too). Must be called within a Tokio runtime.
     pub(crate) fn ensure(self: &Arc<Self>, key: &StoreKey, revision: i64) {
+        self.ensure_range(key, Range::Key, revision);
+    }
+
+    /// Makes sure `range` is watched for deletes from `revision` on, waking the waiters for
+    /// `key` (a semaphore's key, whose permits are the keys under its prefix).
+    pub(crate) fn ensure_range(self: &Arc<Self>, key: &StoreKey, range: Range, revision: i64) {
         if self.stopped.is_cancelled() {
             return;
         }
@@ -94,7 +109,7 @@ impl Watches {
         let key = key.clone();
         tokio::spawn(async move {
             tokio::select! {
-                () = watches.run(&key, id, revision) => {}
+                () = watches.run(&key, range, id, revision) => {}
                 () = watches.stopped.cancelled() => {}
             }
             watches.active().remove(&key, id);
@@ -108,13 +123,18 @@ impl Watches {
         self.stopped.cancel();
     }
 
-    /// Watches `key` from `revision` until nobody waits for it or the watch fails.
-    async fn run(&self, key: &StoreKey, id: u64, revision: i64) {
+    /// Watches `range` from `revision`, waking the waiters for `key`, until nobody waits for
+    /// it or the watch fails.
+    async fn run(&self, key: &StoreKey, range: Range, id: u64, revision: i64) {
         let options = WatchOptions::new()
             .with_start_revision(revision)
             .with_filters([WatchFilterType::NoPut]);
+        let (watched, options) = match range {
+            Range::Key => (key.as_str().to_owned(), options),
+            Range::Permits => (crate::permits::prefix(key), options.with_prefix()),
+        };
         let mut client = self.client.clone();
-        let Ok(mut stream) = client.watch(key.as_str(), Some(options)).await else {
+        let Ok(mut stream) = client.watch(watched, Some(options)).await else {
             return;
         };
         loop {
