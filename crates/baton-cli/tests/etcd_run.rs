@@ -6,7 +6,7 @@
 mod common;
 
 use baton_testkit::etcd::EtcdCluster;
-use common::baton_on;
+use common::{CONTENDED, Running, baton_on, eventually};
 
 fn cluster() -> EtcdCluster {
     EtcdCluster::start().expect("a private three-member etcd cluster (apt-get install etcd-server)")
@@ -78,5 +78,87 @@ fn baton_run_fences_strictly_increase_across_a_sigkill_of_the_leader() {
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "fences must strictly increase: {fences:?}"
+    );
+}
+
+/// `--shared` and `--exclusive` on etcd (the reader-writer lock over the permit slots): two
+/// readers run at once, a writer that cannot wait for them exits 75 without running, and a
+/// writer that waits runs after them with a fence above both of theirs.
+#[test]
+fn shared_runs_read_together_and_an_exclusive_one_runs_alone_after_them() {
+    let cluster = cluster();
+    let url = format!("{}?connect_timeout=1s&response_timeout=2s", cluster.url());
+    let dir = tempfile::Builder::new()
+        .prefix("baton-cli-etcd-shared-")
+        .tempdir()
+        .expect("temp dir");
+    let path = |name: &str| dir.path().join(name);
+    let fences = |word: &str| -> Vec<u64> {
+        std::fs::read_to_string(path("events"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.strip_prefix(word)?.trim().parse().ok())
+            .collect()
+    };
+    std::fs::write(path("hold"), "").unwrap();
+    let read = r#"echo "read $BATON_FENCE" >> events; while [ -e hold ]; do sleep 0.05; done"#;
+    let readers: Vec<Running> = (0..2)
+        .map(|_| {
+            Running::spawn(baton_on(
+                &url,
+                dir.path(),
+                &[
+                    "run", "--shared", "--wait", "1m", "model", "--", "sh", "-c", read,
+                ],
+            ))
+        })
+        .collect();
+    eventually("both readers to run at once", || fences("read ").len() == 2);
+
+    let out = Running::spawn(baton_on(
+        &url,
+        dir.path(),
+        &[
+            "run",
+            "--exclusive",
+            "--wait",
+            "300ms",
+            "model",
+            "--",
+            "touch",
+            "ran",
+        ],
+    ))
+    .finish();
+    out.assert_status(CONTENDED);
+    assert!(!path("ran").exists(), "a writer ran beside readers");
+
+    let writer = Running::spawn(baton_on(
+        &url,
+        dir.path(),
+        &[
+            "run",
+            "--exclusive",
+            "--wait",
+            "1m",
+            "model",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "write $BATON_FENCE" >> events"#,
+        ],
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(fences("write ").is_empty(), "the writer ran beside readers");
+    std::fs::remove_file(path("hold")).unwrap();
+    for reader in readers {
+        reader.finish().assert_status(0);
+    }
+    writer.finish().assert_status(0);
+    let (reads, write) = (fences("read "), fences("write "));
+    assert_eq!(write.len(), 1);
+    assert!(
+        reads.iter().all(|&r| write[0] > r),
+        "write fence {write:?} after read fences {reads:?}"
     );
 }
