@@ -241,6 +241,8 @@ impl LeaseStore for EtcdStore {
             };
             if answer.succeeded() {
                 let revision = answer.header().map_or(0, |h| h.revision());
+                // This process leaves the key's queue of waiting processes, if it was in it.
+                self.watches.granted(key);
                 return Ok(Claim::Granted {
                     fence: fence(revision),
                 });
@@ -262,7 +264,8 @@ impl LeaseStore for EtcdStore {
             if stored.holder != *request.holder {
                 self.revoke_in_background(lease);
                 let remaining = self.remaining(stored.lease).await?;
-                // Waiters of this process wake on the key's delete from here on.
+                // This process queues for the key, and its waiters wake when its turn may
+                // have come (the key's delete, once it is the head of the queue).
                 let revision = answer.header().map_or(0, |h| h.revision());
                 self.watches.ensure(key, revision + 1);
                 return Ok(Claim::Held {

@@ -15,8 +15,9 @@
 //!   slot keys, created only while no slot from N on is taken ([`permits`]); reader-writer
 //!   locks are built on them and the lock atom.
 //! - [`EtcdOptions`]: timeouts, also given in the URL's query.
-//! - Wake-ups: a watch on each key (or a semaphore's permits) that a waiter of this process
-//!   waits for ([`watch`]).
+//! - Wake-ups: each process that waits for a lock queues once and watches only the process
+//!   queued before it, so a release wakes one process ([`watch`]); a semaphore's waiters
+//!   watch its slots.
 //! - Requests that went to a member that is down are sent again to another.
 //!
 //! Every other capability (rate limits, the cache, broadcast, idempotency records,
@@ -121,7 +122,7 @@ impl EtcdStore {
             .map_err(|_| error::timed_out("connect", &cluster, deadline))?
             .map_err(|e| error::etcd_error(e, "connect", &cluster))?;
         let hub = Arc::new(ReleaseHub::new());
-        let watches = Watches::new(client.watch_client(), Arc::clone(&hub));
+        let watches = Watches::new(client.clone(), Arc::clone(&hub));
         let store = EtcdStore {
             client,
             target,
