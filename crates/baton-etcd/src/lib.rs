@@ -44,6 +44,7 @@ use baton_core::store::{Capability, Store};
 use baton_core::{Error, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
+pub mod broadcast;
 mod error;
 pub mod grants;
 mod options;
@@ -54,11 +55,12 @@ pub mod watch;
 
 pub use options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, EtcdOptions};
 
+use crate::broadcast::Channels;
 use crate::url::Target;
 use crate::watch::Watches;
 
 /// Why the etcd store does not offer a capability yet.
-const NOT_YET: &str = "baton's etcd store offers locks, leases, semaphores, reader-writer locks and elections only so far";
+const NOT_YET: &str = "baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far";
 
 /// A store on an etcd cluster. See the [crate docs](crate).
 ///
@@ -70,6 +72,7 @@ pub struct EtcdStore {
     options: EtcdOptions,
     hub: Arc<ReleaseHub>,
     watches: Arc<Watches>,
+    channels: Arc<Channels>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -123,12 +126,14 @@ impl EtcdStore {
             .map_err(|e| error::etcd_error(e, "connect", &cluster))?;
         let hub = Arc::new(ReleaseHub::new());
         let watches = Watches::new(client.clone(), Arc::clone(&hub));
+        let channels = Channels::new(client.clone());
         let store = EtcdStore {
             client,
             target,
             options,
             hub,
             watches,
+            channels,
         };
         // A linearizable read goes through the leader's quorum: a cluster without one fails
         // here. The probe key is never written.
@@ -159,6 +164,7 @@ impl EtcdStore {
 impl Drop for EtcdStore {
     fn drop(&mut self) {
         self.watches.stop();
+        self.channels.stop();
     }
 }
 
@@ -185,10 +191,6 @@ impl Store for EtcdStore {
         Err(Capability::Cache.unsupported(self.name(), Some(NOT_YET)))
     }
 
-    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::BroadcastStore>> {
-        Err(Capability::Broadcast.unsupported(self.name(), Some(NOT_YET)))
-    }
-
     fn idempotency_store(
         self: Arc<Self>,
     ) -> Result<Arc<dyn baton_core::idempotency::IdempotencyStore>> {
@@ -199,7 +201,7 @@ impl Store for EtcdStore {
         Err(Capability::Work.unsupported(self.name(), Some(NOT_YET)))
     }
 
-    baton_core::offers!(semaphore_store);
+    baton_core::offers!(semaphore_store, broadcast_store);
 }
 
 #[cfg(test)]

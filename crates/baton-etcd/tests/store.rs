@@ -1,5 +1,5 @@
 //! The etcd store through the facade: `baton::connect` opens `etcd://` URLs, offers
-//! semaphores (so reader-writer locks), and refuses every capability it lacks when asked
+//! semaphores (so reader-writer locks) and broadcast, and refuses every capability it lacks when asked
 //! for, with the reason.
 
 mod common;
@@ -28,14 +28,13 @@ async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
     assert_eq!(e.kind(), ErrorKind::Unsupported);
     assert!(
         e.message().starts_with(
-            "the etcd store keeps no cache: baton's etcd store offers locks, leases, semaphores, reader-writer locks and elections only so far"
+            "the etcd store keeps no cache: baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far"
         ),
         "{e}"
     );
     let store = baton.store().clone();
     for refused in [
         store.clone().rate_store().err(),
-        store.clone().broadcast_store().err(),
         store.clone().idempotency_store().err(),
         store.clone().work_store().err(),
     ] {
