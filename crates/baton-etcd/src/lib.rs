@@ -20,9 +20,10 @@
 //!   watch its slots.
 //! - Requests that went to a member that is down are sent again to another.
 //!
-//! Every other capability (rate limits, the cache, broadcast, idempotency records,
-//! claimable work) answers `Unsupported` when it is asked for, naming the stores that offer
-//! it.
+//! Every other capability answers `Unsupported` when it is asked for, with the reason and
+//! the stores that offer it: rate limits because an exact limit is computed on the store's
+//! clock and etcd has none a transaction can read; the cache, idempotency records and
+//! claimable work because they are not built on etcd yet.
 //!
 //! ## Behavior
 //! - TTLs are whole seconds on etcd: a grant's lease is its TTL rounded up to the next
@@ -61,6 +62,9 @@ use crate::watch::Watches;
 
 /// Why the etcd store does not offer a capability yet.
 const NOT_YET: &str = "baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far";
+
+/// Why the etcd store keeps no rate limits.
+const NO_CLOCK: &str = "an exact limit is computed on the store's clock, and etcd has none that a transaction can read (its only server time is whole-second lease expiry)";
 
 /// A store on an etcd cluster. See the [crate docs](crate).
 ///
@@ -184,7 +188,7 @@ impl Store for EtcdStore {
     }
 
     fn rate_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::RateStore>> {
-        Err(Capability::RateLimits.unsupported(self.name(), Some(NOT_YET)))
+        Err(Capability::RateLimits.unsupported(self.name(), Some(NO_CLOCK)))
     }
 
     fn cache_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::CacheStore>> {
