@@ -348,6 +348,17 @@ pub mod events {
             within: minutes(60),
         },
     };
+    /// A request to an etcd cluster went to a member that could not be reached, and was
+    /// sent again.
+    pub const ETCD_MEMBER_UNREACHABLE: Event = Event {
+        key: "baton.etcd.member_unreachable",
+        level: Level::WARN,
+        help: "a request of an etcd store went to a member that refused the connection (down, restarting, or not listening on the address the URL names), so nothing was sent, and the store sent it again to a member the client picked again; the other members served it if they had a quorum; bring the member back or take it out of the URL",
+        alarm: Alarm::AtLeast {
+            count: 20,
+            within: minutes(15),
+        },
+    };
     /// A Redis write was not confirmed by as many replicas as `min_replicas` asks for.
     pub const REDIS_REPLICATION_UNCONFIRMED: Event = Event {
         key: "baton.redis.replication_unconfirmed",
@@ -719,6 +730,7 @@ pub const REGISTRY: &[Event] = &[
     events::REDIS_EVICTION_POLICY_UNKNOWN,
     events::REDIS_REPLICATION_UNCONFIRMED,
     events::REDIS_PRIMARY_CHANGED,
+    events::ETCD_MEMBER_UNREACHABLE,
     events::IDEMPOTENCY_UNAVAILABLE,
     events::IDEMPOTENCY_TAKEOVER,
     events::IDEMPOTENCY_NOT_OWNER,

@@ -53,15 +53,38 @@ use etcd_client::{
 };
 
 use crate::EtcdStore;
-use crate::error::{self, is_lease_not_found};
+use crate::error;
 
-/// The first line of every grant's value: which layout the rest follows.
-const LAYOUT: &str = "baton:v1";
+/// What a key holds: a lock's or lease's grant, or a semaphore's permit. The first line of
+/// the value names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// `baton:v1\n<holder>\n<lease seconds>\n<reason>`.
+    Grant,
+    /// `baton:permit:v1\n<holder>\n<lease seconds>\n<permits>`: the N of the claim.
+    Permit,
+}
+
+impl Layout {
+    fn tag(self) -> &'static str {
+        match self {
+            Layout::Grant => "baton:v1",
+            Layout::Permit => "baton:permit:v1",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Layout::Grant => "grant",
+            Layout::Permit => "permit",
+        }
+    }
+}
 
 /// What `Held` reports for a lease the cluster has expired but not yet revoked (its leader
 /// sweeps expired leases periodically): a short while, after which waiters look again (the
 /// key's delete wakes them sooner through its watch).
-const EXPIRING: Duration = Duration::from_millis(100);
+pub(crate) const EXPIRING: Duration = Duration::from_millis(100);
 
 /// How often an atom re-reads a key that changed between its read and its transaction
 /// before it answers `Unavailable`.
@@ -74,34 +97,40 @@ pub fn lease_seconds(ttl: Ttl) -> i64 {
     i64::try_from(seconds.max(1)).unwrap_or(i64::MAX)
 }
 
-/// The value of a grant of `holder` on a lease of `seconds`, for `reason`.
-fn encode(holder: &Holder, seconds: i64, reason: &str) -> String {
-    format!("{LAYOUT}\n{}\n{seconds}\n{reason}", holder.as_str())
+/// The value of `layout` for `holder` on a lease of `seconds`, with `tail` (the reason, or
+/// the permits).
+pub(crate) fn encode(layout: Layout, holder: &Holder, seconds: i64, tail: &str) -> String {
+    format!("{}\n{}\n{seconds}\n{tail}", layout.tag(), holder.as_str())
 }
 
-/// A grant as read from the cluster.
-struct Stored {
-    holder: Holder,
-    reason: String,
+/// A grant or permit as read from the cluster.
+pub(crate) struct Stored {
+    pub(crate) layout: Layout,
+    pub(crate) holder: Holder,
+    /// A grant's reason, a permit's N.
+    pub(crate) tail: String,
     /// The lease's TTL when it was granted, in seconds.
-    seconds: i64,
-    fence: i64,
-    lease: i64,
+    pub(crate) seconds: i64,
+    pub(crate) fence: i64,
+    pub(crate) lease: i64,
 }
 
-/// The grant a key-value holds, or `None` for a value baton did not write.
-fn decode(kv: &KeyValue) -> Option<Stored> {
+/// The grant or permit a key-value holds, or `None` for a value baton did not write.
+pub(crate) fn decode(kv: &KeyValue) -> Option<Stored> {
     let value = std::str::from_utf8(kv.value()).ok()?;
     let mut parts = value.splitn(4, '\n');
-    if parts.next()? != LAYOUT {
-        return None;
-    }
+    let layout = match parts.next()? {
+        tag if tag == Layout::Grant.tag() => Layout::Grant,
+        tag if tag == Layout::Permit.tag() => Layout::Permit,
+        _ => return None,
+    };
     let holder = Holder::new(parts.next()?).ok()?;
     let seconds = parts.next()?.parse().ok()?;
-    let reason = parts.next()?.to_owned();
+    let tail = parts.next()?.to_owned();
     Some(Stored {
+        layout,
         holder,
-        reason,
+        tail,
         seconds,
         fence: kv.create_revision(),
         lease: kv.lease(),
@@ -111,105 +140,56 @@ fn decode(kv: &KeyValue) -> Option<Stored> {
 /// The remaining time of a lease whose time-to-live the cluster reports as `seconds`
 /// (whole seconds, rounded down; -1 for a lease it no longer knows): `None` for a lease that
 /// is gone, at least [`EXPIRING`] for one that is still there.
-fn remaining_time(seconds: i64) -> Option<Duration> {
+pub(crate) fn remaining_time(seconds: i64) -> Option<Duration> {
     let seconds = u64::try_from(seconds).ok()?;
     Some(Duration::from_secs(seconds).max(EXPIRING))
 }
 
-fn fence(revision: i64) -> Fence {
+pub(crate) fn fence(revision: i64) -> Fence {
     Fence::new(u64::try_from(revision).unwrap_or(0))
 }
 
 impl EtcdStore {
     /// The key's current value, if any.
-    async fn read(&self, key: &StoreKey, what: &str) -> Result<Option<KeyValue>> {
-        let mut kv = self.client.kv_client();
-        let key = key.as_str().to_owned();
-        let mut answer = self
-            .call(what, async move { kv.get(key, None).await })
-            .await?;
+    pub(crate) async fn read(&self, key: &StoreKey, what: &str) -> Result<Option<KeyValue>> {
+        let mut answer = self.get(what, key.as_str(), None).await?;
         Ok(answer.take_kvs().into_iter().next())
     }
 
-    /// The grant `kv` holds, or an `Internal` error naming a value baton did not write.
-    fn stored(&self, key: &StoreKey, kv: &KeyValue, what: &str) -> Result<Stored> {
-        decode(kv).ok_or_else(|| {
-            error::unexpected(
-                what,
-                self.cluster(),
-                format_args!("the key {key} holds a value that is not a baton grant"),
-            )
-        })
-    }
-
-    /// A new lease of `seconds`.
-    async fn grant_lease(&self, seconds: i64) -> Result<i64> {
-        let mut leases = self.client.lease_client();
-        let answer = self
-            .call(
-                "lease grant",
-                async move { leases.grant(seconds, None).await },
-            )
-            .await?;
-        Ok(answer.id())
-    }
-
-    /// Revokes `lease`, deleting the keys attached to it; a lease already gone is fine.
-    async fn revoke(&self, lease: i64) -> Result<()> {
-        let mut leases = self.client.lease_client();
-        match tokio::time::timeout(self.options.get_response_timeout(), leases.revoke(lease)).await
-        {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if is_lease_not_found(&e) => Ok(()),
-            Ok(Err(e)) => Err(error::etcd_error(e, "lease revoke", self.cluster())),
-            Err(_) => Err(error::timed_out(
-                "lease revoke",
-                self.cluster(),
-                self.options.get_response_timeout(),
-            )),
-        }
-    }
-
-    /// Revokes a lease nobody uses, without waiting: its TTL removes it if this fails.
-    fn revoke_in_background(&self, lease: i64) {
-        let mut leases = self.client.lease_client();
-        let within = self.options.get_response_timeout();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(within, leases.revoke(lease)).await;
-        });
-    }
-
-    /// One keep-alive exchange on `lease` (its TTL starts again): whether the cluster still
-    /// knows it.
-    async fn keep_alive(&self, lease: i64) -> Result<bool> {
-        let mut leases = self.client.lease_client();
-        let within = self.options.get_response_timeout();
-        // The client sends one request and reads its answer; it reports a lease that is
-        // gone (TTL 0) as an error. Dropping the keeper ends the stream.
-        match tokio::time::timeout(within, leases.keep_alive(lease)).await {
-            Ok(Ok(_)) => Ok(true),
-            Ok(Err(e)) if is_lease_not_found(&e) => Ok(false),
-            Ok(Err(e)) => Err(error::etcd_error(e, "lease keep-alive", self.cluster())),
-            Err(_) => Err(error::timed_out("lease keep-alive", self.cluster(), within)),
-        }
+    /// What `kv` holds as `layout`, or an `Internal` error naming a value baton did not
+    /// write there.
+    pub(crate) fn stored(
+        &self,
+        key: &StoreKey,
+        kv: &KeyValue,
+        layout: Layout,
+        what: &str,
+    ) -> Result<Stored> {
+        decode(kv)
+            .filter(|stored| stored.layout == layout)
+            .ok_or_else(|| {
+                error::unexpected(
+                    what,
+                    self.cluster(),
+                    format_args!(
+                        "the key {key} holds a value that is not a baton {}",
+                        layout.what()
+                    ),
+                )
+            })
     }
 
     /// `(remaining, granted)` seconds of `lease`; remaining is -1 for a lease the cluster
     /// no longer knows.
-    async fn lease_ttl(&self, lease: i64) -> Result<(i64, i64)> {
-        let mut leases = self.client.lease_client();
-        let answer = self
-            .call("lease time-to-live", async move {
-                leases.time_to_live(lease, None).await
-            })
-            .await?;
+    pub(crate) async fn lease_ttl(&self, lease: i64) -> Result<(i64, i64)> {
+        let answer = self.lease_time_to_live(lease).await?;
         Ok((answer.ttl(), answer.granted_ttl()))
     }
 
     /// Re-puts `key` with `value` on `new_lease` if it is still attached to `old_lease`,
     /// keeping its create revision (the fence); revokes `old_lease` when it moved. Whether
     /// it moved.
-    async fn move_to_lease(
+    pub(crate) async fn move_to_lease(
         &self,
         key: &StoreKey,
         old_lease: i64,
@@ -223,10 +203,7 @@ impl EtcdStore {
                 value,
                 Some(PutOptions::new().with_lease(new_lease)),
             )]);
-        let mut kv = self.client.kv_client();
-        let answer = self
-            .call("extend (txn)", async move { kv.txn(txn).await })
-            .await?;
+        let answer = self.txn("extend (txn)", txn).await?;
         if answer.succeeded() {
             self.revoke_in_background(old_lease);
         }
@@ -244,7 +221,7 @@ impl EtcdStore {
 impl LeaseStore for EtcdStore {
     async fn claim(&self, key: &StoreKey, request: LeaseRequest<'_>) -> Result<Claim> {
         let seconds = lease_seconds(request.ttl);
-        let value = encode(request.holder, seconds, request.reason);
+        let value = encode(Layout::Grant, request.holder, seconds, request.reason);
         let lease = self.grant_lease(seconds).await?;
         for _ in 0..RACE_ATTEMPTS {
             let txn = Txn::new()
@@ -255,11 +232,7 @@ impl LeaseStore for EtcdStore {
                     Some(PutOptions::new().with_lease(lease)),
                 )])
                 .or_else([TxnOp::get(key.as_str(), None)]);
-            let mut kv = self.client.kv_client();
-            let answer = match self
-                .call("claim (txn)", async move { kv.txn(txn).await })
-                .await
-            {
+            let answer = match self.txn("claim (txn)", txn).await {
                 Ok(answer) => answer,
                 Err(e) => {
                     self.revoke_in_background(lease);
@@ -268,6 +241,8 @@ impl LeaseStore for EtcdStore {
             };
             if answer.succeeded() {
                 let revision = answer.header().map_or(0, |h| h.revision());
+                // This process leaves the key's queue of waiting processes, if it was in it.
+                self.watches.granted(key);
                 return Ok(Claim::Granted {
                     fence: fence(revision),
                 });
@@ -279,7 +254,7 @@ impl LeaseStore for EtcdStore {
             // Deleted between the compare and the read: cannot happen in one transaction,
             // but an empty answer is treated as a race and tried again.
             let Some(current) = current else { continue };
-            let stored = match self.stored(key, &current, "claim") {
+            let stored = match self.stored(key, &current, Layout::Grant, "claim") {
                 Ok(stored) => stored,
                 Err(e) => {
                     self.revoke_in_background(lease);
@@ -289,7 +264,8 @@ impl LeaseStore for EtcdStore {
             if stored.holder != *request.holder {
                 self.revoke_in_background(lease);
                 let remaining = self.remaining(stored.lease).await?;
-                // Waiters of this process wake on the key's delete from here on.
+                // This process queues for the key, and its waiters wake when its turn may
+                // have come (the key's delete, once it is the head of the queue).
                 let revision = answer.header().map_or(0, |h| h.revision());
                 self.watches.ensure(key, revision + 1);
                 return Ok(Claim::Held {
@@ -323,10 +299,70 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn renew(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        self.renew_key(key, Layout::Grant, holder, ttl).await
+    }
+
+    async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        self.release_key(key, Layout::Grant, holder, key).await
+    }
+
+    async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
+        let Some(kv) = self.read(key, "inspect").await? else {
+            return Ok(None);
+        };
+        let stored = self.stored(key, &kv, Layout::Grant, "inspect")?;
+        self.info(key.clone(), stored).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let options = GetOptions::new().with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let options = if prefix.is_empty() {
+            options.with_all_keys()
+        } else {
+            options.with_prefix()
+        };
+        let mut answer = self.get("list", prefix, Some(options)).await?;
+        let mut found = Vec::new();
+        for kv in answer.take_kvs() {
+            // Keys baton did not write are not grants.
+            let (Ok(key), Some(stored)) = (
+                kv.key_str(),
+                decode(&kv).filter(|s| s.layout == Layout::Grant),
+            ) else {
+                continue;
+            };
+            let key = StoreKey::from_stored(key.to_owned());
+            if let Some(info) = self.info(key, stored).await? {
+                found.push(info);
+            }
+        }
+        Ok(found)
+    }
+
+    fn wakeups(&self) -> Wakeups {
+        Wakeups {
+            hub: self.hub.clone(),
+            poll: None,
+        }
+    }
+}
+
+impl EtcdStore {
+    /// Renews `holder`'s grant or permit at `key` (see the module docs).
+    pub(crate) async fn renew_key(
+        &self,
+        key: &StoreKey,
+        layout: Layout,
+        holder: &Holder,
+        ttl: Ttl,
+    ) -> Result<Renewal> {
         let Some(kv) = self.read(key, "renew (read)").await? else {
             return Ok(Renewal::NotHeld);
         };
-        let stored = self.stored(key, &kv, "renew")?;
+        let stored = self.stored(key, &kv, layout, "renew")?;
         if stored.holder != *holder {
             return Ok(Renewal::NotHeld);
         }
@@ -335,7 +371,7 @@ impl LeaseStore for EtcdStore {
             // Another TTL than the lease's (`keep_for`): move the grant onto a lease of the
             // new TTL, keeping its fence.
             let longer = self.grant_lease(seconds).await?;
-            let value = encode(holder, seconds, &stored.reason);
+            let value = encode(layout, holder, seconds, &stored.tail);
             if !self.move_to_lease(key, stored.lease, longer, value).await? {
                 self.revoke_in_background(longer);
                 return Ok(Renewal::NotHeld);
@@ -359,24 +395,28 @@ impl LeaseStore for EtcdStore {
         })
     }
 
-    async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+    /// Releases `holder`'s grant or permit at `key`, signalling waiters for `waited`.
+    pub(crate) async fn release_key(
+        &self,
+        key: &StoreKey,
+        layout: Layout,
+        holder: &Holder,
+        waited: &StoreKey,
+    ) -> Result<Release> {
         for _ in 0..RACE_ATTEMPTS {
             let Some(kv) = self.read(key, "release (read)").await? else {
                 return Ok(Release::NoHolder);
             };
-            let stored = self.stored(key, &kv, "release")?;
+            let stored = self.stored(key, &kv, layout, "release")?;
             if stored.holder != *holder {
                 return Ok(Release::Reclaimed { by: stored.holder });
             }
             let txn = Txn::new()
                 .when([Compare::lease(key.as_str(), CompareOp::Equal, stored.lease)])
                 .and_then([TxnOp::delete(key.as_str(), None)]);
-            let mut client = self.client.kv_client();
-            let answer = self
-                .call("release (txn)", async move { client.txn(txn).await })
-                .await?;
+            let answer = self.txn("release (txn)", txn).await?;
             if answer.succeeded() {
-                self.hub.notify(key);
+                self.hub.notify(waited);
                 // The key is gone; the lease has nothing else attached. Its TTL removes it
                 // if the revoke fails.
                 let _ = self.revoke(stored.lease).await;
@@ -389,52 +429,6 @@ impl LeaseStore for EtcdStore {
         )))
     }
 
-    async fn inspect(&self, key: &StoreKey) -> Result<Option<HolderInfo>> {
-        let Some(kv) = self.read(key, "inspect").await? else {
-            return Ok(None);
-        };
-        let stored = self.stored(key, &kv, "inspect")?;
-        self.info(key.clone(), stored).await
-    }
-
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<HolderInfo>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let options = GetOptions::new().with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let options = if prefix.is_empty() {
-            options.with_all_keys()
-        } else {
-            options.with_prefix()
-        };
-        let mut kv = self.client.kv_client();
-        let from = prefix.to_owned();
-        let mut answer = self
-            .call("list", async move { kv.get(from, Some(options)).await })
-            .await?;
-        let mut found = Vec::new();
-        for kv in answer.take_kvs() {
-            // Keys baton did not write are not grants.
-            let (Ok(key), Some(stored)) = (kv.key_str(), decode(&kv)) else {
-                continue;
-            };
-            let key = StoreKey::from_stored(key.to_owned());
-            if let Some(info) = self.info(key, stored).await? {
-                found.push(info);
-            }
-        }
-        Ok(found)
-    }
-
-    fn wakeups(&self) -> Wakeups {
-        Wakeups {
-            hub: self.hub.clone(),
-            poll: None,
-        }
-    }
-}
-
-impl EtcdStore {
     /// The live grant `stored` of `key`, with its lease's remaining time; `None` when the
     /// cluster has expired the lease.
     async fn info(&self, key: StoreKey, stored: Stored) -> Result<Option<HolderInfo>> {
@@ -447,7 +441,7 @@ impl EtcdStore {
             holder: stored.holder,
             fence: fence(stored.fence),
             remaining,
-            reason: stored.reason,
+            reason: stored.tail,
         }))
     }
 }
@@ -478,7 +472,7 @@ mod tests {
     #[test]
     fn values_say_the_holder_the_lease_seconds_and_the_reason() {
         let holder = Holder::new("instance-1").unwrap();
-        let value = encode(&holder, 3, "rewind\nwith a newline");
+        let value = encode(Layout::Grant, &holder, 3, "rewind\nwith a newline");
         assert_eq!(value, "baton:v1\ninstance-1\n3\nrewind\nwith a newline");
     }
 }

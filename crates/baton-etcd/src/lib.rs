@@ -9,13 +9,21 @@
 //! - [`EtcdStore`]: locks and leases ([`LeaseStore`](baton_core::store::LeaseStore)); each
 //!   grant is a key attached to an etcd lease whose TTL is the grant's, so the cluster
 //!   decides expiry ([`grants`] says how each atom maps to etcd, and why the fence is the
-//!   grant's create revision).
+//!   grant's create revision). Elections are lock grants (`baton-core` builds them on this
+//!   atom): the term is the leader key's create revision, as in etcd's own election.
+//! - Semaphores ([`SemaphoreStore`](baton_core::SemaphoreStore)): each permit is one of N
+//!   slot keys, created only while no slot from N on is taken ([`permits`]); reader-writer
+//!   locks are built on them and the lock atom.
 //! - [`EtcdOptions`]: timeouts, also given in the URL's query.
-//! - Wake-ups: a watch on each key that a waiter of this process waits for ([`watch`]).
+//! - Wake-ups: each process that waits for a lock queues once and watches only the process
+//!   queued before it, so a release wakes one process ([`watch`]); a semaphore's waiters
+//!   watch its slots.
+//! - Requests that went to a member that is down are sent again to another.
 //!
-//! Every other capability (rate limits, the cache, broadcast, idempotency records,
-//! claimable work, semaphores) answers `Unsupported` when it is asked for, naming the stores
-//! that offer it.
+//! Every other capability answers `Unsupported` when it is asked for, with the reason and
+//! the stores that offer it: rate limits because an exact limit is computed on the store's
+//! clock and etcd has none a transaction can read; the cache, idempotency records and
+//! claimable work because they are not built on etcd yet.
 //!
 //! ## Behavior
 //! - TTLs are whole seconds on etcd: a grant's lease is its TTL rounded up to the next
@@ -30,7 +38,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 
 use baton_core::signals::ReleaseHub;
@@ -38,19 +45,26 @@ use baton_core::store::{Capability, Store};
 use baton_core::{Error, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
+pub mod broadcast;
 mod error;
 pub mod grants;
 mod options;
+pub mod permits;
+mod requests;
 mod url;
 pub mod watch;
 
 pub use options::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, EtcdOptions};
 
+use crate::broadcast::Channels;
 use crate::url::Target;
 use crate::watch::Watches;
 
-/// Why the etcd store offers no capability beyond locks and leases yet.
-const NOT_YET: &str = "baton's etcd store offers locks and leases only so far";
+/// Why the etcd store does not offer a capability yet.
+const NOT_YET: &str = "baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far";
+
+/// Why the etcd store keeps no rate limits.
+const NO_CLOCK: &str = "an exact limit is computed on the store's clock, and etcd has none that a transaction can read (its only server time is whole-second lease expiry)";
 
 /// A store on an etcd cluster. See the [crate docs](crate).
 ///
@@ -62,6 +76,7 @@ pub struct EtcdStore {
     options: EtcdOptions,
     hub: Arc<ReleaseHub>,
     watches: Arc<Watches>,
+    channels: Arc<Channels>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -114,23 +129,28 @@ impl EtcdStore {
             .map_err(|_| error::timed_out("connect", &cluster, deadline))?
             .map_err(|e| error::etcd_error(e, "connect", &cluster))?;
         let hub = Arc::new(ReleaseHub::new());
-        let watches = Watches::new(client.watch_client(), Arc::clone(&hub));
+        let watches = Watches::new(client.clone(), Arc::clone(&hub));
+        let channels = Channels::new(client.clone());
         let store = EtcdStore {
             client,
             target,
             options,
             hub,
             watches,
+            channels,
         };
         // A linearizable read goes through the leader's quorum: a cluster without one fails
         // here. The probe key is never written.
-        let mut kv = store.client.kv_client();
         store
-            .call_within("connect", deadline, async move {
-                kv.get("baton\u{0}probe", Some(GetOptions::new().with_count_only()))
-                    .await
+            .send_within("connect", deadline, || {
+                let mut kv = store.client.kv_client();
+                async move {
+                    kv.get("baton\u{0}probe", Some(GetOptions::new().with_count_only()))
+                        .await
+                }
             })
-            .await?;
+            .await
+            .map_err(|fault| store.failed("connect", fault))?;
         Ok(store)
     }
 
@@ -143,34 +163,12 @@ impl EtcdStore {
     pub fn options(&self) -> &EtcdOptions {
         &self.options
     }
-
-    /// Runs one request, failing with `Unavailable` after the response timeout.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        self.call_within(what, self.options.get_response_timeout(), request)
-            .await
-    }
-
-    async fn call_within<T>(
-        &self,
-        what: &str,
-        within: std::time::Duration,
-        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(within, request).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(error::etcd_error(e, what, self.cluster())),
-            Err(_) => Err(error::timed_out(what, self.cluster(), within)),
-        }
-    }
 }
 
 impl Drop for EtcdStore {
     fn drop(&mut self) {
         self.watches.stop();
+        self.channels.stop();
     }
 }
 
@@ -190,15 +188,11 @@ impl Store for EtcdStore {
     }
 
     fn rate_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::RateStore>> {
-        Err(Capability::RateLimits.unsupported(self.name(), Some(NOT_YET)))
+        Err(Capability::RateLimits.unsupported(self.name(), Some(NO_CLOCK)))
     }
 
     fn cache_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::CacheStore>> {
         Err(Capability::Cache.unsupported(self.name(), Some(NOT_YET)))
-    }
-
-    fn broadcast_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::BroadcastStore>> {
-        Err(Capability::Broadcast.unsupported(self.name(), Some(NOT_YET)))
     }
 
     fn idempotency_store(
@@ -211,9 +205,7 @@ impl Store for EtcdStore {
         Err(Capability::Work.unsupported(self.name(), Some(NOT_YET)))
     }
 
-    fn semaphore_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::SemaphoreStore>> {
-        Err(Capability::Semaphores.unsupported(self.name(), Some(NOT_YET)))
-    }
+    baton_core::offers!(semaphore_store, broadcast_store);
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use baton_core::conformance::fresh_namespace;
 use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
+use baton_core::telemetry::events;
 use baton_core::{Holder, Key, KeyKind, StoreKey, Ttl};
 use baton_etcd::EtcdStore;
 use tokio::time::{Instant, sleep};
@@ -124,4 +125,44 @@ async fn no_quorum_is_unavailable_not_contention() {
     .await
     .unwrap_err();
     assert!(e.is_unavailable(), "{e}");
+}
+
+/// A URL that names a member that is down (here a port nothing listens on) beside the three
+/// that serve: requests the client sends to the dead one never left this process, so they go
+/// again to a member that answers, and no call fails; each miss is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_is_down_costs_no_call() {
+    baton_testkit::capture::capture_events();
+    let cluster = common::cluster().await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let members: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.client_addr(i).to_string())
+        .collect();
+    let url = format!(
+        "etcd://127.0.0.1:{closed},{}?connect_timeout=1s&response_timeout=2s",
+        members.join(",")
+    );
+    let store = EtcdStore::connect(&url)
+        .await
+        .expect("three members of four answer");
+    let key = fresh_namespace().qualify(KeyKind::Lock, &Key::new("k").unwrap());
+    let ttl = Ttl::new(Duration::from_secs(5)).unwrap();
+    for _ in 0..30 {
+        let holder = Holder::random();
+        let claimed = store.claim(&key, LeaseRequest::new(&holder, ttl)).await;
+        assert!(matches!(claimed, Ok(Claim::Granted { .. })), "{claimed:?}");
+        let released = store.release(&key, &holder).await;
+        assert!(matches!(released, Ok(Release::Removed)), "{released:?}");
+    }
+    let closed = format!("127.0.0.1:{closed}");
+    assert!(
+        !baton_testkit::capture::events(&events::ETCD_MEMBER_UNREACHABLE, |e| {
+            e.message.contains(&closed) && e.message.contains("sending it again")
+        })
+        .is_empty(),
+        "a request that went to {closed} was reported"
+    );
 }

@@ -1,5 +1,6 @@
-//! The etcd store through the facade: `baton::connect` opens `etcd://` URLs, and every
-//! capability beyond locks and leases is refused when asked for, with the reason.
+//! The etcd store through the facade: `baton::connect` opens `etcd://` URLs, offers
+//! semaphores (so reader-writer locks) and broadcast, and refuses every capability it lacks when asked
+//! for, with the reason.
 
 mod common;
 
@@ -27,21 +28,31 @@ async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
     assert_eq!(e.kind(), ErrorKind::Unsupported);
     assert!(
         e.message().starts_with(
-            "the etcd store keeps no cache: baton's etcd store offers locks and leases only so far"
+            "the etcd store keeps no cache: baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far"
         ),
         "{e}"
     );
     let store = baton.store().clone();
+    let e = store.clone().rate_store().expect_err("refused");
+    assert!(
+        e.message()
+            .contains("etcd has none that a transaction can read"),
+        "{e}"
+    );
     for refused in [
-        store.clone().rate_store().err(),
-        store.clone().broadcast_store().err(),
         store.clone().idempotency_store().err(),
         store.clone().work_store().err(),
-        store.clone().semaphore_store().err(),
     ] {
         let e = refused.expect("refused");
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     }
+    let permits = baton.semaphore("facade", 2).expect("semaphores on etcd");
+    let permit = permits
+        .try_acquire(&baton::lock::LockOptions::new(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("a free permit");
+    permit.release().await;
     assert!(baton::store::check_url(&cluster.url()).is_ok());
     let e = baton::store::check_url("etcd://u:hunter2@h:0").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);

@@ -43,6 +43,13 @@ impl RwLockWorkload {
         RwLockWorkload { rounds, ..self }
     }
 
+    /// How long each read holds (20 ms by default). A store whose hand-over of the gate
+    /// between processes takes longer than a read needs longer reads for readers of
+    /// different processes to overlap, which the run checks happened.
+    pub fn read_hold(self, read_hold: Duration) -> Self {
+        RwLockWorkload { read_hold, ..self }
+    }
+
     fn writes(&self, contender: u32, round: u32) -> bool {
         (round + contender).is_multiple_of(self.write_every)
     }

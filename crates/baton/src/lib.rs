@@ -11,7 +11,7 @@
 //! | `redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db]`, `rediss+sentinel://...` | the Redis primary that Sentinel names, followed across failovers |
 //! | `redis+cluster://[user:password@]host:port[,host:port...]`, `rediss+cluster://...` | a Redis Cluster, discovered from its seed nodes: every primitive of one Redis server, over sharded pub/sub (see `docs/redis.md`, "Cluster") |
 //! | `postgres://[user[:password]@]host[:port]/database[?sslmode=require]`, `postgresql://...` | a PostgreSQL database shared by replicas on many hosts (tables, `LISTEN`/`NOTIFY`) |
-//! | `etcd://[user:password@]host[:port][,host[:port]...]` | an etcd cluster (feature `etcd`, off by default): locks and leases whose grants survive the loss of any one member, fenced by etcd revisions |
+//! | `etcd://[user:password@]host[:port][,host[:port]...]` | an etcd cluster (feature `etcd`, off by default): locks, leases, semaphores, reader-writer locks, elections and broadcast; grants survive the loss of any one member, fenced by etcd revisions |
 //!
 //! Every lock is best-effort, as every lease-based lock is: a holder paused past its TTL
 //! loses the lock without knowing it. baton gives you what you need to stay correct anyway:

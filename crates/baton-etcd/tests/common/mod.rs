@@ -39,7 +39,7 @@ pub async fn private_cluster() -> Arc<EtcdCluster> {
 /// A store on every member of `cluster`, with short timeouts so a failing test fails fast.
 pub async fn store(cluster: &EtcdCluster) -> EtcdStore {
     EtcdStore::connect(&format!(
-        "{}?connect_timeout=1s&response_timeout=1s",
+        "{}?connect_timeout=1s&response_timeout=2s",
         cluster.url()
     ))
     .await
