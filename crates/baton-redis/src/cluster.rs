@@ -500,6 +500,29 @@ struct GiveBack {
     handoffs: Arc<Handoffs>,
 }
 
+/// The release of `holder`'s grant of `key` by a store with `hub` and channel `names`: every
+/// key the script may touch declared, the hand-over's too, and the store named by its
+/// channel in the key's slot ('1' first when one of its waiters waits for the key).
+fn release_call(
+    hub: &ReleaseHub,
+    names: &ChannelNames,
+    key: &StoreKey,
+    holder: &Holder,
+) -> Evalsha<'static> {
+    let waiting = if hub.has_waiters(key) { '1' } else { '0' };
+    let store = format!("{waiting}{}", names.of(key));
+    let size = 4 * key.as_str().len() + holder.as_str().len() + store.len();
+    let mut invocation = Evalsha::new(&SCRIPTS.release, 4, size);
+    invocation
+        .arg(keys::grant(key))
+        .arg(keys::queue(key))
+        .arg(keys::who(key))
+        .arg(keys::fence(key))
+        .arg(holder.as_str())
+        .arg(&store);
+    invocation
+}
+
 /// Releases, in the background, the grant a release handed to `holder`, who stopped
 /// waiting before it arrived: the release hands the key to the next store in line (this
 /// one, if another of its holders waits). A failure emits
@@ -507,19 +530,7 @@ struct GiveBack {
 /// key then.
 fn give_back(store: GiveBack, key: StoreKey, holder: Holder) {
     tokio::spawn(async move {
-        let waiting = if store.hub.has_waiters(&key) {
-            '1'
-        } else {
-            '0'
-        };
-        let mut invocation = Evalsha::new(&SCRIPTS.release, 4, 0);
-        invocation
-            .arg(keys::grant(&key))
-            .arg(keys::queue(&key))
-            .arg(keys::who(&key))
-            .arg(keys::fence(&key))
-            .arg(holder.as_str())
-            .arg(format!("{waiting}{}", store.names.of(&key)));
+        let invocation = release_call(&store.hub, &store.names, &key, &holder);
         let what = || format!("giving back {key}");
         let sent = store.scripts.send(&what, &key, &invocation).await;
         match sent.ok().and_then(|sent| parse_release(&sent.value)) {
@@ -657,19 +668,7 @@ impl LeaseStore for RedisClusterStore {
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
-        let waiting = if self.hub.has_waiters(key) { '1' } else { '0' };
-        let store = format!("{waiting}{}", self.names.of(key));
-        let holder = holder.as_str();
-        let size = 4 * key.as_str().len() + holder.len() + store.len();
-        // All four keys a release may touch are declared, the hand-over's too.
-        let mut invocation = Evalsha::new(&SCRIPTS.release, 4, size);
-        invocation
-            .arg(keys::grant(key))
-            .arg(keys::queue(key))
-            .arg(keys::who(key))
-            .arg(keys::fence(key))
-            .arg(holder)
-            .arg(&store);
+        let invocation = release_call(&self.hub, &self.names, key, holder);
         let released = self
             .call(
                 || format!("release of {key}"),
@@ -820,19 +819,7 @@ impl SemaphoreStore for RedisClusterStore {
                 semaphore::from_permits_key,
             )
             .await?;
-        let (mut listed, mut keys) = (Vec::new(), 0);
-        for key in &candidates {
-            let permits = self.permits_of(key).await?;
-            // A key whose permits all ended since the scan is simply not listed.
-            if !permits.is_empty() {
-                listed.extend(permits);
-                keys += 1;
-                if keys == limit {
-                    break;
-                }
-            }
-        }
-        Ok(listed)
+        semaphore::first_with_permits(&candidates, limit, |key| self.permits_of(key)).await
     }
 
     fn permit_wakeups(&self) -> Wakeups {

@@ -173,6 +173,32 @@ pub(crate) fn list_call(key: &StoreKey) -> Evalsha<'static> {
     invocation
 }
 
+/// The live permits of the first `limit` of `candidates` (keys found by a scan) that still
+/// have any, read one key at a time with `permits_of`: a key whose permits all ended since
+/// the scan is not listed.
+pub(crate) async fn first_with_permits<'a, F, Fut>(
+    candidates: impl IntoIterator<Item = &'a StoreKey>,
+    limit: usize,
+    permits_of: F,
+) -> Result<Vec<PermitInfo>>
+where
+    F: Fn(&'a StoreKey) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<PermitInfo>>>,
+{
+    let (mut listed, mut keys) = (Vec::new(), 0);
+    for key in candidates {
+        let permits = permits_of(key).await?;
+        if !permits.is_empty() {
+            listed.extend(permits);
+            keys += 1;
+            if keys == limit {
+                break;
+            }
+        }
+    }
+    Ok(listed)
+}
+
 impl RedisStore {
     /// The live permits of `key`, oldest fence first, with the N of each claim.
     async fn permits_of(&self, key: &StoreKey) -> Result<Vec<PermitInfo>> {
@@ -303,19 +329,7 @@ impl SemaphoreStore for RedisStore {
         let candidates = self
             .scan_matching(&permits_pattern(prefix), prefix, from_permits_key)
             .await?;
-        let (mut listed, mut keys) = (Vec::new(), 0);
-        for key in &candidates {
-            let permits = self.permits_of(key).await?;
-            // A key whose permits all ended since the scan is simply not listed.
-            if !permits.is_empty() {
-                listed.extend(permits);
-                keys += 1;
-                if keys == limit {
-                    break;
-                }
-            }
-        }
-        Ok(listed)
+        first_with_permits(&candidates, limit, |key| self.permits_of(key)).await
     }
 
     fn permit_wakeups(&self) -> Wakeups {

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use baton_core::{Key, KeyKind, Locks, Namespace};
 use baton_redis::RedisClusterStore;
-use baton_testkit::LockWorkload;
 use baton_testkit::process;
 use baton_testkit::redis_cluster::RedisCluster;
 use baton_testkit::time::MonoTime;
+use baton_testkit::{FencedRegister, History, LockWorkload};
 
 const KEY: &str = "resharded";
 const PROCESSES: u32 = 4;
@@ -26,6 +26,62 @@ const ROUNDS: u32 = 60;
 /// How long the slot stays half moved after each key goes over.
 const PER_KEY: Duration = Duration::from_millis(150);
 const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A cluster of the test's own, contended for `KEY` by [`PROCESSES`] processes while a change
+/// is made to it.
+struct Contended {
+    cluster: Arc<RedisCluster>,
+    dir: tempfile::TempDir,
+    /// The slot of `KEY`'s grant, and the master that served it at the start.
+    slot: u16,
+    master: u16,
+}
+
+impl Contended {
+    fn start() -> Self {
+        let cluster = Arc::new(RedisCluster::start().expect("a private Redis Cluster"));
+        let qualified = Namespace::default().qualify(KeyKind::Lock, &Key::new(KEY).unwrap());
+        let slot = cluster
+            .slot_of(&format!("{{{}}}", qualified.as_str()))
+            .unwrap();
+        let master = cluster.master_of_slot(slot).unwrap();
+        Contended {
+            cluster,
+            dir: tempfile::tempdir().unwrap(),
+            slot,
+            master,
+        }
+    }
+
+    /// Runs the contender processes (`child`, the store URL's options `options`) and, once
+    /// they contend, `change` on the cluster; answers their history and register, when the
+    /// change began, and what it answered.
+    fn run<T: Send + 'static>(
+        &self,
+        child: &str,
+        options: &str,
+        change: impl FnOnce(&RedisCluster) -> T + Send + 'static,
+    ) -> (History, FencedRegister, MonoTime, T) {
+        let changing = std::thread::spawn({
+            let (cluster, go) = (Arc::clone(&self.cluster), self.dir.path().join("go"));
+            let (slot, master) = (self.slot, self.master);
+            move || {
+                contending(&cluster, &go, slot, master);
+                let began = MonoTime::now();
+                (began, change(&cluster))
+            }
+        });
+        let url = format!("{}?{options}", self.cluster.url());
+        let (history, register) = LockWorkload::run_in_processes(
+            child,
+            PROCESSES,
+            self.dir.path(),
+            &[("CLUSTER_URL", &url)],
+        );
+        let (began, changed) = changing.join().expect("the change to the cluster");
+        (history, register, began, changed)
+    }
+}
 
 /// Waits until the contenders have started (`go`) and the key has data on its master
 /// (`CLUSTER COUNTKEYSINSLOT`), then a little longer, so that the change meets contention.
@@ -44,26 +100,17 @@ fn contending(cluster: &RedisCluster, go: &std::path::Path, slot: u16, master: u
 
 #[test]
 fn four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back() {
-    let cluster = Arc::new(RedisCluster::start().expect("a private Redis Cluster"));
-    let dir = tempfile::tempdir().unwrap();
-    let qualified = Namespace::default().qualify(KeyKind::Lock, &Key::new(KEY).unwrap());
-    let slot = cluster
-        .slot_of(&format!("{{{}}}", qualified.as_str()))
-        .unwrap();
-    let home = cluster.master_of_slot(slot).unwrap();
-    let away = cluster
+    let contended = Contended::start();
+    let (slot, home) = (contended.slot, contended.master);
+    let away = contended
+        .cluster
         .ports()
         .into_iter()
-        .find(|&p| p != home && cluster.replica_of(p).is_ok())
+        .find(|&p| p != home && contended.cluster.replica_of(p).is_ok())
         .expect("another master");
-
-    // Once the contenders have started, the slot moves away and back.
-    let go = dir.path().join("go");
-    let reshard = std::thread::spawn({
-        let cluster = Arc::clone(&cluster);
-        move || {
-            contending(&cluster, &go, slot, home);
-            let started = MonoTime::now();
+    // Once the contenders contend, the slot moves away and back.
+    let (history, register, started, (ended, moved, there, back)) =
+        contended.run("cluster_contender", "response_timeout=2s", move |cluster| {
             let there = cluster
                 .migrate_slot(slot, away, PER_KEY, PATIENCE)
                 .unwrap_or_else(|e| panic!("moving slot {slot} to {away}: {e}"));
@@ -71,19 +118,8 @@ fn four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back() 
             let back = cluster
                 .migrate_slot(slot, home, PER_KEY, PATIENCE)
                 .unwrap_or_else(|e| panic!("moving slot {slot} back to {home}: {e}"));
-            (started, MonoTime::now(), moved, there, back)
-        }
-    });
-    let (history, register) = LockWorkload::run_in_processes(
-        "cluster_contender",
-        PROCESSES,
-        dir.path(),
-        &[(
-            "CLUSTER_URL",
-            &format!("{}?response_timeout=2s", cluster.url()),
-        )],
-    );
-    let (started, ended, moved, there, back) = reshard.join().expect("the reshard");
+            (MonoTime::now(), moved, there, back)
+        });
     assert!(
         there > 0 && back > 0,
         "the key's data moved with its slot ({there} keys there, {back} back)"
@@ -103,41 +139,21 @@ fn four_processes_exclude_each_other_while_the_keys_slot_moves_and_moves_back() 
         grants.iter().any(|g| g.acquired > ended),
         "grants came after the slot moved back"
     );
-    assert_eq!(cluster.master_of_slot(slot).unwrap(), home);
+    assert_eq!(contended.cluster.master_of_slot(slot).unwrap(), home);
 }
 
 #[test]
 fn four_processes_exclude_each_other_through_a_coordinated_failover_of_the_keys_master() {
-    let cluster = Arc::new(RedisCluster::start().expect("a private Redis Cluster"));
-    let dir = tempfile::tempdir().unwrap();
-    let qualified = Namespace::default().qualify(KeyKind::Lock, &Key::new(KEY).unwrap());
-    let slot = cluster
-        .slot_of(&format!("{{{}}}", qualified.as_str()))
-        .unwrap();
-    let master = cluster.master_of_slot(slot).unwrap();
-    let replica = cluster.replica_of(master).unwrap();
-    let go = dir.path().join("go");
-    let failover = std::thread::spawn({
-        let cluster = Arc::clone(&cluster);
-        move || {
-            contending(&cluster, &go, slot, master);
-            let started = MonoTime::now();
+    let contended = Contended::start();
+    let (slot, master) = (contended.slot, contended.master);
+    let replica = contended.cluster.replica_of(master).unwrap();
+    let (history, register, started, now) =
+        contended.run("cluster_contender", "response_timeout=2s", move |cluster| {
             cluster
                 .failover(replica, PATIENCE)
                 .unwrap_or_else(|e| panic!("failing {master} over to {replica}: {e}"));
-            (started, cluster.master_of_slot(slot).unwrap())
-        }
-    });
-    let (history, register) = LockWorkload::run_in_processes(
-        "cluster_contender",
-        PROCESSES,
-        dir.path(),
-        &[(
-            "CLUSTER_URL",
-            &format!("{}?response_timeout=2s", cluster.url()),
-        )],
-    );
-    let (started, now) = failover.join().expect("the failover");
+            cluster.master_of_slot(slot).unwrap()
+        });
     assert_eq!(now, replica, "the replica serves the key's slot now");
     LockWorkload::assert_every_grant_landed(&history, &register, u64::from(PROCESSES * ROUNDS));
     let after = history
@@ -153,37 +169,20 @@ fn four_processes_exclude_each_other_through_a_coordinated_failover_of_the_keys_
 /// offered on a cluster): so only the fence rules are checked here, never the exclusion.
 #[test]
 fn fences_keep_increasing_when_the_keys_master_is_killed_under_four_processes() {
-    let cluster = Arc::new(RedisCluster::start().expect("a private Redis Cluster"));
-    let dir = tempfile::tempdir().unwrap();
-    let qualified = Namespace::default().qualify(KeyKind::Lock, &Key::new(KEY).unwrap());
-    let slot = cluster
-        .slot_of(&format!("{{{}}}", qualified.as_str()))
-        .unwrap();
-    let master = cluster.master_of_slot(slot).unwrap();
-    let replica = cluster.replica_of(master).unwrap();
-    let go = dir.path().join("go");
-    let kill = std::thread::spawn({
-        let cluster = Arc::clone(&cluster);
-        move || {
-            contending(&cluster, &go, slot, master);
-            let killed = MonoTime::now();
+    let contended = Contended::start();
+    let (slot, master) = (contended.slot, contended.master);
+    let replica = contended.cluster.replica_of(master).unwrap();
+    let (history, _, killed, now) = contended.run(
+        "cluster_contender_through_faults",
+        "response_timeout=1s&connect_timeout=1s",
+        move |cluster| {
             cluster.kill(master).unwrap();
             cluster
                 .wait_healthy(PATIENCE)
                 .unwrap_or_else(|e| panic!("the replica of {master} takes over: {e}"));
-            (killed, cluster.master_of_slot(slot).unwrap())
-        }
-    });
-    let (history, _) = LockWorkload::run_in_processes(
-        "cluster_contender_through_faults",
-        PROCESSES,
-        dir.path(),
-        &[(
-            "CLUSTER_URL",
-            &format!("{}?response_timeout=1s&connect_timeout=1s", cluster.url()),
-        )],
+            cluster.master_of_slot(slot).unwrap()
+        },
     );
-    let (killed, now) = kill.join().expect("the kill");
     assert_eq!(now, replica, "the replica serves the key's slot now");
     let mut violations = baton_testkit::check::well_formed(&history);
     violations.extend(baton_testkit::check::fences_increase(&history));
@@ -199,38 +198,33 @@ fn fences_keep_increasing_when_the_keys_master_is_killed_under_four_processes() 
     );
 }
 
-#[test]
-#[ignore = "a child process of this file's tests"]
-fn cluster_contender() {
+/// What each contender process does: one contender, [`ROUNDS`] grants.
+fn workload() -> LockWorkload {
     LockWorkload::new(KEY)
         .contenders(1, 0)
         .rounds(ROUNDS)
         .ttl(Duration::from_secs(5))
         .wait(PATIENCE)
         .hold(Duration::from_millis(10), Duration::from_millis(5))
-        .run_as_child(|| async {
-            let url = process::parent_env("CLUSTER_URL");
-            let store = RedisClusterStore::connect(&url)
-                .await
-                .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-            Locks::new(Arc::new(store))
-        });
+}
+
+/// The contender's locks, on the cluster the parent names.
+async fn open() -> Locks {
+    let url = process::parent_env("CLUSTER_URL");
+    let store = RedisClusterStore::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    Locks::new(Arc::new(store))
+}
+
+#[test]
+#[ignore = "a child process of this file's tests"]
+fn cluster_contender() {
+    workload().run_as_child(open);
 }
 
 #[test]
 #[ignore = "a child process of this file's tests"]
 fn cluster_contender_through_faults() {
-    LockWorkload::new(KEY)
-        .contenders(1, 0)
-        .rounds(ROUNDS)
-        .ttl(Duration::from_secs(5))
-        .wait(PATIENCE)
-        .hold(Duration::from_millis(10), Duration::from_millis(5))
-        .run_as_child_through_faults(|| async {
-            let url = process::parent_env("CLUSTER_URL");
-            let store = RedisClusterStore::connect(&url)
-                .await
-                .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-            Locks::new(Arc::new(store))
-        });
+    workload().run_as_child_through_faults(open);
 }
