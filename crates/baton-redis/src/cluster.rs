@@ -43,8 +43,12 @@
 //! - Broadcast is sharded pub/sub: the channel `Q:db0` is published with `SPUBLISH` to the
 //!   master of its slot and subscribed there on the store's subscribing connection, with
 //!   gaps reported as on one server (see [`sharded`](crate::sharded)).
-//! - `min_replicas` (a `WAIT` on the key's master) answers `Unsupported` when the store is
-//!   opened; claimable work is refused as on one server.
+//! - `min_replicas=N` works as on one server, on the key's master: every claim, renewal and
+//!   release of a grant or permit is followed by `WAIT N` on the same connection, a write
+//!   fewer than N of that master's replicas acknowledged is reported `Unavailable` (a grant
+//!   it made is freed again first), and releases do not hand keys to waiting holders. So a
+//!   grant acknowledged to its holder survives the master's SIGKILL when its replica takes
+//!   over. Claimable work is refused as on one server.
 //! - `list` scans every master in turn (`CLUSTER SLOTS`, then `SCAN` on each), then reads
 //!   each grant it found; during a failover it may miss a grant or fail `Unavailable`.
 
@@ -108,8 +112,7 @@ const MAX_RETRY_WAIT_MS: u64 = 250;
 /// [`RedisStore`](crate::RedisStore). Most code opens it through
 /// `baton::connect("redis+cluster://host:port,host:port")`.
 ///
-/// See the [module docs](self) for what runs where and what is not there yet
-/// (`min_replicas`).
+/// See the [module docs](self) for what runs where.
 pub struct RedisClusterStore {
     scripts: ClusterScripts,
     target: ClusterTarget,
@@ -144,13 +147,12 @@ impl fmt::Debug for RedisClusterStore {
 impl RedisClusterStore {
     /// Opens the store named by a `redis+cluster://` or `rediss+cluster://` URL, with
     /// options in its query:
-    /// `redis+cluster://[[user]:password@]host:port[,host:port...][?connect_timeout=2s&response_timeout=2s]`.
+    /// `redis+cluster://[[user]:password@]host:port[,host:port...][?connect_timeout=2s&response_timeout=2s&min_replicas=1]`.
     ///
     /// # Errors
     /// `InvalidInput` for a malformed URL or option (before any I/O); `Unsupported` for
-    /// `min_replicas` above 0 (not on a cluster yet) and for `rediss+cluster://` in a build
-    /// without the `tls` feature; `Unavailable` when no seed node can be reached, or the
-    /// cluster does not answer within the call deadline.
+    /// `rediss+cluster://` in a build without the `tls` feature; `Unavailable` when no seed
+    /// node can be reached, or the cluster does not answer within the call deadline.
     ///
     /// # Examples
     /// ```no_run
@@ -189,7 +191,6 @@ impl RedisClusterStore {
     pub fn check_url(url: &str) -> Result<()> {
         let (target, options) = url::parse_cluster(url)?;
         options.validate()?;
-        supported(&options, &target.redacted)?;
         tls_ready(target.tls, &target.redacted)?;
         client(&target, &options).map(drop)
     }
@@ -201,7 +202,6 @@ impl RedisClusterStore {
 
     async fn start(target: ClusterTarget, options: RedisOptions) -> Result<Self> {
         let server = target.redacted.clone();
-        supported(&options, &server)?;
         tls_ready(target.tls, &server)?;
         let client = client(&target, &options)?;
         let deadline = options.call_deadline();
@@ -298,9 +298,71 @@ impl RedisClusterStore {
         invocation: &Evalsha<'_>,
         parse: impl Fn(&Value) -> Option<T>,
     ) -> Result<T> {
+        self.call_confirmed(what, key, invocation, parse)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`call`](Self::call) that also answers how many replicas acknowledged the call's
+    /// writes, for an invocation [confirmed](crate::locks::confirm) by replicas.
+    async fn call_confirmed<T>(
+        &self,
+        what: impl Fn() -> String,
+        key: &StoreKey,
+        invocation: &Evalsha<'_>,
+        parse: impl Fn(&Value) -> Option<T>,
+    ) -> Result<(T, Option<i64>)> {
         let sent = self.scripts.send(&what, key, invocation).await?;
-        parse(&sent.value)
-            .ok_or_else(|| unexpected(&what(), &self.scripts.server, format!("{:?}", sent.value)))
+        let parsed = parse(&sent.value).ok_or_else(|| {
+            unexpected(&what(), &self.scripts.server, format!("{:?}", sent.value))
+        })?;
+        Ok((parsed, sent.replicas))
+    }
+
+    /// Whether a write answered with `replicas` acknowledgements has as many as
+    /// `min_replicas` asks for; otherwise the `Unavailable` error to report (see
+    /// [`crate::locks::unconfirmed`]).
+    fn unconfirmed(&self, what: &str, replicas: Option<i64>) -> Option<Error> {
+        crate::locks::unconfirmed(&self.options, &self.target.redacted, what, replicas)
+    }
+
+    /// Frees a grant or permit the replicas did not confirm (`invocation`, its release)
+    /// before the claim answers, as on one server: the waiter that made it claims again as
+    /// the same holder, and a release still in flight could free what that later claim was
+    /// answered as extended. A failure is only logged; the TTL ends the grant then.
+    async fn give_back_unconfirmed(&self, key: &StoreKey, invocation: &Evalsha<'_>) {
+        let what = || format!("giving back an unconfirmed grant of {key}");
+        if self.scripts.send(&what, key, invocation).await.is_err() {
+            tracing::debug!(%key, "could not give back an unconfirmed grant; its TTL ends it");
+        }
+    }
+
+    /// A renewal, or the `Unavailable` error when it renewed a grant the replicas did not
+    /// confirm.
+    fn confirmed_renewal(
+        &self,
+        what: &str,
+        renewal: Renewal,
+        replicas: Option<i64>,
+    ) -> Result<Renewal> {
+        match renewal {
+            Renewal::Renewed => self.unconfirmed(what, replicas).map_or(Ok(renewal), Err),
+            _ => Ok(renewal),
+        }
+    }
+
+    /// A release, or the `Unavailable` error when it removed a grant and the replicas did
+    /// not confirm it (they may still hold the grant, which its TTL then ends).
+    fn confirmed_release(
+        &self,
+        what: &str,
+        release: &Release,
+        replicas: Option<i64>,
+    ) -> Result<()> {
+        match release {
+            Release::Removed => self.unconfirmed(what, replicas).map_or(Ok(()), Err),
+            _ => Ok(()),
+        }
     }
 
     /// Sends a plain command to the node at `host:port`, within the call deadline.
@@ -382,17 +444,6 @@ impl RedisClusterStore {
         }
         Ok(found)
     }
-}
-
-/// Refuses what the cluster store does not do yet.
-fn supported(options: &RedisOptions, server: &str) -> Result<()> {
-    if options.get_min_replicas() > 0 {
-        return Err(Error::unsupported(format!(
-            "{server}: min_replicas={} is not supported on a Redis Cluster yet (each grant would need WAIT on its key's master); remove it, or use one server through redis+sentinel://",
-            options.get_min_replicas()
-        )));
-    }
-    Ok(())
 }
 
 /// The cluster client for `target`: the seed nodes, the store's timeouts, `TCP_NODELAY`,
@@ -502,14 +553,14 @@ struct GiveBack {
 
 /// The release of `holder`'s grant of `key` by a store with `hub` and channel `names`: every
 /// key the script may touch declared, the hand-over's too, and the store named by its
-/// channel in the key's slot ('1' first when one of its waiters waits for the key).
+/// channel in the key's slot ('1' first when one of its `waiting` waiters waits for the key).
 fn release_call(
-    hub: &ReleaseHub,
+    waiting: bool,
     names: &ChannelNames,
     key: &StoreKey,
     holder: &Holder,
 ) -> Evalsha<'static> {
-    let waiting = if hub.has_waiters(key) { '1' } else { '0' };
+    let waiting = if waiting { '1' } else { '0' };
     let store = format!("{waiting}{}", names.of(key));
     let size = 4 * key.as_str().len() + holder.as_str().len() + store.len();
     let mut invocation = Evalsha::new(&SCRIPTS.release, 4, size);
@@ -530,7 +581,7 @@ fn release_call(
 /// key then.
 fn give_back(store: GiveBack, key: StoreKey, holder: Holder) {
     tokio::spawn(async move {
-        let invocation = release_call(&store.hub, &store.names, &key, &holder);
+        let invocation = release_call(store.hub.has_waiters(&key), &store.names, &key, &holder);
         let what = || format!("giving back {key}");
         let sent = store.scripts.send(&what, &key, &invocation).await;
         match sent.ok().and_then(|sent| parse_release(&sent.value)) {
@@ -612,7 +663,11 @@ impl LeaseStore for RedisClusterStore {
         } else {
             None
         };
+        // With `min_replicas`, a grant must be confirmed by replicas before anyone relies on
+        // it, which a hand-over cannot wait for: the release reserves the key for this store
+        // instead, and its waiter's own claim, confirmed, takes it (as on one server).
         let hand_over = channel.is_some()
+            && self.options.get_min_replicas() == 0
             && reason.is_empty()
             && self.handoffs.address().is_some()
             && self.hub.is_waiting(key, holder);
@@ -641,13 +696,26 @@ impl LeaseStore for RedisClusterStore {
             (None, true) => &mut invocation,
             (None, false) => invocation.arg("").arg(reason),
         };
-        let claim = self
-            .call(|| format!("claim of {key}"), key, &invocation, parse_claim)
+        crate::locks::confirm(&self.options, &mut invocation);
+        let what = || format!("claim of {key}");
+        let (claim, replicas) = self
+            .call_confirmed(what, key, &invocation, parse_claim)
             .await?;
         if channel.is_some()
             && let Claim::Granted { .. } | Claim::Extended { .. } = claim
         {
             self.handoffs.granted(key, holder);
+        }
+        if let Claim::Granted { .. } | Claim::Extended { .. } = claim
+            && let Some(e) = self.unconfirmed(&what(), replicas)
+        {
+            // A grant that a failover could lose is not handed out: it is freed again. A
+            // holder's own grant that was extended stays as it was.
+            if let Claim::Granted { .. } = claim {
+                let release = release_call(false, &self.names, key, holder);
+                self.give_back_unconfirmed(key, &release).await;
+            }
+            return Err(e);
         }
         Ok(claim)
     }
@@ -663,20 +731,23 @@ impl LeaseStore for RedisClusterStore {
             0 => Some(Renewal::NotHeld),
             _ => None,
         };
-        self.call(|| format!("renewal of {key}"), key, &invocation, parse)
-            .await
+        crate::locks::confirm(&self.options, &mut invocation);
+        let what = || format!("renewal of {key}");
+        let (renewal, replicas) = self.call_confirmed(what, key, &invocation, parse).await?;
+        self.confirmed_renewal(&what(), renewal, replicas)
     }
 
     async fn release(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
-        let invocation = release_call(&self.hub, &self.names, key, holder);
+        let mut invocation = release_call(self.hub.has_waiters(key), &self.names, key, holder);
+        crate::locks::confirm(&self.options, &mut invocation);
+        let what = || format!("release of {key}");
         let released = self
-            .call(
-                || format!("release of {key}"),
-                key,
-                &invocation,
-                parse_release,
-            )
-            .await;
+            .call_confirmed(what, key, &invocation, parse_release)
+            .await
+            .and_then(|(released, replicas)| {
+                self.confirmed_release(&what(), &released.release, replicas)
+                    .map(|_| released)
+            });
         match released {
             Ok(released) => {
                 Ok(released.tell(&self.hub, &self.handoffs, key, self.push.is_healthy()))
@@ -747,39 +818,50 @@ impl SemaphoreStore for RedisClusterStore {
         } else {
             None
         };
-        let invocation = semaphore::claim_call(key, &request, permits, channel.as_deref());
+        let mut invocation = semaphore::claim_call(key, &request, permits, channel.as_deref());
+        crate::locks::confirm(&self.options, &mut invocation);
+        let what = || format!("permit claim of {key}");
         // A claim that ran and was retried comes back as an extension: a permit either way.
-        self.call(
-            || format!("permit claim of {key}"),
-            key,
-            &invocation,
-            parse_claim,
-        )
-        .await
+        let (claim, replicas) = self
+            .call_confirmed(what, key, &invocation, parse_claim)
+            .await?;
+        if let Claim::Granted { .. } | Claim::Extended { .. } = claim
+            && let Some(e) = self.unconfirmed(&what(), replicas)
+        {
+            // A permit that a failover could lose is not handed out: it is given back.
+            if let Claim::Granted { .. } = claim {
+                let idle = format!("0{}", self.names.of(key));
+                let release = semaphore::release_call(key, request.holder.as_str(), &idle);
+                self.give_back_unconfirmed(key, &release).await;
+            }
+            return Err(e);
+        }
+        Ok(claim)
     }
 
     async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
-        self.call(
-            || format!("permit renewal of {key}"),
-            key,
-            &semaphore::renew_call(key, holder, ttl),
-            semaphore::parse_renewal,
-        )
-        .await
+        let mut invocation = semaphore::renew_call(key, holder, ttl);
+        crate::locks::confirm(&self.options, &mut invocation);
+        let what = || format!("permit renewal of {key}");
+        let (renewal, replicas) = self
+            .call_confirmed(what, key, &invocation, semaphore::parse_renewal)
+            .await?;
+        self.confirmed_renewal(&what(), renewal, replicas)
     }
 
     async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
         let waiting = if self.hub.has_waiters(key) { '1' } else { '0' };
         let store = format!("{waiting}{}", self.names.of(key));
-        let invocation = semaphore::release_call(key, holder.as_str(), &store);
+        let mut invocation = semaphore::release_call(key, holder.as_str(), &store);
+        crate::locks::confirm(&self.options, &mut invocation);
+        let what = || format!("permit release of {key}");
         let released = self
-            .call(
-                || format!("permit release of {key}"),
-                key,
-                &invocation,
-                semaphore::parse_release,
-            )
-            .await;
+            .call_confirmed(what, key, &invocation, semaphore::parse_release)
+            .await
+            .and_then(|(released, replicas)| {
+                self.confirmed_release(&what(), &released.0, replicas)
+                    .map(|_| released)
+            });
         match released {
             Ok((release, to_this_store)) => Ok(semaphore::tell_permit_release(
                 &self.hub,
@@ -1017,12 +1099,13 @@ mod tests {
     }
 
     #[test]
-    fn what_the_cluster_does_not_do_yet_is_unsupported_before_any_io() {
+    fn urls_are_checked_before_any_io() {
+        RedisClusterStore::check_url("redis+cluster://u:hunter2@127.0.0.1:1?min_replicas=1")
+            .unwrap();
         let e =
-            RedisClusterStore::check_url("redis+cluster://u:hunter2@127.0.0.1:1?min_replicas=1")
+            RedisClusterStore::check_url("redis+cluster://u:hunter2@127.0.0.1:1?min_replicas=33")
                 .unwrap_err();
-        assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported, "{e}");
-        assert!(e.message().contains("Redis Cluster"), "{e}");
+        assert!(e.is_invalid_input(), "{e}");
         assert!(!e.message().contains("hunter2"), "{e}");
         RedisClusterStore::check_url("redis+cluster://127.0.0.1:1,127.0.0.1:2").unwrap();
         let e = RedisClusterStore::check_url("redis://127.0.0.1:1").unwrap_err();

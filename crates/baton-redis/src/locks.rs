@@ -300,10 +300,7 @@ impl RedisStore {
 
     /// Has `invocation` confirmed by `min_replicas` replicas, when the option asks for any.
     pub(crate) fn confirm(&self, invocation: &mut Evalsha<'_>) {
-        let replicas = self.options.get_min_replicas();
-        if replicas > 0 {
-            invocation.confirmed_by(replicas, self.options.wait_millis());
-        }
+        confirm(&self.options, invocation);
     }
 
     /// Frees `holder`'s grant of `key`, a grant the replicas did not confirm, before the claim
@@ -326,22 +323,7 @@ impl RedisStore {
     /// replicas) has as many as `min_replicas` asks for; otherwise emits
     /// `baton.redis.replication_unconfirmed` and answers the `Unavailable` error to report.
     pub(crate) fn unconfirmed(&self, what: &str, replicas: Option<i64>) -> Option<Error> {
-        let wanted = self.options.get_min_replicas();
-        let replicas = replicas?;
-        if replicas >= i64::from(wanted) {
-            return None;
-        }
-        let message = format!(
-            "{}: {what} reached {replicas} of the {wanted} replicas min_replicas asks for within {}ms; it is not acknowledged",
-            self.target.redacted,
-            self.options.wait_millis()
-        );
-        telemetry::emit(
-            &events::REDIS_REPLICATION_UNCONFIRMED,
-            None,
-            format_args!("{message}"),
-        );
-        Some(Error::unavailable(message))
+        unconfirmed(&self.options, &self.target.redacted, what, replicas)
     }
 
     async fn scan(&self, prefix: &str) -> Result<BTreeSet<StoreKey>> {
@@ -755,6 +737,43 @@ pub(crate) fn parse_claim(value: &Value) -> Option<Claim> {
         }),
         _ => None,
     }
+}
+
+/// Has `invocation` confirmed by the replicas `options` ask for (`min_replicas`), if any:
+/// a `WAIT` sent right after it, on the same connection. Both Redis stores confirm the same
+/// writes this way: claims, renewals and releases of grants and permits.
+pub(crate) fn confirm(options: &RedisOptions, invocation: &mut Evalsha<'_>) {
+    let replicas = options.get_min_replicas();
+    if replicas > 0 {
+        invocation.confirmed_by(replicas, options.wait_millis());
+    }
+}
+
+/// Whether a write to `server` answered with `replicas` acknowledgements (`None`: not
+/// confirmed by replicas) has as many as `options`' `min_replicas`; otherwise emits
+/// [`baton.redis.replication_unconfirmed`](events::REDIS_REPLICATION_UNCONFIRMED) and answers
+/// the `Unavailable` error to report.
+pub(crate) fn unconfirmed(
+    options: &RedisOptions,
+    server: &str,
+    what: &str,
+    replicas: Option<i64>,
+) -> Option<Error> {
+    let wanted = options.get_min_replicas();
+    let replicas = replicas?;
+    if replicas >= i64::from(wanted) {
+        return None;
+    }
+    let message = format!(
+        "{server}: {what} reached {replicas} of the {wanted} replicas min_replicas asks for within {}ms; it is not acknowledged",
+        options.wait_millis()
+    );
+    telemetry::emit(
+        &events::REDIS_REPLICATION_UNCONFIRMED,
+        None,
+        format_args!("{message}"),
+    );
+    Some(Error::unavailable(message))
 }
 
 /// Sends `invocation`, the release of a grant or permit the replicas did not confirm, and

@@ -4,7 +4,8 @@
 //! two holders, fences strictly increasing, every holder's increment landed once in the
 //! fenced register), and acquires were under way while the change was.
 //!
-//! A master killed with SIGKILL is the exception: only the fence rules hold through it.
+//! A master killed with SIGKILL is the exception: only the fence rules hold through it,
+//! unless the store is opened with `min_replicas=1`, and then every rule holds again.
 //!
 //! Each test starts a cluster of its own (three masters, three replicas on loopback). The
 //! slot moves one key at a time (`RedisCluster::migrate_slot`), so the contenders meet `ASK`
@@ -165,28 +166,59 @@ fn four_processes_exclude_each_other_through_a_coordinated_failover_of_the_keys_
 }
 
 /// A master killed with SIGKILL loses the grants its replica had not received, and their
-/// keys can be granted again beside the old holders (documented; `min_replicas` is not
-/// offered on a cluster): so only the fence rules are checked here, never the exclusion.
+/// keys can be granted again beside the old holders (documented): so without `min_replicas`
+/// only the fence rules are checked here, never the exclusion.
 #[test]
 fn fences_keep_increasing_when_the_keys_master_is_killed_under_four_processes() {
+    let (history, killed) = kill_the_keys_master("response_timeout=1s&connect_timeout=1s");
+    let mut violations = baton_testkit::check::well_formed(&history);
+    violations.extend(baton_testkit::check::fences_increase(&history));
+    baton_testkit::check::assert_clean(&violations);
+    assert_granted_through(&history, killed);
+}
+
+/// With `min_replicas=1` a grant is acknowledged only once the master's replica has it, so
+/// the replica that takes over from a SIGKILLed master knows every grant a holder was told
+/// of: every rule holds, exclusion too.
+#[test]
+fn with_min_replicas_four_processes_exclude_each_other_when_the_keys_master_is_killed() {
+    let (history, killed) =
+        kill_the_keys_master("min_replicas=1&response_timeout=1s&connect_timeout=1s");
+    baton_testkit::check::assert_clean(&baton_testkit::check::all(&history));
+    assert_granted_through(&history, killed);
+}
+
+/// Kills the key's master with SIGKILL while [`PROCESSES`] processes contend with the store
+/// URL's `options`, waits for its replica to take over, and restarts it; answers the history
+/// and when the kill began.
+fn kill_the_keys_master(options: &str) -> (History, MonoTime) {
     let contended = Contended::start();
     let (slot, master) = (contended.slot, contended.master);
     let replica = contended.cluster.replica_of(master).unwrap();
     let (history, _, killed, now) = contended.run(
         "cluster_contender_through_faults",
-        "response_timeout=1s&connect_timeout=1s",
+        options,
         move |cluster| {
             cluster.kill(master).unwrap();
             cluster
                 .wait_healthy(PATIENCE)
                 .unwrap_or_else(|e| panic!("the replica of {master} takes over: {e}"));
-            cluster.master_of_slot(slot).unwrap()
+            let now = cluster.master_of_slot(slot).unwrap();
+            // Restarted, the old master rejoins as the new one's replica, which confirms
+            // writes again (with `min_replicas=1` nothing is granted until then).
+            cluster.restart(master).unwrap();
+            cluster
+                .wait_healthy(PATIENCE)
+                .unwrap_or_else(|e| panic!("{master} rejoins as a replica: {e}"));
+            now
         },
     );
     assert_eq!(now, replica, "the replica serves the key's slot now");
-    let mut violations = baton_testkit::check::well_formed(&history);
-    violations.extend(baton_testkit::check::fences_increase(&history));
-    baton_testkit::check::assert_clean(&violations);
+    (history, killed)
+}
+
+/// Every round was granted, some after `killed`.
+fn assert_granted_through(history: &History, killed: MonoTime) {
     assert_eq!(
         history.grants().len(),
         (PROCESSES * ROUNDS) as usize,
