@@ -1,5 +1,5 @@
-//! `rediss://` end to end: a private redis-server with a TLS port and a certificate from a
-//! private CA made for the test.
+//! `rediss://` and `rediss+cluster://` end to end: a private redis-server (and a private
+//! Redis Cluster) with TLS ports and a certificate from a private CA made for the test.
 //!
 //! The store trusts the platform's root certificates, which honour `SSL_CERT_FILE`; the
 //! client half runs in a child process started with `SSL_CERT_FILE` pointing at the test CA
@@ -11,9 +11,10 @@ use std::time::Duration;
 use baton_core::ErrorKind;
 use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
 use baton_core::{Holder, Key, KeyKind, Namespace, Ttl};
-use baton_redis::RedisStore;
+use baton_redis::{RedisClusterStore, RedisStore};
 use baton_testkit::process::{self, ChildTest};
 use baton_testkit::redis::{RedisOptions as ServerOptions, RedisServer};
+use baton_testkit::redis_cluster::RedisCluster;
 
 const URL_ENV: &str = "BATON_TEST_REDISS_URL";
 
@@ -112,4 +113,107 @@ async fn tls_client() {
     RedisStore::connect(&by_name)
         .await
         .expect("rediss://localhost connects");
+}
+
+const CLUSTER_URL_ENV: &str = "BATON_TEST_REDISS_CLUSTER_URL";
+
+/// `rediss+cluster://` end to end: a private cluster (three masters, three replicas) whose
+/// nodes take TLS clients and talk TLS on the cluster bus. Without the CA the seed nodes'
+/// certificate is not trusted; with it (the child), the store follows the slot map to every
+/// master over TLS, and a release wakes a waiter of another store over sharded pub/sub on TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_cluster_connects_with_a_trusted_certificate_and_refuses_an_untrusted_one() {
+    if process::role().is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    baton_testkit::tls::certificates(dir.path());
+    let cluster = tokio::task::spawn_blocking({
+        let certificates = dir.path().to_owned();
+        move || RedisCluster::start_tls(&certificates)
+    })
+    .await
+    .unwrap()
+    .expect("a private Redis Cluster with TLS ports");
+    let url = format!(
+        "{}?connect_timeout=2s&response_timeout=2s",
+        cluster.tls_url().expect("TLS ports")
+    );
+
+    // Without the CA, the certificate is not trusted.
+    let err = RedisClusterStore::connect(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+
+    let mut child = ChildTest::new("tls_cluster_client", "client")
+        .env(
+            "SSL_CERT_FILE",
+            dir.path().join("ca.crt").to_string_lossy().into_owned(),
+        )
+        .env(CLUSTER_URL_ENV, &url)
+        .spawn()
+        .unwrap();
+    let waited = tokio::task::spawn_blocking(move || child.wait_success(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    waited.unwrap_or_else(|e| panic!("{e}"));
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the client half of rediss_cluster_connects_with_a_trusted_certificate_and_refuses_an_untrusted_one"]
+async fn tls_cluster_client() {
+    if process::role().is_none() {
+        return;
+    }
+    let url = std::env::var(CLUSTER_URL_ENV).unwrap();
+    let store = RedisClusterStore::connect(&url)
+        .await
+        .expect("rediss+cluster:// connects");
+    let other = RedisClusterStore::connect(&url)
+        .await
+        .expect("rediss+cluster:// connects");
+    let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+    let namespace = Namespace::new("tls").unwrap();
+    // Keys on every master: a grant and its release on each, over TLS.
+    for n in 0..12 {
+        let key = namespace.qualify(KeyKind::Lock, &Key::new(format!("k{n}")).unwrap());
+        let holder = Holder::random();
+        assert!(matches!(
+            store
+                .claim(&key, LeaseRequest::new(&holder, ttl))
+                .await
+                .unwrap(),
+            Claim::Granted { .. }
+        ));
+        assert_eq!(
+            store.release(&key, &holder).await.unwrap(),
+            Release::Removed
+        );
+    }
+    // A waiter of another store queues; the release hands it the key with a wake-up that
+    // arrives over that store's sharded pub/sub connection, on TLS.
+    let key = namespace.qualify(KeyKind::Lock, &Key::new("handed").unwrap());
+    let holder = Holder::random();
+    assert!(matches!(
+        store
+            .claim(&key, LeaseRequest::new(&holder, ttl))
+            .await
+            .unwrap(),
+        Claim::Granted { .. }
+    ));
+    let mut released = other.wakeups().hub.subscribe(&key);
+    assert!(matches!(
+        other
+            .claim(&key, LeaseRequest::new(&Holder::random(), ttl))
+            .await
+            .unwrap(),
+        Claim::Held { .. }
+    ));
+    assert_eq!(
+        store.release(&key, &holder).await.unwrap(),
+        Release::Removed
+    );
+    tokio::time::timeout(Duration::from_secs(5), released.released())
+        .await
+        .expect("the wake-up came over TLS sharded pub/sub");
 }

@@ -41,6 +41,7 @@ use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
 use std::ops::ControlFlow;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -74,6 +75,9 @@ const BUS_PORT_ATTEMPTS: u32 = 5;
 /// Three masters with one replica each. See the [module docs](self).
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// Each node's TLS port, in the order of `nodes`, for a cluster started with
+    /// [`RedisCluster::start_tls`]; empty otherwise.
+    tls_ports: Vec<u16>,
     /// Listeners holding the ports of killed nodes (see [`RedisCluster::kill`]).
     reserved: Mutex<Vec<TcpListener>>,
     /// Kills the shared cluster's nodes when the test process exits.
@@ -112,12 +116,40 @@ impl RedisCluster {
     /// node does not start, `redis-cli --cluster create` fails, or the cluster is not
     /// healthy in time (the messages quote what was seen).
     pub fn start() -> io::Result<RedisCluster> {
+        RedisCluster::start_nodes(None)
+    }
+
+    /// [`RedisCluster::start`], each node also taking TLS clients on a port of its own with
+    /// the certificate and key in `certificates` (`server.crt`, `server.key`, signed by
+    /// `ca.crt`, as [`crate::tls::certificates`] makes them), and the cluster bus on TLS
+    /// and replication (`tls-cluster yes`, `tls-replication yes`), so that the nodes tell a
+    /// TLS client the TLS ports of the others and a plain client, such as the testkit's own,
+    /// the plain ones. Clients need no
+    /// certificate of their own. [`RedisCluster::tls_url`] names the TLS ports.
+    ///
+    /// # Errors
+    /// As [`RedisCluster::start`].
+    pub fn start_tls(certificates: &Path) -> io::Result<RedisCluster> {
+        RedisCluster::start_nodes(Some(certificates))
+    }
+
+    fn start_nodes(certificates: Option<&Path>) -> io::Result<RedisCluster> {
         let mut nodes = Vec::with_capacity(2 * MASTERS);
+        let mut tls_ports = Vec::new();
         for _ in 0..2 * MASTERS {
-            nodes.push(start_node()?);
+            let tls = match certificates {
+                Some(dir) => {
+                    let port = free_port()?;
+                    tls_ports.push(port);
+                    tls_args(dir, port)
+                }
+                None => Vec::new(),
+            };
+            nodes.push(start_node(&tls)?);
         }
         let cluster = RedisCluster {
             nodes,
+            tls_ports,
             reserved: Mutex::new(Vec::new()),
             watchdog: None,
         };
@@ -154,6 +186,20 @@ impl RedisCluster {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// `rediss+cluster://127.0.0.1:<t1>,...`: every node's TLS port as a seed, for a cluster
+    /// started with [`RedisCluster::start_tls`]; `None` for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        if self.tls_ports.is_empty() {
+            return None;
+        }
+        let hosts: Vec<String> = self
+            .tls_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        Some(format!("rediss+cluster://{}", hosts.join(",")))
     }
 
     /// Every node, masters and replicas (roles change with failovers).
@@ -535,7 +581,30 @@ done"#
 }
 
 /// Starts one cluster node on a free port with a free cluster bus port.
-fn start_node() -> io::Result<RedisServer> {
+/// The arguments that give a node a TLS port and put the cluster bus on TLS.
+fn tls_args(certificates: &Path, port: u16) -> Vec<OsString> {
+    let file = |name: &str| certificates.join(name).into_os_string();
+    vec![
+        "--tls-port".into(),
+        port.to_string().into(),
+        "--tls-cert-file".into(),
+        file("server.crt"),
+        "--tls-key-file".into(),
+        file("server.key"),
+        "--tls-ca-cert-file".into(),
+        file("ca.crt"),
+        "--tls-auth-clients".into(),
+        "no".into(),
+        "--tls-cluster".into(),
+        "yes".into(),
+        // A replica learns its master's TLS port from the cluster, so it replicates on TLS.
+        "--tls-replication".into(),
+        "yes".into(),
+    ]
+}
+
+/// Starts one node in cluster mode, with `extra` arguments (TLS).
+fn start_node(extra: &[OsString]) -> io::Result<RedisServer> {
     let mut attempt = 1;
     loop {
         let bus = free_port()?.to_string();
@@ -557,7 +626,7 @@ fn start_node() -> io::Result<RedisServer> {
             "--repl-diskless-sync-delay",
             "0",
         ]);
-        match RedisServer::start_with(options) {
+        match RedisServer::start_with(options.args(extra)) {
             Ok(node) => return Ok(node),
             Err(e) if e.kind() == io::ErrorKind::NotFound || attempt == BUS_PORT_ATTEMPTS => {
                 return Err(e);
