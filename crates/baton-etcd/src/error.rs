@@ -17,12 +17,21 @@ use etcd_client::Error as EtcdError;
 
 /// The error a caller sees: `<cluster>: <what> failed: <why>`.
 pub(crate) fn etcd_error(e: EtcdError, what: &str, cluster: &str) -> Error {
+    hinted(e, what, cluster, None)
+}
+
+/// [`etcd_error`], followed by what to check when there is a `hint`.
+pub(crate) fn hinted(e: EtcdError, what: &str, cluster: &str, hint: Option<&str>) -> Error {
     let kind = match &e {
         EtcdError::InvalidArgs(_) | EtcdError::InvalidUri(_) => ErrorKind::InvalidInput,
         EtcdError::Utf8Error(_) => ErrorKind::Internal,
         _ => ErrorKind::Unavailable,
     };
-    Error::new(kind, format!("{cluster}: {what} failed: {e}")).with_source(e)
+    let message = match hint {
+        Some(hint) => format!("{cluster}: {what} failed: {e}; {hint}"),
+        None => format!("{cluster}: {what} failed: {e}"),
+    };
+    Error::new(kind, message).with_source(e)
 }
 
 /// `what` got no answer within `after`.

@@ -51,6 +51,7 @@ pub mod grants;
 mod options;
 pub mod permits;
 mod requests;
+mod tls;
 mod url;
 pub mod watch;
 
@@ -109,15 +110,21 @@ impl EtcdStore {
     /// # Errors
     /// As [`EtcdStore::connect`], except `Unavailable`.
     pub fn check_url(url: &str) -> Result<()> {
-        let (target, _) = url::parse(url)?;
-        refuse_tls(&target)
+        let (target, options) = url::parse(url)?;
+        tls::settings(&target, &options).map(|_| ())
     }
 
     async fn open(target: Target, options: EtcdOptions) -> Result<EtcdStore> {
-        refuse_tls(&target)?;
+        let tls = tls::settings(&target, &options)?;
         let mut connect = ConnectOptions::new()
             .with_connect_timeout(options.get_connect_timeout())
             .with_require_leader(true);
+        #[cfg(feature = "tls")]
+        if let Some(tls) = tls {
+            connect = connect.with_tls(tls);
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = tls;
         if let Some((user, password)) = &target.credentials {
             connect = connect.with_user(user.clone(), password.clone());
         }
@@ -127,7 +134,7 @@ impl EtcdStore {
         let client = tokio::time::timeout(deadline, Client::connect(endpoints, Some(connect)))
             .await
             .map_err(|_| error::timed_out("connect", &cluster, deadline))?
-            .map_err(|e| error::etcd_error(e, "connect", &cluster))?;
+            .map_err(|e| opening_failed(&target, e, &cluster))?;
         let hub = Arc::new(ReleaseHub::new());
         let watches = Watches::new(client.clone(), Arc::clone(&hub));
         let channels = Channels::new(client.clone());
@@ -150,7 +157,10 @@ impl EtcdStore {
                 }
             })
             .await
-            .map_err(|fault| store.failed("connect", fault))?;
+            .map_err(|fault| match fault {
+                requests::Fault::Etcd(e) => opening_failed(&store.target, e, store.cluster()),
+                fault => store.failed("connect", fault),
+            })?;
         Ok(store)
     }
 
@@ -172,14 +182,11 @@ impl Drop for EtcdStore {
     }
 }
 
-fn refuse_tls(target: &Target) -> Result<()> {
-    if target.tls {
-        return Err(Error::unsupported(format!(
-            "store URL {:?}: etcds:// (TLS) is not supported by baton's etcd store yet; use etcd:// on a trusted network",
-            target.redacted
-        )));
-    }
-    Ok(())
+/// The error of a failed first contact, with what to check when it looks like the TLS
+/// handshake.
+fn opening_failed(target: &Target, e: etcd_client::Error, cluster: &str) -> Error {
+    let hint = tls::handshake_hint(target, &e);
+    error::hinted(e, "connect", cluster, hint)
 }
 
 impl Store for EtcdStore {
@@ -224,9 +231,16 @@ mod tests {
         assert!(EtcdStore::check_url("etcd://127.0.0.1:1,127.0.0.1:2").is_ok());
         let e = EtcdStore::check_url("etcd://h:0").unwrap_err();
         assert!(e.is_invalid_input(), "{e}");
-        let e = EtcdStore::check_url("etcds://u:hunter2@h").unwrap_err();
-        assert_eq!(e.kind(), baton_core::ErrorKind::Unsupported, "{e}");
-        assert!(e.message().contains("TLS"), "{e}");
+        assert!(EtcdStore::check_url("etcds://u:hunter2@h").is_ok());
+        // The TLS files are read: a missing one is named, the password is not.
+        let e =
+            EtcdStore::check_url("etcds://u:hunter2@h?ca_file=/nonexistent/ca.pem").unwrap_err();
+        assert!(e.is_invalid_input(), "{e}");
+        assert!(
+            e.message()
+                .contains("ca_file \"/nonexistent/ca.pem\" cannot be read"),
+            "{e}"
+        );
         assert!(!e.message().contains("hunter2"), "{e}");
     }
 
