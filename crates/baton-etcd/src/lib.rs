@@ -48,6 +48,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions};
 pub mod broadcast;
 mod error;
 pub mod grants;
+pub mod idempotency;
 mod options;
 pub mod permits;
 mod requests;
@@ -202,17 +203,11 @@ impl Store for EtcdStore {
         Err(Capability::Cache.unsupported(self.name(), Some(NOT_YET)))
     }
 
-    fn idempotency_store(
-        self: Arc<Self>,
-    ) -> Result<Arc<dyn baton_core::idempotency::IdempotencyStore>> {
-        Err(Capability::Idempotency.unsupported(self.name(), Some(NOT_YET)))
-    }
-
     fn work_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::work::WorkStore>> {
         Err(Capability::Work.unsupported(self.name(), Some(NOT_YET)))
     }
 
-    baton_core::offers!(semaphore_store, broadcast_store);
+    baton_core::offers!(semaphore_store, broadcast_store, idempotency_store);
 }
 
 #[cfg(test)]

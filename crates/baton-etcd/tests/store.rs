@@ -39,13 +39,16 @@ async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
             .contains("etcd has none that a transaction can read"),
         "{e}"
     );
-    for refused in [
-        store.clone().idempotency_store().err(),
-        store.clone().work_store().err(),
-    ] {
-        let e = refused.expect("refused");
-        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
-    }
+    let e = store.clone().work_store().expect_err("refused");
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    let log = baton.idempotency().expect("idempotency records on etcd");
+    let scope = baton::idempotency::Scope::new("org", "facade", "k").unwrap();
+    assert!(
+        log.try_acquire(&scope, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_acquired()
+    );
     let permits = baton.semaphore("facade", 2).expect("semaphores on etcd");
     let permit = permits
         .try_acquire(&baton::lock::LockOptions::new(Duration::from_secs(5)))
