@@ -46,6 +46,7 @@ use baton_core::{Error, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
 pub mod broadcast;
+pub mod cache;
 mod error;
 pub mod grants;
 pub mod idempotency;
@@ -62,8 +63,8 @@ use crate::broadcast::Channels;
 use crate::url::Target;
 use crate::watch::Watches;
 
-/// Why the etcd store does not offer a capability yet.
-const NOT_YET: &str = "baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far";
+/// Why the etcd store does not offer claimable work yet.
+const NOT_YET: &str = "claimable work is not built on etcd yet";
 
 /// Why the etcd store keeps no rate limits.
 const NO_CLOCK: &str = "an exact limit is computed on the store's clock, and etcd has none that a transaction can read (its only server time is whole-second lease expiry)";
@@ -199,15 +200,16 @@ impl Store for EtcdStore {
         Err(Capability::RateLimits.unsupported(self.name(), Some(NO_CLOCK)))
     }
 
-    fn cache_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::CacheStore>> {
-        Err(Capability::Cache.unsupported(self.name(), Some(NOT_YET)))
-    }
-
     fn work_store(self: Arc<Self>) -> Result<Arc<dyn baton_core::work::WorkStore>> {
         Err(Capability::Work.unsupported(self.name(), Some(NOT_YET)))
     }
 
-    baton_core::offers!(semaphore_store, broadcast_store, idempotency_store);
+    baton_core::offers!(
+        semaphore_store,
+        broadcast_store,
+        idempotency_store,
+        cache_store
+    );
 }
 
 #[cfg(test)]

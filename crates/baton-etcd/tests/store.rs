@@ -1,6 +1,6 @@
 //! The etcd store through the facade: `baton::connect` opens `etcd://` URLs, offers
-//! semaphores (so reader-writer locks) and broadcast, and refuses every capability it lacks when asked
-//! for, with the reason.
+//! semaphores (so reader-writer locks), broadcast, the cache and idempotency records, and
+//! refuses every capability it lacks when asked for, with the reason.
 
 mod common;
 
@@ -24,14 +24,12 @@ async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
     assert!(guard.fence().get() > 0);
     guard.release().await;
 
-    let e = baton.cache().unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Unsupported);
-    assert!(
-        e.message().starts_with(
-            "the etcd store keeps no cache: baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far"
-        ),
-        "{e}"
-    );
+    let cache = baton.cache().expect("a cache on etcd");
+    cache
+        .set("facade", &7u32, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(cache.get::<u32>("facade").await.unwrap(), Some(7));
     let store = baton.store().clone();
     let e = store.clone().rate_store().expect_err("refused");
     assert!(
@@ -41,6 +39,11 @@ async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
     );
     let e = store.clone().work_store().expect_err("refused");
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(
+        e.message()
+            .starts_with("the etcd store keeps no claimable work"),
+        "{e}"
+    );
     let log = baton.idempotency().expect("idempotency records on etcd");
     let scope = baton::idempotency::Scope::new("org", "facade", "k").unwrap();
     assert!(
