@@ -1,5 +1,6 @@
 //! The etcd store of baton. Not for direct use; see `baton`, which opens it for
-//! `etcd://host:port[,host:port...]` URLs when built with its `etcd` feature.
+//! `etcd://host:port[,host:port...]` and `etcds://` (TLS) URLs when built with its `etcd`
+//! feature.
 //!
 //! Use it when a lock's exclusion must survive the failure of any one server: etcd keeps its
 //! data on a quorum of members (Raft), so a grant it acknowledged is not lost when the
@@ -14,7 +15,12 @@
 //! - Semaphores ([`SemaphoreStore`](baton_core::SemaphoreStore)): each permit is one of N
 //!   slot keys, created only while no slot from N on is taken ([`permits`]); reader-writer
 //!   locks are built on them and the lock atom.
-//! - [`EtcdOptions`]: timeouts, also given in the URL's query.
+//! - Idempotency records ([`IdempotencyStore`](baton_core::idempotency::IdempotencyStore)):
+//!   a record key on an etcd lease for its TTL and an owner key on one for the owner's lease,
+//!   changed only by transactions that see both keys unchanged ([`idempotency`]).
+//! - The cache ([`CacheStore`](baton_core::CacheStore)): a key per value on an etcd lease of
+//!   its own ([`cache`]).
+//! - [`EtcdOptions`]: timeouts and the TLS files, also given in the URL's query.
 //! - Wake-ups: each process that waits for a lock queues once and watches only the process
 //!   queued before it, so a release wakes one process ([`watch`]); a semaphore's waiters
 //!   watch its slots.
@@ -22,17 +28,25 @@
 //!
 //! Every other capability answers `Unsupported` when it is asked for, with the reason and
 //! the stores that offer it: rate limits because an exact limit is computed on the store's
-//! clock and etcd has none a transaction can read; the cache, idempotency records and
-//! claimable work because they are not built on etcd yet.
+//! clock and etcd has none a transaction can read; claimable work because it is not built on
+//! etcd yet.
 //!
 //! ## Behavior
 //! - TTLs are whole seconds on etcd: a grant's lease is its TTL rounded up to the next
 //!   second (at least 1s), and the cluster may raise it to its minimum lease TTL. A holder's
 //!   own `valid_until` still uses the TTL it asked for, so it never believes it holds longer
 //!   than the cluster keeps the grant; other waiters may wait up to the rounded TTL.
+//! - Idempotency records expire, and owners' leases lapse, never before the time asked and
+//!   at most about two seconds after it; cached values may be read up to about a second and
+//!   a half past their TTL (whole-second leases, swept by the leader).
 //! - A member that fails mid-request fails that request (`Unavailable`); the client sends
 //!   the next one to another member.
-//! - `etcds://` (TLS) is not supported yet and answers `Unsupported`.
+//! - `etcds://` talks TLS (rustls) to every member, trusting the URL's `ca_file` or the
+//!   platform's roots, with a client certificate from `cert_file` and `key_file` if given;
+//!   the files are checked before any connection (`InvalidInput` naming the option). The
+//!   `tls` cargo feature (on by default) brings it; without it `etcds://` is `Unsupported`.
+//! - A value larger than one etcd request (`--max-request-bytes`, 1.5 MiB by default) is
+//!   `InvalidInput`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -93,15 +107,18 @@ impl fmt::Debug for EtcdStore {
 
 impl EtcdStore {
     /// Opens the store that `url` names, with the options in its query:
-    /// `etcd://[user:password@]host[:port][,host[:port]...][?connect_timeout=..&response_timeout=..]`.
+    /// `etcd://[user:password@]host[:port][,host[:port]...][?connect_timeout=..&response_timeout=..]`,
+    /// or `etcds://...` with TLS (`&ca_file=..&cert_file=..&key_file=..`).
     ///
     /// Returns once a member has answered a read that needs the cluster's quorum, so a
     /// cluster that cannot serve is refused here rather than at the first claim.
     ///
     /// # Errors
-    /// `InvalidInput` for a malformed URL (before any I/O); `Unsupported` for `etcds://`;
-    /// `Unavailable` when no member answers within the connect and response timeouts, or
-    /// the credentials are refused.
+    /// `InvalidInput` for a malformed URL or a TLS file that cannot be read or holds no PEM
+    /// item of its kind (before any I/O); `Unsupported` for `etcds://` without the `tls`
+    /// feature; `Unavailable` when no member answers within the connect and response
+    /// timeouts, the TLS handshake fails (the message says what to check), or the
+    /// credentials are refused.
     pub async fn connect(url: &str) -> Result<EtcdStore> {
         let (target, options) = url::parse(url)?;
         EtcdStore::open(target, options).await
