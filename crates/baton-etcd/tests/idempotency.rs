@@ -13,11 +13,9 @@ mod common;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
+use baton_core::Namespace;
 use baton_core::idempotency::IdempotencyLog;
-use baton_core::idempotency::store::{AcquireAnswer, AcquireRequest, IdempotencyStore};
-use baton_core::{Holder, Key, KeyKind, Namespace, Ttl};
 use baton_etcd::EtcdStore;
 
 baton_core::idempotency_conformance_tests!(common::harness());
@@ -50,30 +48,5 @@ baton_testkit::idempotency_races!(
 async fn an_acquire_that_finds_its_own_token_is_acquired() {
     let cluster = common::cluster().await;
     let store = common::store(&cluster).await;
-    let key = baton_core::conformance::fresh_namespace()
-        .qualify(KeyKind::Idempotency, &Key::new("o:d:k").unwrap());
-    let token = Holder::random();
-    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
-    let request = AcquireRequest {
-        attempt: &token,
-        fingerprint: "f",
-        ttl,
-        lease: ttl,
-        retry_failed: false,
-    };
-    let first = store.acquire(&key, request).await.unwrap();
-    let again = store.acquire(&key, request).await.unwrap();
-    let (
-        AcquireAnswer::Acquired { record: a, .. },
-        AcquireAnswer::Acquired {
-            record: b,
-            previous,
-        },
-    ) = (first, again)
-    else {
-        panic!("both answers are Acquired");
-    };
-    assert_eq!((a.owner, a.attempt), (b.owner, b.attempt));
-    assert_eq!(previous, None);
-    assert!(b.lease_remaining > Duration::ZERO && b.lease_remaining <= ttl.get());
+    baton_testkit::idempotency::own_token_is_acquired_again(&store).await;
 }
