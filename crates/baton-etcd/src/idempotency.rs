@@ -38,8 +38,10 @@
 //!
 //! Leases left without keys (a record's old lease after a takeover, an owner's old lease
 //! after a renewal) are revoked in the background; their TTL removes them otherwise. A
-//! request that may have reached the cluster is never sent twice, and an acquire that finds
-//! its own token (its earlier answer lost) answers `Acquired` again.
+//! request that may have reached the cluster is never sent twice. An acquire whose
+//! transaction fails or loses its answer revokes the two leases it was granted, so a record
+//! it did write is deleted again: the caller, told `Unavailable`, leaves no record owned by
+//! an attempt nobody runs. An acquire that finds its own token answers `Acquired` again.
 
 use std::time::Duration;
 
