@@ -13,37 +13,54 @@ use baton_core::{Holder, Key, KeyKind, StoreKey, Ttl};
 use baton_etcd::EtcdStore;
 use tokio::time::{Instant, sleep};
 
-/// Claims `key` for a fresh holder until it is granted (riding out the errors of a
-/// failover, at most 20s), releases it, and returns the fence.
-async fn grant_and_release(store: &EtcdStore, key: &StoreKey) -> u64 {
-    let holder = Holder::random();
-    let ttl = Ttl::new(Duration::from_secs(5)).unwrap();
+/// Calls `read` until the cluster answers (riding out a failover's errors, at most
+/// 20s); the answer.
+async fn once_served<T, F, Fut>(what: &str, mut read: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = baton_core::Result<T>>,
+{
     let started = Instant::now();
     loop {
-        match store.claim(key, LeaseRequest::new(&holder, ttl)).await {
-            Ok(Claim::Granted { fence }) => {
-                // The release may meet the failover too; the TTL is the backstop.
-                let released = store.release(key, &holder).await;
-                assert!(
-                    matches!(released, Ok(Release::Removed) | Err(_)),
-                    "{released:?}"
-                );
-                if released.is_err() {
-                    sleep(Duration::from_secs(6)).await;
-                }
-                return fence.get();
-            }
-            Ok(other) => panic!("nobody else claims {key}: {other:?}"),
+        match read().await {
+            Ok(answer) => return answer,
             Err(e) => {
-                assert!(e.is_unavailable(), "a member failure is Unavailable: {e}");
+                assert!(
+                    e.is_unavailable(),
+                    "{what}: a member failure is Unavailable: {e}"
+                );
                 assert!(
                     started.elapsed() < Duration::from_secs(20),
-                    "no member served within 20s: {e}"
+                    "{what}: no member served within 20s: {e}"
                 );
                 sleep(Duration::from_millis(100)).await;
             }
         }
     }
+}
+
+/// Claims `key` for a fresh holder until it is granted (riding out the errors of a
+/// failover, at most 20s), releases it, and returns the fence.
+async fn grant_and_release(store: &EtcdStore, key: &StoreKey) -> u64 {
+    let holder = Holder::random();
+    let ttl = Ttl::new(Duration::from_secs(5)).unwrap();
+    let claim = once_served("a claim", || {
+        store.claim(key, LeaseRequest::new(&holder, ttl))
+    })
+    .await;
+    let Claim::Granted { fence } = claim else {
+        panic!("nobody else claims {key}: {claim:?}");
+    };
+    // The release may meet the failover too; the TTL is the backstop.
+    let released = store.release(key, &holder).await;
+    assert!(
+        matches!(released, Ok(Release::Removed) | Err(_)),
+        "{released:?}"
+    );
+    if released.is_err() {
+        sleep(Duration::from_secs(6)).await;
+    }
+    fence.get()
 }
 
 /// SIGKILL of the member the client talks to (the leader, which every write reaches, and
@@ -166,32 +183,6 @@ async fn a_member_that_is_down_costs_no_call() {
         .is_empty(),
         "a request that went to {closed} was reported"
     );
-}
-
-/// Reads through `read` until the cluster answers (riding out a failover's errors, at most
-/// 20s); the answer.
-async fn once_served<T, F, Fut>(what: &str, mut read: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = baton_core::Result<T>>,
-{
-    let started = Instant::now();
-    loop {
-        match read().await {
-            Ok(answer) => return answer,
-            Err(e) => {
-                assert!(
-                    e.is_unavailable(),
-                    "{what}: a member failure is Unavailable: {e}"
-                );
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "{what}: no member served within 20s: {e}"
-                );
-                sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 /// SIGKILL of the leader: idempotency records (finalized and pending, with the owner's lease)
