@@ -59,8 +59,9 @@ impl Capability {
     /// The stores baton ships that offer this capability, as advice.
     fn offered_by(self) -> &'static str {
         match self {
-            Capability::RateLimits | Capability::Cache | Capability::Idempotency => {
-                "connect with memory://, sqlite://, redis:// or postgres://"
+            Capability::RateLimits => "connect with memory://, sqlite://, redis:// or postgres://",
+            Capability::Cache | Capability::Idempotency => {
+                "connect with memory://, sqlite://, redis://, postgres:// or etcd://"
             }
             Capability::Broadcast => {
                 "use redis:// (every process on the server), postgres:// (every process on the database) or memory:// (this process only)"
@@ -85,7 +86,7 @@ impl Capability {
     /// let e = Capability::Cache.unsupported("custom", None);
     /// assert_eq!(
     ///     e.message(),
-    ///     "the custom store keeps no cache; connect with memory://, sqlite://, redis:// or postgres://"
+    ///     "the custom store keeps no cache; connect with memory://, sqlite://, redis://, postgres:// or etcd://"
     /// );
     /// ```
     pub fn unsupported(self, store: &str, why: Option<&str>) -> Error {

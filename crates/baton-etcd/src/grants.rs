@@ -88,7 +88,7 @@ pub(crate) const EXPIRING: Duration = Duration::from_millis(100);
 
 /// How often an atom re-reads a key that changed between its read and its transaction
 /// before it answers `Unavailable`.
-const RACE_ATTEMPTS: usize = 8;
+pub(crate) const RACE_ATTEMPTS: usize = 8;
 
 /// The whole seconds of an etcd lease for `ttl`: rounded up, at least 1.
 pub fn lease_seconds(ttl: Ttl) -> i64 {

@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! etcd://[user:password@]host[:port][,host[:port]...][/][?option=value&...]
-//! etcds://...   (the same, over TLS: not supported yet)
+//! etcds://...   (the same, over TLS)
 //! ```
 //!
 //! The hosts are the cluster's members (their client URLs); the client spreads requests
 //! over them and moves to another when one fails. The port defaults to 2379. The user and
 //! password are percent-decoded and used for etcd's authentication; both or neither must be
-//! given. The query holds [`EtcdOptions`], `name=value` joined by `&`. Anything else (an
-//! unknown or repeated option, a path, a fragment, an empty host, a bad port) is rejected
-//! before any I/O, and no error message ever shows the password.
+//! given. The query holds [`EtcdOptions`], `name=value` joined by `&`; the TLS files
+//! (`ca_file`, `cert_file`, `key_file`) only with `etcds://`. Anything else (an unknown or
+//! repeated option, a TLS file on `etcd://`, a path, a fragment, an empty host, a bad port) is
+//! rejected before any I/O, and no error message ever shows the password.
 
 use std::fmt;
 
@@ -92,6 +93,12 @@ pub(crate) fn parse(text: &str) -> Result<(Target, EtcdOptions)> {
         .collect::<Result<Vec<_>>>()?;
     let credentials = credentials(userinfo, host_start > 0, &bad)?;
     let options = baton_core::options::from_query::<EtcdOptions>(query, &bad)?;
+    if !tls && options.names_tls_files() {
+        return Err(bad(
+            "names a TLS file (ca_file, cert_file or key_file) but is not TLS; write etcds://"
+                .into(),
+        ));
+    }
     Ok((
         Target {
             endpoints,
@@ -177,7 +184,7 @@ fn credentials(
 }
 
 /// `text` with every `%XX` decoded; `None` for a bad escape or bytes that are not UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -221,6 +228,21 @@ mod tests {
 
         let (target, _) = parse("etcds://h").unwrap();
         assert!(target.tls);
+
+        let (target, options) =
+            parse("etcds://h?ca_file=/etc/my%20ca.pem&cert_file=/c.pem&key_file=/k.pem").unwrap();
+        assert!(target.tls);
+        assert_eq!(
+            options.get_ca_file(),
+            Some(std::path::Path::new("/etc/my ca.pem"))
+        );
+        assert_eq!(
+            options.get_client_certificate(),
+            (
+                Some(std::path::Path::new("/c.pem")),
+                Some(std::path::Path::new("/k.pem"))
+            )
+        );
     }
 
     #[test]
@@ -263,6 +285,17 @@ mod tests {
             ("etcd://:pw@h", "a password without a user"),
             ("etcd://user:@h", "an empty password"),
             ("etcd://user:p%zz@h", "password that is not valid"),
+            ("etcd://h?ca_file=/ca.pem", "is not TLS; write etcds://"),
+            ("etcds://h?ca_file=", "option ca_file is empty"),
+            ("etcds://h?ca_file=%zz", "ca_file"),
+            (
+                "etcds://h?cert_file=/c.pem",
+                "cert_file is given without key_file",
+            ),
+            (
+                "etcds://h?key_file=/k.pem",
+                "key_file is given without cert_file",
+            ),
         ] {
             let e = parse(url).unwrap_err();
             assert!(e.is_invalid_input(), "{url}: {e}");

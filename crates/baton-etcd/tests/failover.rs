@@ -1,5 +1,6 @@
-//! Member failures: the client moves to another member, and fences keep increasing,
-//! because they are the cluster's revisions, not a member's.
+//! Member failures: the client moves to another member, fences keep increasing, because
+//! they are the cluster's revisions, not a member's, and idempotency records and cached
+//! values the cluster acknowledged survive the loss of the leader.
 
 mod common;
 
@@ -12,37 +13,54 @@ use baton_core::{Holder, Key, KeyKind, StoreKey, Ttl};
 use baton_etcd::EtcdStore;
 use tokio::time::{Instant, sleep};
 
-/// Claims `key` for a fresh holder until it is granted (riding out the errors of a
-/// failover, at most 20s), releases it, and returns the fence.
-async fn grant_and_release(store: &EtcdStore, key: &StoreKey) -> u64 {
-    let holder = Holder::random();
-    let ttl = Ttl::new(Duration::from_secs(5)).unwrap();
+/// Calls `read` until the cluster answers (riding out a failover's errors, at most
+/// 20s); the answer.
+async fn once_served<T, F, Fut>(what: &str, mut read: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = baton_core::Result<T>>,
+{
     let started = Instant::now();
     loop {
-        match store.claim(key, LeaseRequest::new(&holder, ttl)).await {
-            Ok(Claim::Granted { fence }) => {
-                // The release may meet the failover too; the TTL is the backstop.
-                let released = store.release(key, &holder).await;
-                assert!(
-                    matches!(released, Ok(Release::Removed) | Err(_)),
-                    "{released:?}"
-                );
-                if released.is_err() {
-                    sleep(Duration::from_secs(6)).await;
-                }
-                return fence.get();
-            }
-            Ok(other) => panic!("nobody else claims {key}: {other:?}"),
+        match read().await {
+            Ok(answer) => return answer,
             Err(e) => {
-                assert!(e.is_unavailable(), "a member failure is Unavailable: {e}");
+                assert!(
+                    e.is_unavailable(),
+                    "{what}: a member failure is Unavailable: {e}"
+                );
                 assert!(
                     started.elapsed() < Duration::from_secs(20),
-                    "no member served within 20s: {e}"
+                    "{what}: no member served within 20s: {e}"
                 );
                 sleep(Duration::from_millis(100)).await;
             }
         }
     }
+}
+
+/// Claims `key` for a fresh holder until it is granted (riding out the errors of a
+/// failover, at most 20s), releases it, and returns the fence.
+async fn grant_and_release(store: &EtcdStore, key: &StoreKey) -> u64 {
+    let holder = Holder::random();
+    let ttl = Ttl::new(Duration::from_secs(5)).unwrap();
+    let claim = once_served("a claim", || {
+        store.claim(key, LeaseRequest::new(&holder, ttl))
+    })
+    .await;
+    let Claim::Granted { fence } = claim else {
+        panic!("nobody else claims {key}: {claim:?}");
+    };
+    // The release may meet the failover too; the TTL is the backstop.
+    let released = store.release(key, &holder).await;
+    assert!(
+        matches!(released, Ok(Release::Removed) | Err(_)),
+        "{released:?}"
+    );
+    if released.is_err() {
+        sleep(Duration::from_secs(6)).await;
+    }
+    fence.get()
 }
 
 /// SIGKILL of the member the client talks to (the leader, which every write reaches, and
@@ -165,4 +183,82 @@ async fn a_member_that_is_down_costs_no_call() {
         .is_empty(),
         "a request that went to {closed} was reported"
     );
+}
+
+/// SIGKILL of the leader: idempotency records (finalized and pending, with the owner's lease)
+/// and cached values the cluster acknowledged are all there after the failover, and the
+/// finalized record still answers as a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_and_cached_values_survive_a_sigkill_of_the_leader() {
+    use baton_core::idempotency::{
+        Acquire, AcquireOptions, Finalize, IdempotencyLog, Outcome, Scope, Status,
+    };
+
+    let cluster = common::private_cluster().await;
+    let store = std::sync::Arc::new(common::store(&cluster).await);
+    let ns = fresh_namespace();
+    let log = IdempotencyLog::with_namespace(store.clone(), ns.clone());
+    let cache = baton_core::Cache::with_namespace(store, ns);
+    let (done, pending) = (
+        Scope::new("org", "charges", "done").unwrap(),
+        Scope::new("org", "charges", "pending").unwrap(),
+    );
+    let options = AcquireOptions::new(Duration::from_secs(3600)).lease(Duration::from_secs(600));
+    let Acquire::Acquired(first) = log.try_acquire_with(&done, &options).await.unwrap() else {
+        panic!("a fresh scope acquires");
+    };
+    assert!(matches!(
+        log.finalize(&first, Outcome::Completed, b"receipt")
+            .await
+            .unwrap(),
+        Finalize::Finalized(_)
+    ));
+    let Acquire::Acquired(owner) = log.try_acquire_with(&pending, &options).await.unwrap() else {
+        panic!("a fresh scope acquires");
+    };
+    cache
+        .set("k", &"cached", Duration::from_secs(3600))
+        .await
+        .unwrap();
+
+    {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster.kill(cluster.leader().unwrap());
+            cluster.wait_for_leader(Duration::from_secs(30)).unwrap();
+        })
+        .await
+        .unwrap();
+    }
+
+    let seen = once_served("the finalized record", || {
+        log.try_acquire_with(&done, &options)
+    })
+    .await;
+    let Acquire::Duplicate(record) = seen else {
+        panic!("the finalized record is a duplicate after the failover");
+    };
+    assert_eq!(
+        (record.status(), record.metadata()),
+        (Status::Completed, &b"receipt"[..])
+    );
+    let record = once_served("the pending record", || log.get(&pending))
+        .await
+        .expect("the pending record survives");
+    assert_eq!((record.status(), record.attempt()), (Status::Pending, 1));
+    assert!(
+        record.lease_remaining() > Duration::ZERO,
+        "its owner's lease too"
+    );
+    assert!(matches!(
+        once_served("the owner's finalize", || log.finalize(
+            &owner,
+            Outcome::Completed,
+            b"after"
+        ))
+        .await,
+        Finalize::Finalized(_)
+    ));
+    let value = once_served("the cached value", || cache.get::<String>("k")).await;
+    assert_eq!(value.as_deref(), Some("cached"));
 }

@@ -1,6 +1,6 @@
 //! The etcd store through the facade: `baton::connect` opens `etcd://` URLs, offers
-//! semaphores (so reader-writer locks) and broadcast, and refuses every capability it lacks when asked
-//! for, with the reason.
+//! semaphores (so reader-writer locks), broadcast, the cache and idempotency records, and
+//! refuses every capability it lacks when asked for, with the reason.
 
 mod common;
 
@@ -24,14 +24,12 @@ async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
     assert!(guard.fence().get() > 0);
     guard.release().await;
 
-    let e = baton.cache().unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Unsupported);
-    assert!(
-        e.message().starts_with(
-            "the etcd store keeps no cache: baton's etcd store offers locks, leases, semaphores, reader-writer locks, elections and broadcast only so far"
-        ),
-        "{e}"
-    );
+    let cache = baton.cache().expect("a cache on etcd");
+    cache
+        .set("facade", &7u32, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(cache.get::<u32>("facade").await.unwrap(), Some(7));
     let store = baton.store().clone();
     let e = store.clone().rate_store().expect_err("refused");
     assert!(
@@ -39,13 +37,21 @@ async fn connect_opens_etcd_urls_and_refuses_what_it_lacks() {
             .contains("etcd has none that a transaction can read"),
         "{e}"
     );
-    for refused in [
-        store.clone().idempotency_store().err(),
-        store.clone().work_store().err(),
-    ] {
-        let e = refused.expect("refused");
-        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
-    }
+    let e = store.clone().work_store().expect_err("refused");
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(
+        e.message()
+            .starts_with("the etcd store keeps no claimable work"),
+        "{e}"
+    );
+    let log = baton.idempotency().expect("idempotency records on etcd");
+    let scope = baton::idempotency::Scope::new("org", "facade", "k").unwrap();
+    assert!(
+        log.try_acquire(&scope, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_acquired()
+    );
     let permits = baton.semaphore("facade", 2).expect("semaphores on etcd");
     let permit = permits
         .try_acquire(&baton::lock::LockOptions::new(Duration::from_secs(5)))

@@ -10,10 +10,9 @@ mod common;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use baton_core::Namespace;
-use baton_core::idempotency::{IdempotencyLog, IdempotencyStore};
+use baton_core::idempotency::IdempotencyLog;
 use baton_redis::RedisStore;
 use baton_testkit::redis::RedisServer;
 
@@ -47,32 +46,5 @@ baton_testkit::idempotency_races!(
 async fn an_acquire_that_finds_its_own_token_is_acquired() {
     let server = common::server().await;
     let store = common::store(&server).await;
-    let key = Namespace::default().qualify(
-        baton_core::KeyKind::Idempotency,
-        &baton_core::Key::new("o:d:k").unwrap(),
-    );
-    let token = baton_core::Holder::random();
-    let ttl = baton_core::Ttl::new(Duration::from_secs(60)).unwrap();
-    let request = baton_core::idempotency::store::AcquireRequest {
-        attempt: &token,
-        fingerprint: "f",
-        ttl,
-        lease: ttl,
-        retry_failed: false,
-    };
-    use baton_core::idempotency::store::AcquireAnswer;
-    let first = store.acquire(&key, request).await.unwrap();
-    let again = store.acquire(&key, request).await.unwrap();
-    let (
-        AcquireAnswer::Acquired { record: a, .. },
-        AcquireAnswer::Acquired {
-            record: b,
-            previous,
-        },
-    ) = (first, again)
-    else {
-        panic!("both answers are Acquired");
-    };
-    assert_eq!((a.owner, a.attempt), (b.owner, b.attempt));
-    assert_eq!(previous, None);
+    baton_testkit::idempotency::own_token_is_acquired_again(&store).await;
 }

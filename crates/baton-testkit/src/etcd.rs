@@ -9,6 +9,11 @@
 //! The members use a short heartbeat (50ms) and election timeout (500ms), so a failover
 //! takes about a second and the cluster's smallest lease TTL is 1s.
 //!
+//! [`EtcdCluster::start_tls`] starts the same cluster with a second client port per member
+//! that serves TLS with the certificate it is given (and, when asked, demands a client
+//! certificate signed by a given CA); [`EtcdCluster::tls_url`] names those ports. The plain
+//! client ports stay for the testkit's own health checks and for operator clients.
+//!
 //! A missing `etcd` binary is an error that names the fix (`apt-get install etcd-server`),
 //! never a reason to skip.
 //!
@@ -36,6 +41,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -60,12 +66,27 @@ const START_ATTEMPTS: u32 = 3;
 /// The members' names, in order.
 const NAMES: [&str; 3] = ["m1", "m2", "m3"];
 
-/// One member: its process (on its client port) and its peer port.
+/// One member: its process (on its client port), its peer port, and its TLS client port
+/// when the cluster serves TLS.
 #[derive(Debug)]
 struct Member {
     name: &'static str,
     peer_port: u16,
+    tls_port: Option<u16>,
     process: ServerProcess,
+}
+
+/// The certificate the members of [`EtcdCluster::start_tls`] serve TLS with (PEM files, as
+/// [`crate::tls::certificates`] makes them).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The members' certificate (`--cert-file`); it must name 127.0.0.1.
+    pub cert_file: PathBuf,
+    /// Its private key (`--key-file`).
+    pub key_file: PathBuf,
+    /// When set, the TLS ports demand a client certificate signed by this CA
+    /// (`--client-cert-auth --trusted-ca-file`).
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// A private three-member etcd cluster on loopback. See the [module docs](self).
@@ -73,6 +94,7 @@ struct Member {
 pub struct EtcdCluster {
     binary: OsString,
     members: Vec<Member>,
+    tls: Option<EtcdTls>,
     /// Cleans up after the members if this process exits without dropping the cluster.
     _watchdog: Watchdog,
 }
@@ -84,12 +106,25 @@ impl EtcdCluster {
     /// When `etcd` is not installed (the message says how to install it), or the cluster
     /// does not become healthy in time (the message quotes the members' logs).
     pub fn start() -> io::Result<EtcdCluster> {
+        EtcdCluster::start_with(None)
+    }
+
+    /// Starts the three members as [`EtcdCluster::start`] does, each with one more client
+    /// port that serves TLS with `tls`'s certificate; [`EtcdCluster::tls_url`] names them.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::start`].
+    pub fn start_tls(tls: EtcdTls) -> io::Result<EtcdCluster> {
+        EtcdCluster::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<EtcdTls>) -> io::Result<EtcdCluster> {
         let binary = std::env::var_os(ETCD_ENV)
             .filter(|b| !b.is_empty())
             .unwrap_or_else(|| OsString::from("etcd"));
         let mut attempt = 1;
         loop {
-            match EtcdCluster::start_once(&binary) {
+            match EtcdCluster::start_once(&binary, tls.as_ref()) {
                 Ok(cluster) => return Ok(cluster),
                 Err(e) if e.kind() == io::ErrorKind::NotFound || attempt == START_ATTEMPTS => {
                     return Err(e);
@@ -99,12 +134,13 @@ impl EtcdCluster {
         }
     }
 
-    fn start_once(binary: &OsStr) -> io::Result<EtcdCluster> {
+    fn start_once(binary: &OsStr, tls: Option<&EtcdTls>) -> io::Result<EtcdCluster> {
         let mut members = Vec::new();
         for name in NAMES {
             members.push(Member {
                 name,
                 peer_port: free_port()?,
+                tls_port: tls.map(|_| free_port()).transpose()?,
                 process: ServerProcess::new("etcd", INSTALL_HINT, free_port()?, None)?,
             });
         }
@@ -122,6 +158,7 @@ rm -rf "$@""#,
         let cluster = EtcdCluster {
             binary: binary.to_owned(),
             members,
+            tls: tls.cloned(),
             _watchdog: watchdog,
         };
         for index in 0..NAMES.len() {
@@ -142,6 +179,25 @@ rm -rf "$@""#,
             .map(|m| format!("127.0.0.1:{}", m.process.port()))
             .collect();
         format!("etcd://{}", members.join(","))
+    }
+
+    /// `etcds://127.0.0.1:<t1>,127.0.0.1:<t2>,127.0.0.1:<t3>`: every member's TLS client
+    /// port.
+    ///
+    /// # Panics
+    /// When the cluster was started without TLS ([`EtcdCluster::start`]).
+    pub fn tls_url(&self) -> String {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| {
+                let port = m
+                    .tls_port
+                    .expect("tls_url of a cluster started without TLS");
+                format!("127.0.0.1:{port}")
+            })
+            .collect();
+        format!("etcds://{}", members.join(","))
     }
 
     /// `etcd://127.0.0.1:<port>`: member `index` alone.
@@ -252,7 +308,10 @@ rm -rf "$@""#,
     fn spawn(&self, index: usize) -> io::Result<()> {
         let member = &self.members[index];
         let peer = |m: &Member| format!("http://127.0.0.1:{}", m.peer_port);
-        let client = format!("http://127.0.0.1:{}", member.process.port());
+        let mut client = format!("http://127.0.0.1:{}", member.process.port());
+        if let Some(port) = member.tls_port {
+            client.push_str(&format!(",https://127.0.0.1:{port}"));
+        }
         let initial: Vec<String> = self
             .members
             .iter()
@@ -274,6 +333,19 @@ rm -rf "$@""#,
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             // No metrics or debugging listeners beyond the client and peer ports.
             .args(["--enable-pprof=false"]);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert_file)
+                .arg("--key-file")
+                .arg(&tls.key_file);
+            if let Some(ca) = &tls.client_ca_file {
+                command
+                    .arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(ca);
+            }
+        }
         member.process.spawn(&mut command)?;
         if let Some(pid) = member.process.pid() {
             std::fs::write(member.process.dir().join("etcd.pid"), pid.to_string())?;
@@ -343,7 +415,7 @@ mod tests {
 
     #[test]
     fn a_missing_binary_is_a_loud_error_with_the_install_hint() {
-        let err = EtcdCluster::start_once(OsStr::new("/nonexistent/etcd")).unwrap_err();
+        let err = EtcdCluster::start_once(OsStr::new("/nonexistent/etcd"), None).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(
             err.to_string().contains("apt-get install etcd-server"),

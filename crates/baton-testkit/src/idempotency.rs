@@ -14,11 +14,13 @@ use std::path::Path;
 use std::pin::Pin;
 use std::time::Duration;
 
-use baton_core::Namespace;
+use baton_core::idempotency::IdempotencyStore;
 use baton_core::idempotency::conformance::{race, race_until_attempt};
+use baton_core::idempotency::store::{AcquireAnswer, AcquireRequest};
 use baton_core::idempotency::{
     Acquire, AcquireOptions, IdempotencyLog, Outcome, Scope, Status, Takeover,
 };
+use baton_core::{Holder, Key, KeyKind, Namespace, Ttl};
 
 use crate::process::{self, ChildTest, child_runtime, parent_env};
 
@@ -243,4 +245,39 @@ macro_rules! idempotency_races {
             $crate::idempotency::contender($open);
         }
     };
+}
+
+/// For stores whose acquire recognises its own attempt token (Redis, etcd): an acquire sent
+/// again after its first try ran (its answer lost with the connection) is answered as
+/// acquired again, with the same owner, attempt and takeover, not as a duplicate of itself.
+///
+/// # Panics
+/// When either answer is not `Acquired`, or they differ.
+pub async fn own_token_is_acquired_again(store: &dyn IdempotencyStore) {
+    let key = baton_core::conformance::fresh_namespace()
+        .qualify(KeyKind::Idempotency, &Key::new("o:d:k").unwrap());
+    let token = Holder::random();
+    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+    let request = AcquireRequest {
+        attempt: &token,
+        fingerprint: "f",
+        ttl,
+        lease: ttl,
+        retry_failed: false,
+    };
+    let first = store.acquire(&key, request).await.unwrap();
+    let again = store.acquire(&key, request).await.unwrap();
+    let (
+        AcquireAnswer::Acquired { record: a, .. },
+        AcquireAnswer::Acquired {
+            record: b,
+            previous,
+        },
+    ) = (first, again)
+    else {
+        panic!("both answers are Acquired");
+    };
+    assert_eq!((a.owner, a.attempt), (b.owner, b.attempt));
+    assert_eq!(previous, None);
+    assert!(b.lease_remaining > Duration::ZERO && b.lease_remaining <= ttl.get());
 }

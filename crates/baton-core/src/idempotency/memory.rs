@@ -31,7 +31,7 @@ use super::store::{
 };
 
 /// What the first record says about the memory store's reach.
-const PROCESS_LOCAL: &str = "the in-memory idempotency log deduplicates only within this process; use sqlite://, redis:// or postgres:// to deduplicate across processes";
+const PROCESS_LOCAL: &str = "the in-memory idempotency log deduplicates only within this process; use sqlite://, redis://, postgres:// or etcd:// to deduplicate across processes";
 
 /// The idempotency state of a [`MemoryStore`].
 #[derive(Debug, Default)]

@@ -18,13 +18,15 @@ pub async fn cluster() -> Arc<EtcdCluster> {
     if let Some(cluster) = CLUSTER.get() {
         return Arc::clone(cluster);
     }
-    tokio::task::spawn_blocking(|| {
-        Arc::clone(CLUSTER.get_or_init(|| {
-            Arc::new(EtcdCluster::start().expect("a private three-member etcd cluster"))
-        }))
-    })
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(cluster_blocking).await.unwrap()
+}
+
+/// The cluster this test binary shares, for tests that are not async (started on first
+/// use).
+pub fn cluster_blocking() -> Arc<EtcdCluster> {
+    Arc::clone(CLUSTER.get_or_init(|| {
+        Arc::new(EtcdCluster::start().expect("a private three-member etcd cluster"))
+    }))
 }
 
 /// A cluster of the caller's own, for tests that kill or pause members.
