@@ -48,6 +48,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions};
 pub mod broadcast;
 mod error;
 pub mod grants;
+mod keepers;
 mod options;
 pub mod permits;
 mod requests;
@@ -77,6 +78,7 @@ pub struct EtcdStore {
     hub: Arc<ReleaseHub>,
     watches: Arc<Watches>,
     channels: Arc<Channels>,
+    keepers: keepers::Keepers,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -138,6 +140,7 @@ impl EtcdStore {
             hub,
             watches,
             channels,
+            keepers: keepers::Keepers::default(),
         };
         // A linearizable read goes through the leader's quorum: a cluster without one fails
         // here. The probe key is never written.

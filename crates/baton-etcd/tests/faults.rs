@@ -390,3 +390,37 @@ fn paused_holder() {
         .expect("write the history");
     println!("holder: lost, late write rejected, release Expired");
 }
+
+/// A lock of one second kept alive every 200ms while every round trip to the cluster takes
+/// 200ms (100ms of latency each way at the client proxies), as on a loaded machine or a
+/// distant cluster: each renewal must be answered within the time its grant has left, so it
+/// may cost about two round trips, and the lock is held throughout. (A renewal that cost a
+/// read, a new keep-alive stream and another read lost such a lock within a second.)
+#[test]
+fn keep_alive_holds_a_one_second_lock_across_slow_round_trips() {
+    let _alone = alone();
+    let cluster = EtcdCluster::start_behind_proxies().expect("a private etcd cluster");
+    let url = format!("{}?connect_timeout=2s&response_timeout=2s", cluster.url());
+    process::child_runtime().block_on(async {
+        let locks = Locks::new(Arc::new(EtcdStore::connect(&url).await.expect("connect")));
+        for index in 0..cluster.len() {
+            cluster
+                .client_proxy(index)
+                .expect("members behind proxies")
+                .set_latency(Duration::from_millis(100));
+        }
+        let options =
+            LockOptions::new(Duration::from_secs(1)).keep_alive(Duration::from_millis(200));
+        let guard = locks.acquire(KEY, &options).await.expect("the lock");
+        let first_deadline = guard.valid_until();
+        tokio::select! {
+            () = guard.lost() => panic!("keep-alive lost the lock behind 200ms round trips"),
+            () = tokio::time::sleep(Duration::from_secs(4)) => {}
+        }
+        assert!(
+            guard.valid_until() > first_deadline,
+            "renewals moved valid_until"
+        );
+        assert_eq!(guard.release().await, ReleaseOutcome::Released);
+    });
+}
