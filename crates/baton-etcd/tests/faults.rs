@@ -138,14 +138,25 @@ fn leader(cluster: &EtcdCluster) -> usize {
         .expect("the cluster has a leader")
 }
 
+/// Runs the contenders on a cluster of the test's own through `fault`, which keeps one
+/// member out for a while: every rule held, and grants went on while the member was out
+/// (`what`).
+fn keeps_every_rule_and_grants_while(
+    what: &str,
+    fault: impl FnOnce(&EtcdCluster) + Send + 'static,
+) {
+    let _alone = alone();
+    let run = Contended::start().run(fault);
+    run.assert_every_rule();
+    assert!(run.granted_during() > 0, "no grant while {what}");
+}
+
 /// SIGKILL of the leader while the lock is held and contended, and its restart: grants
 /// go on through the two members left (failover.rs shows fences increasing across a kill of
 /// each member in turn, one holder at a time).
 #[test]
 fn the_leader_killed_under_contention_keeps_every_rule() {
-    let _alone = alone();
-    let contended = Contended::start();
-    let run = contended.run(|cluster| {
+    keeps_every_rule_and_grants_while("the leader was down", |cluster| {
         let victim = leader(cluster);
         cluster.kill(victim);
         std::thread::sleep(OUTAGE);
@@ -153,67 +164,41 @@ fn the_leader_killed_under_contention_keeps_every_rule() {
             .restart(victim)
             .unwrap_or_else(|e| panic!("member {victim} restarts: {e}"));
     });
-    run.assert_every_rule();
-    assert!(
-        run.granted_during() > 0,
-        "no grant while the leader was down"
-    );
 }
 
 /// SIGSTOP of the leader for longer than an election: the others elect a new one and grant
 /// on; the old leader, resumed, steps down.
 #[test]
 fn the_leader_paused_under_contention_keeps_every_rule() {
-    let _alone = alone();
-    let contended = Contended::start();
-    let run = contended.run(|cluster| {
+    keeps_every_rule_and_grants_while("the leader was paused", |cluster| {
         let victim = leader(cluster);
         cluster.pause(victim).expect("SIGSTOP the leader");
         std::thread::sleep(OUTAGE);
         cluster.resume(victim).expect("SIGCONT the leader");
     });
-    run.assert_every_rule();
-    assert!(
-        run.granted_during() > 0,
-        "no grant while the leader was paused"
-    );
 }
 
 /// SIGSTOP of a follower: the leader and the other follower are a quorum, and grant on.
 #[test]
 fn a_follower_paused_under_contention_keeps_every_rule() {
-    let _alone = alone();
-    let contended = Contended::start();
-    let run = contended.run(|cluster| {
+    keeps_every_rule_and_grants_while("a follower was paused", |cluster| {
         let victim = (leader(cluster) + 1) % cluster.len();
         cluster.pause(victim).expect("SIGSTOP a follower");
         std::thread::sleep(OUTAGE);
         cluster.resume(victim).expect("SIGCONT the follower");
     });
-    run.assert_every_rule();
-    assert!(
-        run.granted_during() > 0,
-        "no grant while a follower was paused"
-    );
 }
 
 /// The leader cut off by the network (its client and peer proxies blackholed): the other
 /// two elect a leader and grant on; healed, the old leader's late messages change nothing.
 #[test]
 fn the_leader_partitioned_under_contention_keeps_every_rule() {
-    let _alone = alone();
-    let contended = Contended::start();
-    let run = contended.run(|cluster| {
+    keeps_every_rule_and_grants_while("the leader was cut off", |cluster| {
         let victim = leader(cluster);
         cluster.partition(victim);
         std::thread::sleep(OUTAGE);
         cluster.heal(victim);
     });
-    run.assert_every_rule();
-    assert!(
-        run.granted_during() > 0,
-        "no grant while the leader was cut off"
-    );
 }
 
 /// The clients' own connections reset (TCP RST) on every member, again and again, under
