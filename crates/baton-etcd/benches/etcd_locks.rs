@@ -293,7 +293,7 @@ async fn mutex_lock(raw: &Client, prefix: &str) -> Held {
     } else {
         gets.next().expect("its own key").kvs()[0].create_revision()
     };
-    let first = gets.last().expect("the owner").kvs()[0].create_revision();
+    let first = gets.next_back().expect("the owner").kvs()[0].create_revision();
     if first != mine {
         wait_for_predecessors(raw, prefix, mine).await;
     }
