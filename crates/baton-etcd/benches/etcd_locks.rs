@@ -2,7 +2,7 @@
 //! run on one private three-member cluster (DESIGN §9).
 //!
 //! ```text
-//! cargo bench -p baton-etcd --bench etcd_locks              # full run (about a minute)
+//! cargo bench -p baton-etcd --bench etcd_locks              # full run (about two minutes)
 //! cargo bench -p baton-etcd --bench etcd_locks -- --quick   # short run (or BATON_BENCH_QUICK=1)
 //! ```
 //!
@@ -28,9 +28,7 @@
 //! Benchmarks are not tests: nothing here asserts a speed.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -38,7 +36,9 @@ use std::time::{Duration, Instant};
 use baton::lock::LockOptions;
 use baton_testkit::MonoTime;
 use baton_testkit::etcd::EtcdCluster;
-use baton_testkit::stats::{BenchArgs, median, ms, percentile, thousands};
+use baton_testkit::stats::{
+    BenchArgs, handoffs, median, ms, percentile, run_contender_processes, thousands,
+};
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, WatchOptions,
@@ -115,16 +115,18 @@ fn main() {
     for round in 0..rounds {
         for step in 0..Subject::BOTH.len() {
             let i = (step + round) % Subject::BOTH.len();
-            let (grants, seconds) = run_processes(Subject::BOTH[i], &url, run_for, dir.path());
+            let (grants, failures, seconds) = run_contender_processes(
+                &["--child", Subject::BOTH[i].name(), &url],
+                PROCESSES,
+                STARTUP,
+                run_for,
+                dir.path(),
+            );
+            assert_eq!(failures, 0, "contenders write no failures: they panic");
             let figures = &mut contended[i];
             figures.0 += grants.len();
             figures.1 += seconds;
-            for pair in grants.windows(2) {
-                if pair[0].0 != pair[1].0 {
-                    let nanos = pair[1].1.saturating_sub(pair[0].2);
-                    figures.2.push(Duration::from_nanos(nanos));
-                }
-            }
+            figures.2.extend(handoffs(&grants));
         }
     }
     for figures in &mut contended {
@@ -349,50 +351,6 @@ async fn mutex_unlock(raw: &Client, held: Held) {
         .revoke(held.lease)
         .await
         .expect("lease revoke");
-}
-
-/// Runs `PROCESSES` contender processes of `subject` from a common start to a common stop;
-/// their grants in time order as `(process, granted, release sent)`, and the run's length
-/// in seconds.
-fn run_processes(
-    subject: Subject,
-    url: &str,
-    run_for: Duration,
-    dir: &Path,
-) -> (Vec<(usize, u64, u64)>, f64) {
-    let start = MonoTime::now().as_nanos() + STARTUP.as_nanos() as u64;
-    let stop = start + run_for.as_nanos() as u64;
-    let exe = std::env::current_exe().expect("the bench binary");
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|process| {
-            let out = dir.join(format!("{}-{process}", subject.name()));
-            let child = Command::new(&exe)
-                .args(["--child", subject.name(), url])
-                .arg(start.to_string())
-                .arg(stop.to_string())
-                .arg(&out)
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("start a contender process");
-            (child, out)
-        })
-        .collect();
-    let mut grants = Vec::new();
-    for (process, (mut child, out)) in children.into_iter().enumerate() {
-        let status = child.wait().expect("wait for a contender");
-        assert!(status.success(), "contender {process}: {status}");
-        for line in BufReader::new(File::open(&out).expect("a contender's grants")).lines() {
-            let line = line.expect("a line");
-            let (granted, sent) = line.split_once(' ').expect("two readings");
-            grants.push((
-                process,
-                granted.parse().expect("a reading"),
-                sent.parse().expect("a reading"),
-            ));
-        }
-    }
-    grants.sort_by_key(|g| g.1);
-    (grants, Duration::from_nanos(stop - start).as_secs_f64())
 }
 
 /// A contender process: `SUBJECT URL START STOP OUT`, one line per grant
