@@ -32,10 +32,12 @@
 //!   lease revoked. A key that names another holder is `Held`, with its lease's remaining
 //!   TTL as the cluster reports it; the unused lease is revoked in the background.
 //! - `renew`: read the key; if it names the holder, one keep-alive exchange on its lease
-//!   (the lease's TTL starts again), then read the key again to confirm it is still the same
-//!   grant. A renewal to another TTL than the lease's moves the grant onto a new lease, as
-//!   an extending claim does. A lease the cluster no longer knows is `NotHeld`: a late
-//!   renewal never revives a grant.
+//!   (the lease's TTL starts again), on a stream kept for the grant ([`keepers`](crate::keepers)).
+//!   Once the store has renewed a grant, a renewal sends the keep-alive and the read at once
+//!   (one round trip), and is `Renewed` when the read finds the key still on that lease and
+//!   the keep-alive finds the lease alive. A renewal to another TTL than the lease's moves the
+//!   grant onto a new lease, as an extending claim does. A lease the cluster no longer knows
+//!   is `NotHeld`: a late renewal never revives a grant.
 //! - `release`: read the key; if it names the holder, a transaction deletes it only if it
 //!   is still attached to the lease it was read with, then the lease is revoked.
 //! - `inspect` and `list`: reads, with each lease's remaining TTL.
@@ -359,15 +361,50 @@ impl EtcdStore {
         holder: &Holder,
         ttl: Ttl,
     ) -> Result<Renewal> {
-        let Some(kv) = self.read(key, "renew (read)").await? else {
-            return Ok(Renewal::NotHeld);
+        let seconds = lease_seconds(ttl);
+        let mut read = None;
+        if let Some(lease) = self.keepers.known_lease(key.as_str(), holder, seconds) {
+            // Renewed by this store before: the keep-alive on the grant's stream and the read
+            // that confirms the key is still that grant, at once.
+            let (kv, kept) = tokio::join!(
+                self.read(key, "renew (read)"),
+                self.keep_alive(key.as_str(), holder, lease, seconds)
+            );
+            let kv = kv?;
+            let stored = match &kv {
+                Some(kv) => Some(self.stored(key, kv, layout, "renew")?),
+                None => None,
+            };
+            match stored {
+                Some(stored) if stored.holder == *holder && stored.lease == lease => {
+                    return if kept? {
+                        Ok(Renewal::Renewed)
+                    } else {
+                        Ok(Renewal::NotHeld)
+                    };
+                }
+                Some(stored) if stored.holder == *holder => read = Some(stored),
+                _ => {
+                    self.keepers.forget(key.as_str());
+                    return Ok(Renewal::NotHeld);
+                }
+            }
+        }
+        let stored = match read {
+            Some(stored) => stored,
+            None => {
+                let Some(kv) = self.read(key, "renew (read)").await? else {
+                    self.keepers.forget(key.as_str());
+                    return Ok(Renewal::NotHeld);
+                };
+                self.stored(key, &kv, layout, "renew")?
+            }
         };
-        let stored = self.stored(key, &kv, layout, "renew")?;
         if stored.holder != *holder {
+            self.keepers.forget(key.as_str());
             return Ok(Renewal::NotHeld);
         }
-        let seconds = lease_seconds(ttl);
-        let lease = if seconds != stored.seconds {
+        if seconds != stored.seconds {
             // Another TTL than the lease's (`keep_for`): move the grant onto a lease of the
             // new TTL, keeping its fence.
             let longer = self.grant_lease(seconds).await?;
@@ -376,23 +413,21 @@ impl EtcdStore {
                 self.revoke_in_background(longer);
                 return Ok(Renewal::NotHeld);
             }
-            longer
-        } else if self.keep_alive(stored.lease).await? {
-            stored.lease
-        } else {
-            return Ok(Renewal::NotHeld);
-        };
-        // Confirm that the key kept alive is still this grant: a key deleted between the
-        // first read and the keep-alive must not count as renewed.
-        let confirmed = self
-            .read(key, "renew (confirm)")
-            .await?
-            .is_some_and(|kv| kv.lease() == lease && kv.create_revision() == stored.fence);
-        Ok(if confirmed {
-            Renewal::Renewed
-        } else {
-            Renewal::NotHeld
-        })
+            return Ok(Renewal::Renewed);
+        }
+        // The key was on this lease when it was read, and the keep-alive finds the lease
+        // alive later: the key can only have left it since by a delete, which the next
+        // renewal's read sees, as it would see a delete made just after this renewal.
+        Ok(
+            if self
+                .keep_alive(key.as_str(), holder, stored.lease, seconds)
+                .await?
+            {
+                Renewal::Renewed
+            } else {
+                Renewal::NotHeld
+            },
+        )
     }
 
     /// Releases `holder`'s grant or permit at `key`, signalling waiters for `waited`.
@@ -405,10 +440,12 @@ impl EtcdStore {
     ) -> Result<Release> {
         for _ in 0..RACE_ATTEMPTS {
             let Some(kv) = self.read(key, "release (read)").await? else {
+                self.keepers.forget(key.as_str());
                 return Ok(Release::NoHolder);
             };
             let stored = self.stored(key, &kv, layout, "release")?;
             if stored.holder != *holder {
+                self.keepers.forget(key.as_str());
                 return Ok(Release::Reclaimed { by: stored.holder });
             }
             let txn = Txn::new()
@@ -416,6 +453,7 @@ impl EtcdStore {
                 .and_then([TxnOp::delete(key.as_str(), None)]);
             let answer = self.txn("release (txn)", txn).await?;
             if answer.succeeded() {
+                self.keepers.forget(key.as_str());
                 self.hub.notify(waited);
                 // The key is gone; the lease has nothing else attached. Its TTL removes it
                 // if the revoke fails.

@@ -64,6 +64,7 @@ pub mod cache;
 mod error;
 pub mod grants;
 pub mod idempotency;
+mod keepers;
 mod options;
 pub mod permits;
 mod requests;
@@ -94,6 +95,7 @@ pub struct EtcdStore {
     hub: Arc<ReleaseHub>,
     watches: Arc<Watches>,
     channels: Arc<Channels>,
+    keepers: keepers::Keepers,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -164,6 +166,7 @@ impl EtcdStore {
             hub,
             watches,
             channels,
+            keepers: keepers::Keepers::default(),
         };
         // A linearizable read goes through the leader's quorum: a cluster without one fails
         // here. The probe key is never written.

@@ -168,25 +168,6 @@ impl EtcdStore {
         });
     }
 
-    /// One keep-alive exchange on `lease` (its TTL starts again): whether the cluster still
-    /// knows it.
-    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<bool> {
-        let within = self.options.get_response_timeout();
-        // The client sends one request and reads its answer; it reports a lease that is
-        // gone (TTL 0) as an error. Dropping the keeper ends the stream.
-        let kept = self
-            .send_within("lease keep-alive", within, || {
-                let mut leases = self.client.lease_client();
-                async move { leases.keep_alive(lease).await }
-            })
-            .await;
-        match kept {
-            Ok(_) => Ok(true),
-            Err(Fault::Etcd(e)) if is_lease_not_found(&e) => Ok(false),
-            Err(fault) => Err(self.failed("lease keep-alive", fault)),
-        }
-    }
-
     /// The time-to-live of `lease`.
     pub(crate) async fn lease_time_to_live(&self, lease: i64) -> Result<LeaseTimeToLiveResponse> {
         self.call("lease time-to-live", || {

@@ -17,6 +17,33 @@
 //! A missing `etcd` binary is an error that names the fix (`apt-get install etcd-server`),
 //! never a reason to skip.
 //!
+//! ## Members behind fault proxies
+//! [`EtcdCluster::start_behind_proxies`] puts two [`FaultProxy`]s in front of each member:
+//! one on its client port and one on its peer port, and makes the member advertise the
+//! proxies' addresses (`--advertise-client-urls`, `--initial-advertise-peer-urls`,
+//! `--initial-cluster`), so the clients of [`EtcdCluster::url`] and the other members reach it
+//! only through them. etcd sends every Raft message over a connection that its *receiver*
+//! opened to the sender's peer URL (the sender's stream writers; only snapshots go the other
+//! way), so blackholing a member's peer proxy silences everything it says to the others,
+//! while what they say to it still arrives. [`EtcdCluster::partition`] does that and
+//! blackholes its client proxy too: the member can then neither answer a client, nor lead,
+//! nor commit, nor serve a linearizable read (each needs its messages to reach a quorum),
+//! which is what a member cut off by the network shows from outside.
+//! [`EtcdCluster::heal`] ends it; the held bytes are delivered late, as TCP would.
+//! [`EtcdCluster::client_proxy`] gives the other faults (latency, `kill_connections`).
+//!
+//! ```no_run
+//! use baton_testkit::etcd::EtcdCluster;
+//!
+//! let cluster = EtcdCluster::start_behind_proxies().unwrap();
+//! let url = cluster.url(); // the client proxies' addresses
+//! let leader = cluster.leader().unwrap(); // asked of the members directly
+//! cluster.partition(leader); // the others elect a new leader
+//! cluster.heal(leader);
+//! cluster.client_proxy(0).unwrap().kill_connections(); // the clients' connections reset
+//! # let _ = url;
+//! ```
+//!
 //! ```no_run
 //! use baton_testkit::etcd::EtcdCluster;
 //!
@@ -45,6 +72,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::proxy::FaultProxy;
 use crate::server::{ServerProcess, Watchdog, free_port, poll_until, retry};
 
 /// The environment variable that names the `etcd` binary to run, when it is not `etcd` on
@@ -66,14 +94,41 @@ const START_ATTEMPTS: u32 = 3;
 /// The members' names, in order.
 const NAMES: [&str; 3] = ["m1", "m2", "m3"];
 
-/// One member: its process (on its client port), its peer port, and its TLS client port
-/// when the cluster serves TLS.
+/// One member: its process (on its client port), its peer port, its TLS client port when
+/// the cluster serves TLS, and the proxies in front of both plain ports, when it has them.
 #[derive(Debug)]
 struct Member {
     name: &'static str,
     peer_port: u16,
     tls_port: Option<u16>,
     process: ServerProcess,
+    proxies: Option<Proxies>,
+}
+
+/// The fault proxies in front of one member: its clients' way in and its peers'.
+#[derive(Debug)]
+struct Proxies {
+    client: FaultProxy,
+    peer: FaultProxy,
+}
+
+impl Member {
+    /// The client URL the member advertises and clients use: its client proxy's, if any.
+    fn client_url(&self) -> String {
+        let addr = match &self.proxies {
+            Some(proxies) => proxies.client.addr(),
+            None => self.process.addr(),
+        };
+        format!("http://{addr}")
+    }
+
+    /// The peer URL the member advertises and the others use: its peer proxy's, if any.
+    fn peer_url(&self) -> String {
+        match &self.proxies {
+            Some(proxies) => format!("http://{}", proxies.peer.addr()),
+            None => format!("http://127.0.0.1:{}", self.peer_port),
+        }
+    }
 }
 
 /// The certificate the members of [`EtcdCluster::start_tls`] serve TLS with (PEM files, as
@@ -106,7 +161,7 @@ impl EtcdCluster {
     /// When `etcd` is not installed (the message says how to install it), or the cluster
     /// does not become healthy in time (the message quotes the members' logs).
     pub fn start() -> io::Result<EtcdCluster> {
-        EtcdCluster::start_with(None)
+        EtcdCluster::start_with(None, false)
     }
 
     /// Starts the three members as [`EtcdCluster::start`] does, each with one more client
@@ -115,16 +170,26 @@ impl EtcdCluster {
     /// # Errors
     /// As [`EtcdCluster::start`].
     pub fn start_tls(tls: EtcdTls) -> io::Result<EtcdCluster> {
-        EtcdCluster::start_with(Some(tls))
+        EtcdCluster::start_with(Some(tls), false)
     }
 
-    fn start_with(tls: Option<EtcdTls>) -> io::Result<EtcdCluster> {
+    /// Starts the three members, each behind a client and a peer [`FaultProxy`] (see the
+    /// [module docs](self#members-behind-fault-proxies)), and waits until they are healthy
+    /// with a leader.
+    ///
+    /// # Errors
+    /// As [`EtcdCluster::start`], and when a proxy cannot bind a port.
+    pub fn start_behind_proxies() -> io::Result<EtcdCluster> {
+        EtcdCluster::start_with(None, true)
+    }
+
+    fn start_with(tls: Option<EtcdTls>, proxied: bool) -> io::Result<EtcdCluster> {
         let binary = std::env::var_os(ETCD_ENV)
             .filter(|b| !b.is_empty())
             .unwrap_or_else(|| OsString::from("etcd"));
         let mut attempt = 1;
         loop {
-            match EtcdCluster::start_once(&binary, tls.as_ref()) {
+            match EtcdCluster::start_once(&binary, tls.as_ref(), proxied) {
                 Ok(cluster) => return Ok(cluster),
                 Err(e) if e.kind() == io::ErrorKind::NotFound || attempt == START_ATTEMPTS => {
                     return Err(e);
@@ -134,14 +199,25 @@ impl EtcdCluster {
         }
     }
 
-    fn start_once(binary: &OsStr, tls: Option<&EtcdTls>) -> io::Result<EtcdCluster> {
+    fn start_once(binary: &OsStr, tls: Option<&EtcdTls>, proxied: bool) -> io::Result<EtcdCluster> {
         let mut members = Vec::new();
         for name in NAMES {
+            let peer_port = free_port()?;
+            let process = ServerProcess::new("etcd", INSTALL_HINT, free_port()?, None)?;
+            let proxies = if proxied {
+                Some(Proxies {
+                    client: FaultProxy::start(process.addr())?,
+                    peer: FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], peer_port)))?,
+                })
+            } else {
+                None
+            };
             members.push(Member {
                 name,
-                peer_port: free_port()?,
+                peer_port,
                 tls_port: tls.map(|_| free_port()).transpose()?,
-                process: ServerProcess::new("etcd", INSTALL_HINT, free_port()?, None)?,
+                process,
+                proxies,
             });
         }
         let dirs: Vec<&OsStr> = members
@@ -171,12 +247,13 @@ rm -rf "$@""#,
         Ok(cluster)
     }
 
-    /// `etcd://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>`: every member.
+    /// `etcd://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>`: every member (through its
+    /// client proxy, when the members are behind proxies).
     pub fn url(&self) -> String {
         let members: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("127.0.0.1:{}", m.process.port()))
+            .map(|m| m.client_url().replacen("http://", "", 1))
             .collect();
         format!("etcd://{}", members.join(","))
     }
@@ -200,14 +277,60 @@ rm -rf "$@""#,
         format!("etcds://{}", members.join(","))
     }
 
-    /// `etcd://127.0.0.1:<port>`: member `index` alone.
+    /// `etcd://127.0.0.1:<port>`: member `index` alone (through its client proxy, when the
+    /// members are behind proxies).
     pub fn member_url(&self, index: usize) -> String {
-        format!("etcd://127.0.0.1:{}", self.members[index].process.port())
+        self.members[index]
+            .client_url()
+            .replacen("http://", "etcd://", 1)
     }
 
-    /// The client address of member `index`.
+    /// The client address of member `index` itself, never a proxy's: what the cluster's own
+    /// health checks use, and an operator's tool would.
     pub fn client_addr(&self, index: usize) -> SocketAddr {
         self.members[index].process.addr()
+    }
+
+    /// The fault proxy in front of member `index`'s client port, when the members are behind
+    /// proxies ([`EtcdCluster::start_behind_proxies`]).
+    pub fn client_proxy(&self, index: usize) -> Option<&FaultProxy> {
+        self.members[index].proxies.as_ref().map(|p| &p.client)
+    }
+
+    /// The fault proxy in front of member `index`'s peer port, when the members are behind
+    /// proxies: what the other members send it, and receive from it, goes through it.
+    pub fn peer_proxy(&self, index: usize) -> Option<&FaultProxy> {
+        self.members[index].proxies.as_ref().map(|p| &p.peer)
+    }
+
+    /// Cuts member `index` off: blackholes its client and peer proxies, so nothing it says
+    /// reaches a client or another member (see the [module
+    /// docs](self#members-behind-fault-proxies)). Bytes are held until
+    /// [`EtcdCluster::heal`].
+    ///
+    /// # Panics
+    /// When the members are not behind proxies.
+    pub fn partition(&self, index: usize) {
+        let proxies = self.proxies(index);
+        proxies.peer.blackhole();
+        proxies.client.blackhole();
+    }
+
+    /// Ends every proxy fault of member `index` (latency stays).
+    ///
+    /// # Panics
+    /// When the members are not behind proxies.
+    pub fn heal(&self, index: usize) {
+        let proxies = self.proxies(index);
+        proxies.peer.heal();
+        proxies.client.heal();
+    }
+
+    fn proxies(&self, index: usize) -> &Proxies {
+        self.members[index]
+            .proxies
+            .as_ref()
+            .expect("the members are behind proxies: start with EtcdCluster::start_behind_proxies")
     }
 
     /// How many members the cluster has (3).
@@ -307,7 +430,7 @@ rm -rf "$@""#,
     /// Starts member `index`'s process, and records its pid for the watchdog.
     fn spawn(&self, index: usize) -> io::Result<()> {
         let member = &self.members[index];
-        let peer = |m: &Member| format!("http://127.0.0.1:{}", m.peer_port);
+        let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let mut client = format!("http://127.0.0.1:{}", member.process.port());
         if let Some(port) = member.tls_port {
             client.push_str(&format!(",https://127.0.0.1:{port}"));
@@ -315,7 +438,7 @@ rm -rf "$@""#,
         let initial: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("{}={}", m.name, peer(m)))
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
             .collect();
         let mut command = Command::new(&self.binary);
         command
@@ -324,9 +447,9 @@ rm -rf "$@""#,
             .arg("--data-dir")
             .arg(member.process.dir().join("data"))
             .args(["--listen-client-urls", &client])
-            .args(["--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer(member)])
-            .args(["--initial-advertise-peer-urls", &peer(member)])
+            .args(["--advertise-client-urls", &member.client_url()])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &member.peer_url()])
             .args(["--initial-cluster", &initial.join(",")])
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", "baton-test"])
@@ -415,7 +538,8 @@ mod tests {
 
     #[test]
     fn a_missing_binary_is_a_loud_error_with_the_install_hint() {
-        let err = EtcdCluster::start_once(OsStr::new("/nonexistent/etcd"), None).unwrap_err();
+        let err =
+            EtcdCluster::start_once(OsStr::new("/nonexistent/etcd"), None, false).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(
             err.to_string().contains("apt-get install etcd-server"),
@@ -445,6 +569,71 @@ mod tests {
         cluster
             .wait_healthy(follower, Duration::from_secs(30))
             .unwrap();
+    }
+
+    /// A linearizable put of `k`, sent to member `index` itself (not through a proxy).
+    fn put(cluster: &EtcdCluster, index: usize) -> io::Result<String> {
+        // `k` and `v` in base64, as the JSON gateway takes them.
+        http(
+            cluster.client_addr(index),
+            "POST",
+            "/v3/kv/put",
+            r#"{"key":"aw==","value":"dg=="}"#,
+        )
+    }
+
+    #[test]
+    fn a_partitioned_member_neither_leads_nor_commits_until_healed() {
+        let cluster = EtcdCluster::start_behind_proxies().unwrap();
+        for index in 0..cluster.len() {
+            let proxy = cluster.client_proxy(index).unwrap();
+            assert_eq!(proxy.upstream(), cluster.client_addr(index));
+            assert!(cluster.url().contains(&proxy.addr().to_string()));
+        }
+        let old = cluster.leader().unwrap();
+        put(&cluster, old).expect("a put through the leader");
+        // The peers reached each other through the proxies.
+        assert!(cluster.peer_proxy(old).unwrap().accepted() > 0);
+
+        cluster.partition(old);
+        poll_until(
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || {
+                let others = (0..3).filter(|&i| i != old);
+                Ok(
+                    match others.map(|i| cluster.status(i)).find_map(|s| {
+                        let (member, leader) = s.ok()?;
+                        (member == leader).then_some(member)
+                    }) {
+                        Some(id) => ControlFlow::Break(id),
+                        None => ControlFlow::Continue(()),
+                    },
+                )
+            },
+            |()| "the majority elected no leader of its own".to_owned(),
+        )
+        .unwrap();
+        // The cut-off member cannot commit (its messages reach nobody); the majority can.
+        assert!(
+            put(&cluster, old).is_err(),
+            "a partitioned member committed"
+        );
+        put(&cluster, (old + 1) % 3).expect("a put through the majority");
+        let mut through = TcpStream::connect(cluster.client_proxy(old).unwrap().addr()).unwrap();
+        through.set_read_timeout(Some(REQUEST_TIMEOUT)).unwrap();
+        write!(through, "GET /health HTTP/1.0\r\n\r\n").unwrap();
+        assert!(
+            through.read(&mut [0; 16]).is_err(),
+            "its client proxy answered"
+        );
+
+        cluster.heal(old);
+        cluster.wait_healthy(old, Duration::from_secs(30)).unwrap();
+        retry(Duration::from_secs(30), Duration::from_millis(100), || {
+            put(&cluster, old).map(drop)
+        })
+        .expect("the healed member commits again");
     }
 
     #[test]

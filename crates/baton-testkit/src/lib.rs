@@ -35,7 +35,7 @@
 //! - [`pgbouncer`]: private PgBouncer poolers in front of them, in transaction or session
 //!   mode.
 //! - [`etcd`]: a private three-member etcd cluster on loopback, whose members can be killed,
-//!   paused and restarted.
+//!   paused and restarted, and, each behind a client and a peer fault proxy, cut off.
 //!
 //! # Examples
 //! ```

@@ -90,6 +90,25 @@ mod tests {
         assert_eq!(thousands(999.0), "999");
         assert_eq!(ms(Duration::from_micros(1_500)), "1.500ms");
     }
+
+    #[test]
+    fn handoffs_count_only_grants_to_another_process() {
+        let grant = |process, granted, release_sent| ProcessGrant {
+            process,
+            granted,
+            release_sent,
+        };
+        let grants = [
+            grant(0, 0, 10),
+            grant(0, 12, 20),
+            grant(1, 25, 30),
+            grant(0, 38, 40),
+        ];
+        assert_eq!(
+            handoffs(&grants),
+            [Duration::from_nanos(5), Duration::from_nanos(8)]
+        );
+    }
 }
 
 /// A bench binary's command line: `--quick` (or `BATON_BENCH_QUICK=1`) for a short run, and
@@ -130,4 +149,89 @@ impl BenchArgs {
         let at = self.args.iter().position(|a| a == name)?;
         Some(&self.args[at + 1..])
     }
+}
+
+/// One grant of a cross-process bench, as its process recorded it: readings of the host's
+/// `CLOCK_MONOTONIC` ([`MonoTime`](crate::MonoTime)), comparable across the processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessGrant {
+    /// Which of the contender processes.
+    pub process: usize,
+    /// When the grant was taken.
+    pub granted: u64,
+    /// When its release was sent.
+    pub release_sent: u64,
+}
+
+/// Runs `processes` contender processes of a cross-process bench, from a common start (after
+/// `startup`, for them to start and connect) to a common stop (`run_for` later): each is this
+/// bench binary started again with `args` followed by `START STOP OUT` (the two readings and
+/// a file in `dir`), and writes one line per grant to OUT, `granted release_sent`, or
+/// `failed` for an acquire that failed. Returns the grants in time order, the failures and
+/// the run's length in seconds.
+///
+/// # Panics
+/// When a process cannot be started or fails, or a line is malformed.
+pub fn run_contender_processes(
+    args: &[&str],
+    processes: usize,
+    startup: Duration,
+    run_for: Duration,
+    dir: &std::path::Path,
+) -> (Vec<ProcessGrant>, usize, f64) {
+    use std::io::BufRead;
+
+    let start = crate::MonoTime::now().as_nanos() + startup.as_nanos() as u64;
+    let stop = start + run_for.as_nanos() as u64;
+    let exe = std::env::current_exe().expect("the bench binary");
+    let children: Vec<_> = (0..processes)
+        .map(|process| {
+            let out = dir.join(format!("grants-{process}"));
+            let child = std::process::Command::new(&exe)
+                .args(args)
+                .arg(start.to_string())
+                .arg(stop.to_string())
+                .arg(&out)
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("start a contender process");
+            (child, out)
+        })
+        .collect();
+    let (mut grants, mut failures) = (Vec::new(), 0);
+    for (process, (mut child, out)) in children.into_iter().enumerate() {
+        let status = child.wait().expect("wait for a contender");
+        assert!(status.success(), "{args:?}: contender {process}: {status}");
+        let file = std::fs::File::open(&out).expect("a contender's grants");
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line.expect("a line");
+            match line.split_once(' ') {
+                None if line == "failed" => failures += 1,
+                Some((granted, release_sent)) => grants.push(ProcessGrant {
+                    process,
+                    granted: granted.parse().expect("a reading"),
+                    release_sent: release_sent.parse().expect("a reading"),
+                }),
+                None => panic!("a malformed line {line:?}"),
+            }
+        }
+    }
+    grants.sort_by_key(|g| g.granted);
+    (
+        grants,
+        failures,
+        Duration::from_nanos(stop - start).as_secs_f64(),
+    )
+}
+
+/// The hand-offs of `grants` (in time order): for each grant to another process than the
+/// one before it, its time minus the time the previous holder sent its release; sorted.
+pub fn handoffs(grants: &[ProcessGrant]) -> Vec<Duration> {
+    let mut handoffs: Vec<Duration> = grants
+        .windows(2)
+        .filter(|pair| pair[0].process != pair[1].process)
+        .map(|pair| Duration::from_nanos(pair[1].granted.saturating_sub(pair[0].release_sent)))
+        .collect();
+    handoffs.sort();
+    handoffs
 }

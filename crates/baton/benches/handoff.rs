@@ -38,9 +38,8 @@
 //! Benchmarks are not tests: nothing here asserts a speed.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use baton::lock::LockOptions;
@@ -48,7 +47,9 @@ use baton_testkit::MonoTime;
 use baton_testkit::postgres::{PostgresOptions, PostgresServer};
 use baton_testkit::process;
 use baton_testkit::redis::RedisServer;
-use baton_testkit::stats::{BenchArgs, ms, percentile};
+use baton_testkit::stats::{
+    BenchArgs, ProcessGrant, handoffs, ms, percentile, run_contender_processes,
+};
 use nix::fcntl::{Flock, FlockArg};
 
 /// OS processes per subject.
@@ -130,12 +131,7 @@ struct Subject {
 }
 
 /// One grant, as recorded by its process.
-#[derive(Debug, Clone, Copy)]
-struct Grant {
-    process: usize,
-    granted: u64,
-    release_sent: u64,
-}
+type Grant = ProcessGrant;
 
 /// What a subject's runs add up to.
 #[derive(Debug, Default)]
@@ -181,14 +177,11 @@ impl Figures {
         for grant in grants {
             self.shares[grant.process] += 1;
         }
-        for pair in grants.windows(2) {
-            if pair[0].process == pair[1].process {
-                self.regrants += 1;
-            } else {
-                let nanos = pair[1].granted.saturating_sub(pair[0].release_sent);
-                self.handoffs.push(Duration::from_nanos(nanos));
-            }
-        }
+        self.regrants += grants
+            .windows(2)
+            .filter(|pair| pair[0].process == pair[1].process)
+            .count();
+        self.handoffs.extend(handoffs(grants));
         self.handoffs.sort();
     }
 }
@@ -289,51 +282,13 @@ fn main() {
 /// Runs one subject's processes from a common start to a common stop; returns their grants
 /// in order, the length of the run in seconds and the failed acquires.
 fn run_subject(subject: &Subject, settings: &Settings, dir: &Path) -> (Vec<Grant>, f64, usize) {
-    let start = MonoTime::now().as_nanos() + STARTUP.as_nanos() as u64;
-    let stop = start + settings.run_for.as_nanos() as u64;
-    let exe = std::env::current_exe().expect("the bench binary");
-    let children: Vec<(Child, PathBuf)> = (0..PROCESSES)
-        .map(|process| {
-            let out = dir.join(format!("grants-{process}"));
-            let child = Command::new(&exe)
-                .arg("--child")
-                .arg(subject.kind.name())
-                .arg(&subject.target)
-                .arg(start.to_string())
-                .arg(stop.to_string())
-                .arg(&out)
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("start a contender process");
-            (child, out)
-        })
-        .collect();
-    let mut grants = Vec::new();
-    let mut failures = 0;
-    for (process, (mut child, out)) in children.into_iter().enumerate() {
-        let status = child.wait().expect("wait for a contender");
-        assert!(
-            status.success(),
-            "{}: contender {process}: {status}",
-            subject.name
-        );
-        let file = BufReader::new(File::open(&out).expect("a contender's grants"));
-        for line in file.lines() {
-            let line = line.expect("a line");
-            let mut parts = line.split(' ');
-            match (parts.next(), parts.next()) {
-                (Some("failed"), _) => failures += 1,
-                (Some(granted), Some(release_sent)) => grants.push(Grant {
-                    process,
-                    granted: granted.parse().expect("a reading"),
-                    release_sent: release_sent.parse().expect("a reading"),
-                }),
-                _ => panic!("a malformed line {line:?}"),
-            }
-        }
-    }
-    grants.sort_by_key(|g| g.granted);
-    let seconds = Duration::from_nanos(stop - start).as_secs_f64();
+    let (grants, failures, seconds) = run_contender_processes(
+        &["--child", subject.kind.name(), &subject.target],
+        PROCESSES,
+        STARTUP,
+        settings.run_for,
+        dir,
+    );
     (grants, seconds, failures)
 }
 
