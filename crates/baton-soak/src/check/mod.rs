@@ -25,8 +25,9 @@
 //! above), so a reported violation really happened.
 //!
 //! **Documented unsafe windows.** A Redis server restarted without persistence forgets every
-//! grant, record and budget, and a replica promoted without `min_replicas` misses what the
-//! primary had not yet sent it (see `docs/redis.md`). A finding that needs that loss to be
+//! grant, record and budget, and a replica promoted without `min_replicas` (by the sentinels,
+//! or by a Redis Cluster whose master was killed) misses what the primary had not yet sent
+//! it (see `docs/redis.md`). A finding that needs that loss to be
 //! explained — its earlier operation could have reached the store before the kill, its later
 //! one after it — is reported as *documented*, with the window, and does not fail the run.
 //! Nothing else is ever excused.
@@ -52,6 +53,7 @@ use baton_testkit::MonoTime;
 use serde::Serialize;
 
 use crate::journal::Events;
+use crate::plan::StoreKind;
 
 /// What the store's clock and the host's monotonic clock may drift apart by within one
 /// check (NTP slews a wall clock by at most 0.05 %): subtracted in favour of the store.
@@ -83,6 +85,9 @@ pub enum LossCause {
     /// A Redis primary killed and its replica promoted without `min_replicas`: what the
     /// replica had not received when the primary died is gone.
     Promotion,
+    /// A Redis Cluster master killed and its replica taking over its slots (the cluster
+    /// store offers no `min_replicas`): what the replica had not received is gone.
+    MasterFailover,
 }
 
 impl LossCause {
@@ -94,6 +99,9 @@ impl LossCause {
             }
             LossCause::Promotion => {
                 "redis replica promoted without min_replicas: what the replica had not received is lost"
+            }
+            LossCause::MasterFailover => {
+                "redis cluster master killed, its replica took over (asynchronous replication): what the replica had not received is lost"
             }
         }
     }
@@ -127,6 +135,7 @@ impl Losses {
                 match l.cause {
                     LossCause::Restart => "restart",
                     LossCause::Promotion => "replica promoted",
+                    LossCause::MasterFailover => "cluster master killed",
                 },
                 secs(l.from, self.start),
                 secs(l.back, self.start)
@@ -284,13 +293,17 @@ pub fn secs(t: MonoTime, start: MonoTime) -> f64 {
 /// What the store said at the end about the scopes whose completion was acknowledged.
 pub type Audit = BTreeMap<String, Option<(String, u32)>>;
 
-/// Runs every checker over `events`.
-pub fn check_all(events: &Events, losses: &Losses, audit: &Audit) -> CheckReport {
+/// Runs every checker of `store`'s contenders over `events`: the idempotency and rate-limit
+/// checkers only where the store keeps records and budgets (not on etcd, whose workers run
+/// no such contenders).
+pub fn check_all(store: StoreKind, events: &Events, losses: &Losses, audit: &Audit) -> CheckReport {
     let mut report = CheckReport::default();
     let operations = events.operations();
     locks::check(&operations, losses, &mut report);
-    idem::check(&operations, losses, audit, &mut report);
-    rate::check(&operations, losses, &mut report);
+    if store.keeps_records_and_budgets() {
+        idem::check(&operations, losses, audit, &mut report);
+        rate::check(&operations, losses, &mut report);
+    }
     primitives::check(&operations, losses, &mut report);
     report
 }
