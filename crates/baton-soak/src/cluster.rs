@@ -84,7 +84,12 @@ pub struct Reshard {
     pub to: u16,
     /// How many of its keys went over.
     pub keys: usize,
+    /// Whether the key was held when the move began.
+    pub held: bool,
 }
+
+/// How long a reshard waits for its key to be held before it moves the slot anyway.
+const HELD_PATIENCE: Duration = Duration::from_secs(2);
 
 /// The store under test and what stands in front of it.
 pub struct Cluster {
@@ -353,7 +358,8 @@ impl Cluster {
 
     /// Moves the slot of the contended key `key`, live, to the next master (in port order)
     /// after the one that serves it, waiting `pause` after each of its keys went over, and
-    /// waits until the cluster agrees on the new owner.
+    /// waits until the cluster agrees on the new owner. It starts once the key is held (its
+    /// grant, or a permit, is on its master), or after [`HELD_PATIENCE`] if it is not.
     ///
     /// # Errors
     /// On another store, or when a step is refused or the cluster is not healthy in time.
@@ -361,6 +367,18 @@ impl Cluster {
         let c = self.redis_cluster()?;
         let slot = c.slot_of(&cluster_key(key))?;
         let from = c.master_of_slot(slot)?;
+        let grant = held_key(key);
+        let master = c
+            .node(from)
+            .ok_or_else(|| io::Error::other(format!("no node on port {from}")))?;
+        let held = baton_testkit::process::wait_until("the key held", HELD_PATIENCE, || {
+            master
+                .command_ok(&["EXISTS", &grant])
+                .ok()
+                .and_then(|r| r.as_integer())
+                == Some(1)
+        })
+        .is_ok();
         let mut ports = c.ports();
         ports.sort_unstable();
         // A master is a node with a replica (every master has one once the cluster is
@@ -382,6 +400,7 @@ impl Cluster {
             from,
             to,
             keys,
+            held,
         })
     }
 
@@ -469,6 +488,17 @@ impl Cluster {
                 "pg_terminate_backend is a PostgreSQL function",
             )),
         }
+    }
+}
+
+/// The Redis key that exists while the contended key `key` is held: a lock's or lease's
+/// grant `{Q}`, a semaphore's permits `{Q}:permits` (see the key layout in `baton-redis`).
+fn held_key(key: &str) -> String {
+    let grant = cluster_key(key);
+    if key == crate::workload::SEM_KEY {
+        format!("{grant}:permits")
+    } else {
+        grant
     }
 }
 

@@ -184,8 +184,12 @@ fn apply(
         Fault::Reshard { key, pause } => {
             let moved = cluster.reshard(key, pause)?;
             format!(
-                "slot {} moved from {} to {} with {} keys",
-                moved.slot, moved.from, moved.to, moved.keys
+                "slot {} moved from {} to {} with {} keys, {}",
+                moved.slot,
+                moved.from,
+                moved.to,
+                moved.keys,
+                if moved.held { "held" } else { "not held" }
             )
         }
         Fault::KillLeader { down } => {

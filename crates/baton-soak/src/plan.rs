@@ -92,7 +92,7 @@ impl StoreKind {
             StoreKind::Sqlite => &[],
             StoreKind::RedisSentinel => &[PromoteReplica],
             StoreKind::RedisCluster => &[KillMaster, Reshard],
-            StoreKind::Etcd => &[KillLeader, PauseMember],
+            StoreKind::Etcd => &[KillLeader, PauseLeader, PauseFollower],
         };
         let processes = [PauseWorker, KillWorker, KillSupervisor];
         // No fault proxy for SQLite (no server), Sentinel (the workers follow the primary
@@ -179,9 +179,13 @@ pub enum FaultKind {
     /// The etcd member that leads is killed (SIGKILL), the others elect a new leader, and
     /// the member is started again with its data. Nothing may be lost.
     KillLeader,
-    /// An etcd member (the leader or a follower) is suspended (SIGSTOP) and resumed
-    /// (SIGCONT). Nothing may be lost.
-    PauseMember,
+    /// The etcd member that leads is suspended (SIGSTOP) and resumed (SIGCONT); past the
+    /// election timeout the others elect a new leader, and it steps down when resumed.
+    /// Nothing may be lost.
+    PauseLeader,
+    /// An etcd follower is suspended (SIGSTOP) and resumed (SIGCONT), and catches up.
+    /// Nothing may be lost.
+    PauseFollower,
 }
 
 impl FaultKind {
@@ -204,7 +208,8 @@ impl FaultKind {
             FaultKind::KillMaster => "kill-master",
             FaultKind::Reshard => "reshard",
             FaultKind::KillLeader => "kill-leader",
-            FaultKind::PauseMember => "pause-member",
+            FaultKind::PauseLeader => "pause-leader",
+            FaultKind::PauseFollower => "pause-follower",
         }
     }
 }
@@ -299,7 +304,7 @@ pub enum Fault {
         /// How long the member stays down.
         down: Duration,
     },
-    /// See [`FaultKind::PauseMember`].
+    /// See [`FaultKind::PauseLeader`] and [`FaultKind::PauseFollower`].
     PauseMember {
         /// The leader, or a follower.
         leader: bool,
@@ -338,7 +343,8 @@ impl Fault {
             Fault::KillMaster { .. } => FaultKind::KillMaster,
             Fault::Reshard { .. } => FaultKind::Reshard,
             Fault::KillLeader { .. } => FaultKind::KillLeader,
-            Fault::PauseMember { .. } => FaultKind::PauseMember,
+            Fault::PauseMember { leader: true, .. } => FaultKind::PauseLeader,
+            Fault::PauseMember { leader: false, .. } => FaultKind::PauseFollower,
         }
     }
 
@@ -437,17 +443,12 @@ impl Fault {
             FaultKind::KillLeader => Fault::KillLeader {
                 down: ms(rng, 200, 1_500),
             },
-            FaultKind::PauseMember => {
-                let leader = rng.random_bool(0.5);
-                // Half of the pauses outlast the members' election timeout (500 ms): a
-                // paused leader is replaced, a paused follower falls behind.
-                let pause = if rng.random_bool(0.5) {
-                    ms(rng, 100, 400)
-                } else {
-                    ms(rng, 800, 3_000)
-                };
-                Fault::PauseMember { leader, pause }
-            }
+            // Most pauses outlast the members' election timeout (500 ms): a paused leader
+            // is replaced, a paused follower falls behind.
+            FaultKind::PauseLeader | FaultKind::PauseFollower => Fault::PauseMember {
+                leader: kind == FaultKind::PauseLeader,
+                pause: ms(rng, 300, 3_000),
+            },
         }
     }
 }
@@ -498,12 +499,7 @@ impl fmt::Display for Fault {
             Fault::KillLeader { down } => {
                 write!(f, "kill-leader (SIGKILL, restarted after {})", s(down))
             }
-            Fault::PauseMember { leader, pause } => write!(
-                f,
-                "pause-member {} for {}",
-                if *leader { "leader" } else { "follower" },
-                s(pause)
-            ),
+            Fault::PauseMember { pause, .. } => write!(f, "{} for {}", self.kind(), s(pause)),
             other => f.write_str(other.kind().name()),
         }
     }
