@@ -63,7 +63,7 @@ pub struct Promotion {
 }
 
 /// What a killed Redis Cluster master left, for the nemesis's log.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct MasterKill {
     /// The killed master's port.
     pub old: u16,
@@ -71,6 +71,9 @@ pub struct MasterKill {
     pub new: u16,
     /// When a node named the replica as the slot's master.
     pub promoted: baton_testkit::MonoTime,
+    /// The history keys (`lock:lock-0`, `sem:sem-0`, ...) of the contended keys whose slots
+    /// other masters served at the kill: the loss spared them.
+    pub spared: Vec<String>,
 }
 
 /// What a reshard did, for the nemesis's log.
@@ -325,6 +328,13 @@ impl Cluster {
         let c = self.redis_cluster()?;
         let slot = c.slot_of(&cluster_key(key))?;
         let old = c.master_of_slot(slot)?;
+        let mut spared = Vec::new();
+        for target in crate::plan::CLUSTER_TARGETS {
+            let slot = c.slot_of(&cluster_key(target))?;
+            if c.master_of_slot(slot)? != old {
+                spared.push(history_key(target));
+            }
+        }
         c.kill(old)?;
         let mut new = None;
         baton_testkit::process::wait_until(
@@ -340,6 +350,7 @@ impl Cluster {
             old,
             new: new.expect("the wait ended with a new master"),
             promoted: baton_testkit::MonoTime::now(),
+            spared,
         })
     }
 
@@ -412,7 +423,8 @@ impl Cluster {
     /// On another store, or when no leader is elected or the member does not come back.
     pub fn kill_leader(&self, down: Duration) -> io::Result<(usize, usize)> {
         let e = self.etcd()?;
-        let leader = e.leader()?;
+        // Waiting, not asking once: on a loaded host the members may be between leaders.
+        let leader = e.wait_for_leader(FAILOVER_PATIENCE)?;
         e.kill(leader);
         let next = e.wait_for_leader(FAILOVER_PATIENCE)?;
         std::thread::sleep(down);
@@ -427,7 +439,7 @@ impl Cluster {
     /// On another store, when a signal cannot be sent, or no leader is elected in time.
     pub fn pause_member(&self, leader: bool, pause: Duration) -> io::Result<usize> {
         let e = self.etcd()?;
-        let first = e.leader()?;
+        let first = e.wait_for_leader(FAILOVER_PATIENCE)?;
         let member = if leader { first } else { (first + 1) % e.len() };
         e.pause(member)?;
         std::thread::sleep(pause);
@@ -491,6 +503,25 @@ impl Cluster {
     }
 }
 
+/// The history key of the contended key `key`, as the checkers name it: `lock:lock-0`,
+/// `lease:lease-0`, `sem:sem-0`.
+fn history_key(key: &str) -> String {
+    format!("{}:{key}", family(key).1)
+}
+
+/// The kind of the contended key `key` (`lock-*`, `lease-*`, or the semaphore), and its
+/// family as the checkers name it.
+fn family(key: &str) -> (baton::store::KeyKind, &'static str) {
+    use baton::store::KeyKind;
+    if key.starts_with("lock-") {
+        (KeyKind::Lock, "lock")
+    } else if key.starts_with("lease-") {
+        (KeyKind::Lease, "lease")
+    } else {
+        (KeyKind::Semaphore, crate::check::locks::SEMAPHORE)
+    }
+}
+
 /// The Redis key that exists while the contended key `key` is held: a lock's or lease's
 /// grant `{Q}`, a semaphore's permits `{Q}:permits` (see the key layout in `baton-redis`).
 fn held_key(key: &str) -> String {
@@ -506,14 +537,7 @@ fn held_key(key: &str) -> String {
 /// semaphore): `{Q}`, with `Q` the key qualified in the default namespace, as the store
 /// writes it (its grant, fence counter and queue share that hash tag, so one slot).
 fn cluster_key(key: &str) -> String {
-    use baton::store::KeyKind;
-    let kind = if key.starts_with("lock-") {
-        KeyKind::Lock
-    } else if key.starts_with("lease-") {
-        KeyKind::Lease
-    } else {
-        KeyKind::Semaphore
-    };
+    let kind = family(key).0;
     let key = baton::Key::new(key).expect("a contended key is a valid key");
     format!(
         "{{{}}}",

@@ -133,6 +133,7 @@ fn apply(
                     to,
                     back,
                     cause: LossCause::Restart,
+                    spared: Vec::new(),
                 });
                 "data lost".to_owned()
             } else {
@@ -150,6 +151,7 @@ fn apply(
                 to: promotion.promoted,
                 back: promotion.promoted,
                 cause: LossCause::Promotion,
+                spared: Vec::new(),
             });
             hold(down);
             cluster.rejoin(&promotion)?;
@@ -170,6 +172,7 @@ fn apply(
                 to: kill.promoted,
                 back: kill.promoted,
                 cause: LossCause::MasterFailover,
+                spared: kill.spared.clone(),
             });
             hold(down);
             cluster.rejoin_master(&kill)?;

@@ -60,8 +60,8 @@ use crate::plan::StoreKind;
 pub const CLOCK_TOLERANCE: Duration = Duration::from_millis(5);
 
 /// A span in which the store lost its data (a Redis restart without persistence), or some
-/// of it (a replica promoted without `min_replicas`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// of it (a replica promoted without `min_replicas`, a Redis Cluster master killed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DataLoss {
     /// When the kill was sent.
     pub from: MonoTime,
@@ -73,6 +73,11 @@ pub struct DataLoss {
     /// What lost the data.
     #[serde(default)]
     pub cause: LossCause,
+    /// The history keys (`lock:lock-0`, `sem:sem-0`, ...) the loss is known not to have
+    /// touched: a killed Redis Cluster master spares the contended keys whose slots other
+    /// masters served. Empty: every key may have lost its data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spared: Vec<String>,
 }
 
 /// What lost a store's data.
@@ -129,7 +134,17 @@ impl Losses {
     /// reached the store as early as `earlier` and one that may have reached it as late as
     /// `later`, in words; `None` when no loss falls between them.
     pub fn explain(&self, earlier: MonoTime, later: MonoTime) -> Option<String> {
-        self.between(earlier, later).map(|l| {
+        self.explain_on(None, earlier, later)
+    }
+
+    /// As [`Losses::explain`], for a conflict on the history key `key` (`lock:lock-0`): a
+    /// loss that spared `key` explains nothing on it.
+    pub fn explain_key(&self, key: &str, earlier: MonoTime, later: MonoTime) -> Option<String> {
+        self.explain_on(Some(key), earlier, later)
+    }
+
+    fn explain_on(&self, key: Option<&str>, earlier: MonoTime, later: MonoTime) -> Option<String> {
+        self.between_on(key, earlier, later).map(|l| {
             format!(
                 "redis data loss ({}): killed at +{:.3}s, back at +{:.3}s",
                 match l.cause {
@@ -147,9 +162,21 @@ impl Losses {
     /// the store as early as `earlier` and one that may have reached it as late as `later`:
     /// one whose kill falls between them.
     pub fn between(&self, earlier: MonoTime, later: MonoTime) -> Option<&DataLoss> {
-        self.losses
-            .iter()
-            .find(|l| earlier <= l.to && later >= l.from)
+        self.between_on(None, earlier, later)
+    }
+
+    /// As [`Losses::between`], leaving out the losses that spared `key`.
+    fn between_on(
+        &self,
+        key: Option<&str>,
+        earlier: MonoTime,
+        later: MonoTime,
+    ) -> Option<&DataLoss> {
+        self.losses.iter().find(|l| {
+            earlier <= l.to
+                && later >= l.from
+                && key.is_none_or(|key| !l.spared.iter().any(|s| s == key))
+        })
     }
 }
 
