@@ -370,7 +370,7 @@ impl Cluster {
     /// Moves the slot of the contended key `key`, live, to the next master (in port order)
     /// after the one that serves it, waiting `pause` after each of its keys went over, and
     /// waits until the cluster agrees on the new owner. It starts once the key is held (its
-    /// grant, or a permit, is on its master), or after [`HELD_PATIENCE`] if it is not.
+    /// grant, or a permit, is on its master), or after 2 s if it is not.
     ///
     /// # Errors
     /// On another store, or when a step is refused or the cluster is not healthy in time.

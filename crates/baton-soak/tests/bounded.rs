@@ -3,7 +3,7 @@
 //! every kind of fault the store is subjected to was injected, and that every kind of
 //! operation the store offers happened (locks, leases, idempotency, rate limits, semaphores,
 //! reader-writer locks and elections; etcd keeps no idempotency records or rate limits). The
-//! six runs take turns (about 35 to 70 s each, about five minutes in all); the full soak runs
+//! six runs take turns (about 35 to 70 s each, about four minutes in all); the full soak runs
 //! by hand for as long as asked (`dev/soak.md`).
 //!
 //! A missing `redis-server`, `redis-cli`, PostgreSQL or `etcd` fails these tests with the
