@@ -10,14 +10,22 @@
 //! The Sentinel topology has no proxy: the workers follow the primary the sentinels name
 //! (`redis+sentinel://`), and its faults act on the servers themselves (a primary killed and
 //! a replica promoted, `SCRIPT FLUSH` and `CLIENT KILL` on whichever server is the primary).
+//!
+//! Nor do the Redis Cluster and etcd topologies: the workers follow the slot map the nodes
+//! announce (`redis+cluster://` with every node as a seed) or talk to every member
+//! (`etcd://`), and the faults act on the nodes and members themselves (a master killed and
+//! its replica taking over, a slot moved between masters; the etcd leader killed, a member
+//! paused).
 
 use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use baton_testkit::etcd::EtcdCluster;
 use baton_testkit::postgres::{PostgresServer, Stop};
 use baton_testkit::proxy::FaultProxy;
 use baton_testkit::redis::RedisServer;
+use baton_testkit::redis_cluster::RedisCluster;
 use baton_testkit::sentinel::SentinelTopology;
 
 use crate::plan::StoreKind;
@@ -35,6 +43,8 @@ enum Server {
     Postgres(PostgresServer),
     Sqlite(PathBuf),
     Sentinel(SentinelTopology),
+    RedisCluster(RedisCluster),
+    Etcd(EtcdCluster),
 }
 
 /// How long the sentinels may take to promote the replica, and the old primary to
@@ -51,6 +61,38 @@ pub struct Promotion {
     /// When the sentinels named the promoted replica.
     pub promoted: baton_testkit::MonoTime,
 }
+
+/// What a killed Redis Cluster master left, for the nemesis's log.
+#[derive(Debug, Clone)]
+pub struct MasterKill {
+    /// The killed master's port.
+    pub old: u16,
+    /// The port of its replica, which serves the key's slot now.
+    pub new: u16,
+    /// When a node named the replica as the slot's master.
+    pub promoted: baton_testkit::MonoTime,
+    /// The history keys (`lock:lock-0`, `sem:sem-0`, ...) of the contended keys whose slots
+    /// other masters served at the kill: the loss spared them.
+    pub spared: Vec<String>,
+}
+
+/// What a reshard did, for the nemesis's log.
+#[derive(Debug, Clone, Copy)]
+pub struct Reshard {
+    /// The slot that moved.
+    pub slot: u16,
+    /// The master it left.
+    pub from: u16,
+    /// The master it went to.
+    pub to: u16,
+    /// How many of its keys went over.
+    pub keys: usize,
+    /// Whether the key was held when the move began.
+    pub held: bool,
+}
+
+/// How long a reshard waits for its key to be held before it moves the slot anyway.
+const HELD_PATIENCE: Duration = Duration::from_secs(2);
 
 /// The store under test and what stands in front of it.
 pub struct Cluster {
@@ -71,11 +113,15 @@ impl Cluster {
             StoreKind::Postgres => Server::Postgres(PostgresServer::start()?),
             StoreKind::Sqlite => Server::Sqlite(dir.join("baton.db")),
             StoreKind::RedisSentinel => Server::Sentinel(SentinelTopology::start()?),
+            StoreKind::RedisCluster => Server::RedisCluster(RedisCluster::start()?),
+            StoreKind::Etcd => Server::Etcd(EtcdCluster::start()?),
         };
         let proxy = match &server {
             Server::Redis(s) => Some(FaultProxy::start(s.addr())?),
             Server::Postgres(s) => Some(FaultProxy::start(s.addr())?),
-            Server::Sqlite(_) | Server::Sentinel(_) => None,
+            Server::Sqlite(_) | Server::Sentinel(_) | Server::RedisCluster(_) | Server::Etcd(_) => {
+                None
+            }
         };
         Ok(Cluster { server, proxy })
     }
@@ -103,6 +149,11 @@ impl Cluster {
                     .collect::<Vec<_>>(),
                 t.sentinel_ports()
             ),
+            Server::RedisCluster(c) => format!(
+                "redis cluster of three masters and three replicas (no persistence) on ports {:?}",
+                c.ports()
+            ),
+            Server::Etcd(e) => format!("etcd cluster of three members at {}", e.url()),
         }
     }
 
@@ -120,6 +171,12 @@ impl Cluster {
             (Server::Sentinel(t), _) => {
                 format!("{}?connect_timeout=500ms&response_timeout=500ms", t.url())
             }
+            (Server::RedisCluster(c), _) => {
+                format!("{}?connect_timeout=500ms&response_timeout=500ms", c.url())
+            }
+            (Server::Etcd(e), _) => {
+                format!("{}?connect_timeout=500ms&response_timeout=500ms", e.url())
+            }
             _ => unreachable!("network stores always have a proxy"),
         }
     }
@@ -131,13 +188,15 @@ impl Cluster {
             Server::Postgres(s) => s.url(),
             Server::Sqlite(path) => format!("sqlite://{}", path.display()),
             Server::Sentinel(t) => t.url(),
+            Server::RedisCluster(c) => c.url(),
+            Server::Etcd(e) => e.url(),
         }
     }
 
     /// The fault proxy between the workers and the server.
     ///
     /// # Errors
-    /// When this store has none (SQLite, Sentinel).
+    /// When this store has none (SQLite, Sentinel, Redis Cluster, etcd).
     pub fn proxy(&self) -> io::Result<&FaultProxy> {
         self.proxy
             .as_ref()
@@ -157,9 +216,9 @@ impl Cluster {
             }
             Server::Postgres(s) => s.stop(if crash { Stop::Immediate } else { Stop::Fast }),
             Server::Sqlite(_) => Err(io::Error::other("sqlite has no server")),
-            Server::Sentinel(_) => Err(io::Error::other(
-                "the sentinel topology's primary is killed by promote-replica",
-            )),
+            Server::Sentinel(_) | Server::RedisCluster(_) | Server::Etcd(_) => Err(
+                io::Error::other("this topology's servers are killed by faults of their own"),
+            ),
         }
     }
 
@@ -172,9 +231,9 @@ impl Cluster {
             Server::Redis(s) => s.restart(),
             Server::Postgres(s) => s.start_again(),
             Server::Sqlite(_) => Err(io::Error::other("sqlite has no server")),
-            Server::Sentinel(_) => Err(io::Error::other(
-                "the sentinel topology's primary is restarted by promote-replica",
-            )),
+            Server::Sentinel(_) | Server::RedisCluster(_) | Server::Etcd(_) => Err(
+                io::Error::other("this topology's servers are restarted by faults of their own"),
+            ),
         }
     }
 
@@ -223,18 +282,170 @@ impl Cluster {
         server.wait_replicating(FAILOVER_PATIENCE)
     }
 
-    /// The server the Redis commands of the nemesis go to: the only one, or the primary
-    /// the sentinels name now.
-    fn redis_primary(&self) -> io::Result<&RedisServer> {
+    /// The servers the Redis commands of the nemesis go to: the only one, the primary the
+    /// sentinels name now, or every running node of the cluster (each master keeps its own
+    /// scripts and clients; a replica's own clients and scripts go too, which the workers
+    /// never use).
+    fn redis_targets(&self) -> io::Result<Vec<&RedisServer>> {
         match &self.server {
-            Server::Redis(s) => Ok(s),
+            Server::Redis(s) => Ok(vec![s]),
             Server::Sentinel(t) => {
                 let port = t.primary_port()?;
-                t.server(port)
-                    .ok_or_else(|| io::Error::other(format!("no server on port {port}")))
+                let primary = t
+                    .server(port)
+                    .ok_or_else(|| io::Error::other(format!("no server on port {port}")))?;
+                Ok(vec![primary])
             }
+            Server::RedisCluster(c) => Ok(c.nodes().iter().filter(|n| n.is_running()).collect()),
             _ => Err(io::Error::other("not a Redis store")),
         }
+    }
+
+    fn redis_cluster(&self) -> io::Result<&RedisCluster> {
+        match &self.server {
+            Server::RedisCluster(c) => Ok(c),
+            _ => Err(io::Error::other(
+                "only the redis-cluster topology has masters",
+            )),
+        }
+    }
+
+    fn etcd(&self) -> io::Result<&EtcdCluster> {
+        match &self.server {
+            Server::Etcd(e) => Ok(e),
+            _ => Err(io::Error::other("only the etcd topology has members")),
+        }
+    }
+
+    /// Kills (SIGKILL) the Redis Cluster master that serves the slot of the contended key
+    /// `key` (of [`crate::plan::CLUSTER_TARGETS`]) and waits until a node names another
+    /// master for the slot: the killed master's replica, promoted once the others deem the
+    /// master failed (`cluster-node-timeout`, [`baton_testkit::redis_cluster::NODE_TIMEOUT`]).
+    ///
+    /// # Errors
+    /// On another store, or when no replica takes over in time.
+    pub fn kill_master(&self, key: &str) -> io::Result<MasterKill> {
+        let c = self.redis_cluster()?;
+        let slot = c.slot_of(&cluster_key(key))?;
+        let old = c.master_of_slot(slot)?;
+        let mut spared = Vec::new();
+        for target in crate::plan::CLUSTER_TARGETS {
+            let slot = c.slot_of(&cluster_key(target))?;
+            if c.master_of_slot(slot)? != old {
+                spared.push(history_key(target));
+            }
+        }
+        c.kill(old)?;
+        let mut new = None;
+        baton_testkit::process::wait_until(
+            "the killed master's replica takes over",
+            FAILOVER_PATIENCE,
+            || {
+                new = c.master_of_slot(slot).ok().filter(|&p| p != old);
+                new.is_some()
+            },
+        )
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(MasterKill {
+            old,
+            new: new.expect("the wait ended with a new master"),
+            promoted: baton_testkit::MonoTime::now(),
+            spared,
+        })
+    }
+
+    /// Starts the killed master of `kill` again, with its `nodes.conf` and no data: it learns
+    /// that its replica took its slots over and rejoins as that replica's replica. Waits until
+    /// the cluster is healthy, every replica synchronized, so that the next kill has a
+    /// replica to promote.
+    ///
+    /// # Errors
+    /// On another store, or when it does not rejoin in time.
+    pub fn rejoin_master(&self, kill: &MasterKill) -> io::Result<()> {
+        let c = self.redis_cluster()?;
+        c.restart(kill.old)?;
+        c.wait_healthy(FAILOVER_PATIENCE)
+    }
+
+    /// Moves the slot of the contended key `key`, live, to the next master (in port order)
+    /// after the one that serves it, waiting `pause` after each of its keys went over, and
+    /// waits until the cluster agrees on the new owner. It starts once the key is held (its
+    /// grant, or a permit, is on its master), or after 2 s if it is not.
+    ///
+    /// # Errors
+    /// On another store, or when a step is refused or the cluster is not healthy in time.
+    pub fn reshard(&self, key: &str, pause: Duration) -> io::Result<Reshard> {
+        let c = self.redis_cluster()?;
+        let slot = c.slot_of(&cluster_key(key))?;
+        let from = c.master_of_slot(slot)?;
+        let grant = held_key(key);
+        let master = c
+            .node(from)
+            .ok_or_else(|| io::Error::other(format!("no node on port {from}")))?;
+        let held = baton_testkit::process::wait_until("the key held", HELD_PATIENCE, || {
+            master
+                .command_ok(&["EXISTS", &grant])
+                .ok()
+                .and_then(|r| r.as_integer())
+                == Some(1)
+        })
+        .is_ok();
+        let mut ports = c.ports();
+        ports.sort_unstable();
+        // A master is a node with a replica (every master has one once the cluster is
+        // healthy, and a replica has none).
+        let masters: Vec<u16> = ports
+            .into_iter()
+            .filter(|&p| p == from || c.replica_of(p).is_ok())
+            .collect();
+        let at = masters.iter().position(|&p| p == from).unwrap_or_default();
+        let to = masters[(at + 1) % masters.len()];
+        if to == from {
+            return Err(io::Error::other(format!(
+                "no other master to move slot {slot} to: {masters:?}"
+            )));
+        }
+        let keys = c.migrate_slot(slot, to, pause, FAILOVER_PATIENCE)?;
+        Ok(Reshard {
+            slot,
+            from,
+            to,
+            keys,
+            held,
+        })
+    }
+
+    /// Kills (SIGKILL) the etcd member that leads, waits until the others elect a new
+    /// leader, waits `down`, and starts the member again with its data; answers the killed
+    /// member and the new leader.
+    ///
+    /// # Errors
+    /// On another store, or when no leader is elected or the member does not come back.
+    pub fn kill_leader(&self, down: Duration) -> io::Result<(usize, usize)> {
+        let e = self.etcd()?;
+        // Waiting, not asking once: on a loaded host the members may be between leaders.
+        let leader = e.wait_for_leader(FAILOVER_PATIENCE)?;
+        e.kill(leader);
+        let next = e.wait_for_leader(FAILOVER_PATIENCE)?;
+        std::thread::sleep(down);
+        e.restart(leader)?;
+        Ok((leader, next))
+    }
+
+    /// Suspends (SIGSTOP) the etcd leader, or a follower, for `pause`, resumes it (SIGCONT)
+    /// and waits until the cluster has a leader; answers the member paused.
+    ///
+    /// # Errors
+    /// On another store, when a signal cannot be sent, or no leader is elected in time.
+    pub fn pause_member(&self, leader: bool, pause: Duration) -> io::Result<usize> {
+        let e = self.etcd()?;
+        let first = e.wait_for_leader(FAILOVER_PATIENCE)?;
+        let member = if leader { first } else { (first + 1) % e.len() };
+        e.pause(member)?;
+        std::thread::sleep(pause);
+        e.resume(member)?;
+        e.wait_for_leader(FAILOVER_PATIENCE)?;
+        Ok(member)
     }
 
     /// Ends the proxy's fault and its latency. Nothing without a proxy.
@@ -250,9 +461,10 @@ impl Cluster {
     /// # Errors
     /// On another store, or when the server answers an error.
     pub fn script_flush(&self) -> io::Result<()> {
-        self.redis_primary()?
-            .command_ok(&["SCRIPT", "FLUSH"])
-            .map(drop)
+        for server in self.redis_targets()? {
+            server.command_ok(&["SCRIPT", "FLUSH"])?;
+        }
+        Ok(())
     }
 
     /// `CLIENT KILL TYPE normal` and `CLIENT KILL TYPE pubsub` (Redis); answers how many
@@ -261,11 +473,12 @@ impl Cluster {
     /// # Errors
     /// On another store, or when the server answers an error.
     pub fn client_kill(&self) -> io::Result<u64> {
-        let s = self.redis_primary()?;
         let mut killed = 0;
-        for kind in ["normal", "pubsub"] {
-            let reply = s.command_ok(&["CLIENT", "KILL", "TYPE", kind])?;
-            killed += reply.as_integer().unwrap_or_default().max(0) as u64;
+        for s in self.redis_targets()? {
+            for kind in ["normal", "pubsub"] {
+                let reply = s.command_ok(&["CLIENT", "KILL", "TYPE", kind])?;
+                killed += reply.as_integer().unwrap_or_default().max(0) as u64;
+            }
         }
         Ok(killed)
     }
@@ -288,4 +501,46 @@ impl Cluster {
             )),
         }
     }
+}
+
+/// The history key of the contended key `key`, as the checkers name it: `lock:lock-0`,
+/// `lease:lease-0`, `sem:sem-0`.
+fn history_key(key: &str) -> String {
+    format!("{}:{key}", family(key).1)
+}
+
+/// The kind of the contended key `key` (`lock-*`, `lease-*`, or the semaphore), and its
+/// family as the checkers name it.
+fn family(key: &str) -> (baton::store::KeyKind, &'static str) {
+    use baton::store::KeyKind;
+    if key.starts_with("lock-") {
+        (KeyKind::Lock, "lock")
+    } else if key.starts_with("lease-") {
+        (KeyKind::Lease, "lease")
+    } else {
+        (KeyKind::Semaphore, crate::check::locks::SEMAPHORE)
+    }
+}
+
+/// The Redis key that exists while the contended key `key` is held: a lock's or lease's
+/// grant `{Q}`, a semaphore's permits `{Q}:permits` (see the key layout in `baton-redis`).
+fn held_key(key: &str) -> String {
+    let grant = cluster_key(key);
+    if key == crate::workload::SEM_KEY {
+        format!("{grant}:permits")
+    } else {
+        grant
+    }
+}
+
+/// The Redis key of the grant of the contended key `key` (`lock-*`, `lease-*`, or the
+/// semaphore): `{Q}`, with `Q` the key qualified in the default namespace, as the store
+/// writes it (its grant, fence counter and queue share that hash tag, so one slot).
+fn cluster_key(key: &str) -> String {
+    let kind = family(key).0;
+    let key = baton::Key::new(key).expect("a contended key is a valid key");
+    format!(
+        "{{{}}}",
+        baton::Namespace::default().qualify(kind, &key).as_str()
+    )
 }

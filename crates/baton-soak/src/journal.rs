@@ -118,6 +118,15 @@ impl Op {
         Op::ElectResign,
     ];
 
+    /// Whether the operation is an idempotency or rate-limit one, which only stores that keep
+    /// records and budgets run (see [`crate::plan::StoreKind::keeps_records_and_budgets`]).
+    pub fn needs_records_and_budgets(self) -> bool {
+        matches!(
+            self,
+            Op::IdemAcquire | Op::IdemEffect | Op::IdemFinalize | Op::RateAcquire
+        )
+    }
+
     /// The name in reports.
     pub fn name(self) -> &'static str {
         match self {

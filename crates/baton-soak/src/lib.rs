@@ -7,9 +7,11 @@
 //! Contenders in several worker processes take locks, claim and renew leases, run
 //! idempotent effects, ask a rate limiter for units, take semaphore permits, read and write
 //! a reader-writer lock and campaign in an election, against a real store, while a
-//! nemesis injects faults on a schedule derived from the seed: server kill and restart,
-//! SIGSTOP/SIGCONT and SIGKILL of workers, proxy latency, blackhole, reset and dropped
-//! replies, `SCRIPT FLUSH`, connection kills. Every operation is journaled (invoke / ok /
+//! nemesis injects faults on a schedule derived from the seed: server kill and restart, a
+//! Redis primary or Redis Cluster master killed and its replica taking over, a slot moved
+//! between cluster masters, the etcd leader killed and members paused, SIGSTOP/SIGCONT and
+//! SIGKILL of workers, proxy latency, blackhole, reset and dropped replies, `SCRIPT FLUSH`,
+//! connection kills. Every operation is journaled (invoke / ok /
 //! fail / info, process, key, fence, monotonic times); afterwards the checkers look for
 //! overlapping holders, more permit holders than permits, a writer beside a reader or
 //! writer, two leaders at once, fences and terms out of order, stale fences accepted, lost

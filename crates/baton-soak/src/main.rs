@@ -55,6 +55,8 @@ enum Command {
     /// One worker process (started by the parent).
     #[command(hide = true)]
     Worker {
+        #[arg(long, value_enum)]
+        store: StoreKind,
         #[arg(long)]
         url: String,
         #[arg(long)]
@@ -90,6 +92,7 @@ fn main() {
         return;
     }
     if let Some(Command::Worker {
+        store,
         url,
         dir,
         worker,
@@ -107,6 +110,7 @@ fn main() {
             .with_writer(std::io::stderr)
             .init();
         let args = WorkerArgs {
+            store,
             url,
             dir,
             worker,
@@ -125,7 +129,7 @@ fn main() {
     }
     let Some(store) = cli.store else {
         eprintln!(
-            "soak: --store redis|postgres|sqlite|redis-sentinel (or --recheck DIR) is required"
+            "soak: --store redis|postgres|sqlite|redis-sentinel|redis-cluster|etcd (or --recheck DIR) is required"
         );
         std::process::exit(2);
     };

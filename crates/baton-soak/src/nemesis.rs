@@ -2,10 +2,12 @@
 //! records what it did and when.
 //!
 //! Every fault ends by itself (a pause is resumed, a killed worker replaced, a stopped
-//! server started again, the proxy healed) before the next one begins, so faults never
-//! pile up, and the run ends with every fault healed. A Redis restart, and a replica
-//! promoted without `min_replicas`, is recorded as a [`DataLoss`]: the window the checkers
-//! report findings in as documented, not as violations.
+//! server started again, the proxy healed, a killed master or member back in its cluster, a
+//! moved slot announced) before the next one begins, so faults never pile up, and the run
+//! ends with every fault healed. A Redis restart, and a replica promoted without
+//! `min_replicas` (by the sentinels, or by a Redis Cluster whose master was killed), is
+//! recorded as a [`DataLoss`]: the window the checkers report findings in as documented, not
+//! as violations. A reshard and every etcd fault lose nothing: no window.
 
 use std::io::Write;
 use std::time::Duration;
@@ -38,7 +40,7 @@ pub struct Applied {
 pub struct NemesisLog {
     /// The faults applied, in order.
     pub applied: Vec<Applied>,
-    /// The data losses (Redis restarts and promotions).
+    /// The data losses (Redis restarts, promotions and cluster master failovers).
     pub losses: Vec<DataLoss>,
     /// Faults that could not be applied or healed, in words.
     pub errors: Vec<String>,
@@ -131,6 +133,7 @@ fn apply(
                     to,
                     back,
                     cause: LossCause::Restart,
+                    spared: Vec::new(),
                 });
                 "data lost".to_owned()
             } else {
@@ -148,6 +151,7 @@ fn apply(
                 to: promotion.promoted,
                 back: promotion.promoted,
                 cause: LossCause::Promotion,
+                spared: Vec::new(),
             });
             hold(down);
             cluster.rejoin(&promotion)?;
@@ -157,6 +161,47 @@ fn apply(
                 promotion.promoted.saturating_since(from).as_secs_f64(),
                 promotion.old
             )
+        }
+        Fault::KillMaster { key, down } => {
+            let from = MonoTime::now();
+            let kill = cluster.kill_master(key)?;
+            // As for a promotion: the slot is served by nobody between the kill and the
+            // takeover; what the replica lacks was granted before `from`.
+            log.losses.push(DataLoss {
+                from,
+                to: kill.promoted,
+                back: kill.promoted,
+                cause: LossCause::MasterFailover,
+                spared: kill.spared.clone(),
+            });
+            hold(down);
+            cluster.rejoin_master(&kill)?;
+            format!(
+                "{} killed, its replica {} took over in {:.2}s; {} rejoined as a replica",
+                kill.old,
+                kill.new,
+                kill.promoted.saturating_since(from).as_secs_f64(),
+                kill.old
+            )
+        }
+        Fault::Reshard { key, pause } => {
+            let moved = cluster.reshard(key, pause)?;
+            format!(
+                "slot {} moved from {} to {} with {} keys, {}",
+                moved.slot,
+                moved.from,
+                moved.to,
+                moved.keys,
+                if moved.held { "held" } else { "not held" }
+            )
+        }
+        Fault::KillLeader { down } => {
+            let (killed, next) = cluster.kill_leader(down)?;
+            format!("member {killed} killed, member {next} elected, member {killed} restarted")
+        }
+        Fault::PauseMember { leader, pause } => {
+            let member = cluster.pause_member(leader, pause)?;
+            format!("member {member}")
         }
         Fault::PauseWorker { worker, pause } => {
             let pid = workers.pid(worker).unwrap_or_default();

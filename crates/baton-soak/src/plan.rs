@@ -17,6 +17,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::workload::{LEASE_KEYS, LOCK_KEYS, SEM_KEY};
+
 /// No fault in the first seconds of a run: every worker is connected and contending first.
 pub const WARMUP: Duration = Duration::from_secs(2);
 
@@ -40,6 +42,14 @@ pub enum StoreKind {
     /// through a `redis+sentinel://` URL; the primary is killed and the replica promoted.
     #[serde(rename = "redis-sentinel")]
     RedisSentinel,
+    /// A private Redis Cluster of three masters and three replicas (no persistence), reached
+    /// through a `redis+cluster://` URL; a master is killed and its replica takes over, and
+    /// the slot of a contended key is moved, live, to another master.
+    #[serde(rename = "redis-cluster")]
+    RedisCluster,
+    /// A private three-member etcd cluster, reached through an `etcd://` URL; the leader is
+    /// killed and restarted, and members are paused. Its data survives every fault.
+    Etcd,
 }
 
 impl StoreKind {
@@ -50,7 +60,26 @@ impl StoreKind {
             StoreKind::Postgres => "postgres",
             StoreKind::Sqlite => "sqlite",
             StoreKind::RedisSentinel => "redis-sentinel",
+            StoreKind::RedisCluster => "redis-cluster",
+            StoreKind::Etcd => "etcd",
         }
+    }
+
+    /// Every store the soak runs, in the order of the documentation.
+    pub const ALL: [StoreKind; 6] = [
+        StoreKind::Redis,
+        StoreKind::Postgres,
+        StoreKind::Sqlite,
+        StoreKind::RedisSentinel,
+        StoreKind::RedisCluster,
+        StoreKind::Etcd,
+    ];
+
+    /// Whether the store keeps idempotency records and rate limits: etcd answers
+    /// `Unsupported` for both (see `baton_core::Capability`), so its workers run no
+    /// idempotency or rate contenders and its runs no checkers of theirs.
+    pub fn keeps_records_and_budgets(self) -> bool {
+        !matches!(self, StoreKind::Etcd)
     }
 
     /// The kinds of fault this store is subjected to: the faults of its server, of the
@@ -62,20 +91,29 @@ impl StoreKind {
             StoreKind::Redis | StoreKind::Postgres => &[ServerRestart],
             StoreKind::Sqlite => &[],
             StoreKind::RedisSentinel => &[PromoteReplica],
+            StoreKind::RedisCluster => &[KillMaster, Reshard],
+            StoreKind::Etcd => &[KillLeader, PauseLeader, PauseFollower],
         };
         let processes = [PauseWorker, KillWorker, KillSupervisor];
-        // No fault proxy for SQLite (no server) and Sentinel (the workers follow the
-        // primary the sentinels name, so they connect to the servers directly).
+        // No fault proxy for SQLite (no server), Sentinel (the workers follow the primary
+        // the sentinels name, so they connect to the servers directly), the Redis Cluster
+        // (the workers follow the slot map the nodes announce) and etcd (the workers talk to
+        // every member).
         let proxy: &[FaultKind] = match self {
             StoreKind::Redis | StoreKind::Postgres => {
                 &[Latency, Blackhole, Reset, DropReplies, KillConnections]
             }
-            StoreKind::Sqlite | StoreKind::RedisSentinel => &[],
+            StoreKind::Sqlite
+            | StoreKind::RedisSentinel
+            | StoreKind::RedisCluster
+            | StoreKind::Etcd => &[],
         };
         let own: &[FaultKind] = match self {
-            StoreKind::Redis | StoreKind::RedisSentinel => &[ScriptFlush, ClientKill],
+            StoreKind::Redis | StoreKind::RedisSentinel | StoreKind::RedisCluster => {
+                &[ScriptFlush, ClientKill]
+            }
             StoreKind::Postgres => &[TerminateBackends],
-            StoreKind::Sqlite => &[],
+            StoreKind::Sqlite | StoreKind::Etcd => &[],
         };
         [server, &processes, proxy, own].concat()
     }
@@ -129,6 +167,25 @@ pub enum FaultKind {
     /// replica (Redis Sentinel). Grants the replica had not received when the primary died
     /// are lost without `min_replicas`: a documented unsafe window.
     PromoteReplica,
+    /// The Redis Cluster master serving a contended key is killed (SIGKILL), its replica
+    /// takes over, and the killed node is started again (empty) and rejoins as the new
+    /// master's replica. What the replica had not received is lost (replication is
+    /// asynchronous and the cluster store offers no `min_replicas`): a documented unsafe
+    /// window.
+    KillMaster,
+    /// The slot of a contended key moves, live, to another Redis Cluster master, one key at
+    /// a time (`MIGRATE`), while the key is held and contended. Nothing may be lost.
+    Reshard,
+    /// The etcd member that leads is killed (SIGKILL), the others elect a new leader, and
+    /// the member is started again with its data. Nothing may be lost.
+    KillLeader,
+    /// The etcd member that leads is suspended (SIGSTOP) and resumed (SIGCONT); past the
+    /// election timeout the others elect a new leader, and it steps down when resumed.
+    /// Nothing may be lost.
+    PauseLeader,
+    /// An etcd follower is suspended (SIGSTOP) and resumed (SIGCONT), and catches up.
+    /// Nothing may be lost.
+    PauseFollower,
 }
 
 impl FaultKind {
@@ -148,6 +205,11 @@ impl FaultKind {
             FaultKind::ClientKill => "client-kill",
             FaultKind::TerminateBackends => "terminate-backends",
             FaultKind::PromoteReplica => "promote-replica",
+            FaultKind::KillMaster => "kill-master",
+            FaultKind::Reshard => "reshard",
+            FaultKind::KillLeader => "kill-leader",
+            FaultKind::PauseLeader => "pause-leader",
+            FaultKind::PauseFollower => "pause-follower",
         }
     }
 }
@@ -223,7 +285,43 @@ pub enum Fault {
         /// How long the old primary stays down once the replica was promoted.
         down: Duration,
     },
+    /// See [`FaultKind::KillMaster`].
+    KillMaster {
+        /// The contended key (of [`CLUSTER_TARGETS`]) whose master is killed.
+        key: &'static str,
+        /// How long the old master stays down once its replica took over.
+        down: Duration,
+    },
+    /// See [`FaultKind::Reshard`].
+    Reshard {
+        /// The contended key (of [`CLUSTER_TARGETS`]) whose slot moves.
+        key: &'static str,
+        /// How long the slot stays half moved after each of its keys went over.
+        pause: Duration,
+    },
+    /// See [`FaultKind::KillLeader`].
+    KillLeader {
+        /// How long the member stays down.
+        down: Duration,
+    },
+    /// See [`FaultKind::PauseLeader`] and [`FaultKind::PauseFollower`].
+    PauseMember {
+        /// The leader, or a follower.
+        leader: bool,
+        /// How long it stays suspended.
+        pause: Duration,
+    },
 }
+
+/// The contended keys whose Redis Cluster master is killed or whose slot moves: the lock
+/// and lease keys (each a fenced register's key) and the semaphore.
+pub const CLUSTER_TARGETS: [&str; 5] = [
+    LOCK_KEYS[0],
+    LOCK_KEYS[1],
+    LEASE_KEYS[0],
+    LEASE_KEYS[1],
+    SEM_KEY,
+];
 
 impl Fault {
     /// The kind.
@@ -242,6 +340,11 @@ impl Fault {
             Fault::ClientKill => FaultKind::ClientKill,
             Fault::TerminateBackends => FaultKind::TerminateBackends,
             Fault::PromoteReplica { .. } => FaultKind::PromoteReplica,
+            Fault::KillMaster { .. } => FaultKind::KillMaster,
+            Fault::Reshard { .. } => FaultKind::Reshard,
+            Fault::KillLeader { .. } => FaultKind::KillLeader,
+            Fault::PauseMember { leader: true, .. } => FaultKind::PauseLeader,
+            Fault::PauseMember { leader: false, .. } => FaultKind::PauseFollower,
         }
     }
 
@@ -258,6 +361,15 @@ impl Fault {
             // The sentinels' down-after time and their vote, the old primary's restart and
             // its full synchronization as a replica.
             Fault::PromoteReplica { down } => down + Duration::from_secs(4),
+            // The cluster's node timeout (1 s) and the replica's election, the old master's
+            // restart and its full synchronization as a replica.
+            Fault::KillMaster { down, .. } => down + Duration::from_secs(4),
+            // A few keys, each followed by the pause, then the slot's new owner announced.
+            Fault::Reshard { pause, .. } => 5 * pause + Duration::from_millis(500),
+            // The election (500 ms timeout) and the member's restart.
+            Fault::KillLeader { down } => down + Duration::from_secs(2),
+            // The member catching up (and, for a leader, the election it caused).
+            Fault::PauseMember { pause, .. } => pause + Duration::from_secs(1),
             Fault::PauseWorker { pause, .. } => pause,
             Fault::KillWorker { down, .. } => down,
             // Waiting for the supervisor's COMMAND to run, the kill, COMMAND's end.
@@ -320,6 +432,23 @@ impl Fault {
             FaultKind::PromoteReplica => Fault::PromoteReplica {
                 down: ms(rng, 200, 1_500),
             },
+            FaultKind::KillMaster => Fault::KillMaster {
+                key: CLUSTER_TARGETS[rng.random_range(0..CLUSTER_TARGETS.len())],
+                down: ms(rng, 200, 1_500),
+            },
+            FaultKind::Reshard => Fault::Reshard {
+                key: CLUSTER_TARGETS[rng.random_range(0..CLUSTER_TARGETS.len())],
+                pause: ms(rng, 50, 300),
+            },
+            FaultKind::KillLeader => Fault::KillLeader {
+                down: ms(rng, 200, 1_500),
+            },
+            // Most pauses outlast the members' election timeout (500 ms): a paused leader
+            // is replaced, a paused follower falls behind.
+            FaultKind::PauseLeader | FaultKind::PauseFollower => Fault::PauseMember {
+                leader: kind == FaultKind::PauseLeader,
+                pause: ms(rng, 300, 3_000),
+            },
         }
     }
 }
@@ -357,6 +486,20 @@ impl fmt::Display for Fault {
                 "promote-replica (primary killed, old primary back after {})",
                 s(down)
             ),
+            Fault::KillMaster { key, down } => write!(
+                f,
+                "kill-master of {key} (SIGKILL, back as a replica after {})",
+                s(down)
+            ),
+            Fault::Reshard { key, pause } => write!(
+                f,
+                "reshard the slot of {key} to another master ({}ms after each key)",
+                pause.as_millis()
+            ),
+            Fault::KillLeader { down } => {
+                write!(f, "kill-leader (SIGKILL, restarted after {})", s(down))
+            }
+            Fault::PauseMember { pause, .. } => write!(f, "{} for {}", self.kind(), s(pause)),
             other => f.write_str(other.kind().name()),
         }
     }
@@ -450,12 +593,7 @@ mod tests {
     #[test]
     fn the_same_seed_gives_the_same_plan_and_another_seed_another() {
         let run = Duration::from_secs(60);
-        for store in [
-            StoreKind::Redis,
-            StoreKind::Postgres,
-            StoreKind::Sqlite,
-            StoreKind::RedisSentinel,
-        ] {
+        for store in StoreKind::ALL {
             let a = Plan::new(store, 7, run, 4);
             assert_eq!(a, Plan::new(store, 7, run, 4));
             assert_eq!(a.render(), Plan::new(store, 7, run, 4).render());
@@ -465,21 +603,27 @@ mod tests {
 
     #[test]
     fn faults_stay_inside_the_run_in_order_and_every_kind_comes_first_once() {
-        for seed in 0..50 {
+        for (store, seed) in StoreKind::ALL
+            .into_iter()
+            .flat_map(|store| (0..50).map(move |seed| (store, seed)))
+        {
             let run = Duration::from_secs(90);
-            let plan = Plan::new(StoreKind::Redis, seed, run, 3);
+            let plan = Plan::new(store, seed, run, 3);
             let mut previous_end = Duration::ZERO;
             for s in &plan.faults {
-                assert!(s.at >= WARMUP && s.at >= previous_end, "seed {seed}: {s:?}");
+                assert!(
+                    s.at >= WARMUP && s.at >= previous_end,
+                    "{store} seed {seed}: {s:?}"
+                );
                 previous_end = s.at + s.fault.lasts(plan.store);
-                assert!(previous_end <= run - COOLDOWN, "seed {seed}: {s:?}");
+                assert!(previous_end <= run - COOLDOWN, "{store} seed {seed}: {s:?}");
                 if let Fault::PauseWorker { worker, .. } | Fault::KillWorker { worker, .. } =
                     s.fault
                 {
                     assert!(worker < 3);
                 }
             }
-            let kinds = StoreKind::Redis.fault_kinds();
+            let kinds = store.fault_kinds();
             let mut first: Vec<FaultKind> = plan.faults[..kinds.len()]
                 .iter()
                 .map(|s| s.fault.kind())
@@ -487,7 +631,10 @@ mod tests {
             first.sort();
             let mut all = kinds;
             all.sort();
-            assert_eq!(first, all, "seed {seed}: the first round deals every kind");
+            assert_eq!(
+                first, all,
+                "{store} seed {seed}: the first round deals every kind"
+            );
         }
     }
 

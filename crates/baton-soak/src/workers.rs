@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use baton_testkit::process;
 
+use crate::plan::StoreKind;
 use crate::workload::RunDir;
 
 /// How to start a worker.
@@ -21,6 +22,8 @@ use crate::workload::RunDir;
 pub struct WorkerCommand {
     /// The `soak` binary.
     pub exe: PathBuf,
+    /// The store under test (which contenders the workers run).
+    pub store: StoreKind,
     /// The store URL the workers use.
     pub url: String,
     /// The run directory.
@@ -90,6 +93,8 @@ impl Workers {
         let out = File::create(&log)?;
         Command::new(&self.command.exe)
             .arg("worker")
+            .arg("--store")
+            .arg(self.command.store.name())
             .arg("--url")
             .arg(&self.command.url)
             .arg("--dir")

@@ -16,10 +16,11 @@
 //! - **lease contenders** ([`LEASE_CONTENDERS`]): claim one of [`LEASE_KEYS`] as a holder
 //!   of their own, renew it every [`LEASE_RENEW_EVERY`] for a while with fenced writes in
 //!   between, release;
-//! - **idempotency contenders** ([`IDEM_CONTENDERS`]): try to acquire the request id of the
+//! - **idempotency contenders** ([`IDEM_CONTENDERS`], on every store that keeps idempotency
+//!   records, so not on etcd): try to acquire the request id of the
 //!   current [`IDEM_BUCKET`] (so contenders in every process race for it), do the effect,
 //!   finalize it as completed; retry ids they saw pending, so lapsed attempts are taken over;
-//! - **rate contenders** ([`RATE_CONTENDERS`]): ask for 1 to 3 units of [`RATE_KEY`] under
+//! - **rate contenders** ([`RATE_CONTENDERS`], likewise not on etcd): ask for 1 to 3 units of [`RATE_KEY`] under
 //!   [`RATE_MAX`] per [`RATE_WINDOW`], all the time;
 //! - **permit contenders** ([`SEM_CONTENDERS`]): take one of the [`SEM_PERMITS`] permits of
 //!   [`SEM_KEY`] (waiting up to [`GRANT_WAIT`], kept alive), hold it a moment (now and
@@ -51,6 +52,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::journal::{Detail, Journal, Op, Phase};
+use crate::plan::StoreKind;
 
 /// The lock keys every lock contender of every process competes for.
 pub const LOCK_KEYS: [&str; 2] = ["lock-0", "lock-1"];
@@ -209,6 +211,8 @@ pub struct Go {
 /// How one worker process was started.
 #[derive(Debug, Clone)]
 pub struct WorkerArgs {
+    /// The store under test: which contenders run.
+    pub store: StoreKind,
     /// The store URL.
     pub url: String,
     /// The run directory.
@@ -275,11 +279,14 @@ async fn worker(args: WorkerArgs) -> Result<(), String> {
     for c in LEASE_BASE..LEASE_BASE + LEASE_CONTENDERS {
         tasks.push(tokio::spawn(lease_contender(shared.clone(), c, rng(c))));
     }
-    for c in IDEM_BASE..IDEM_BASE + IDEM_CONTENDERS {
-        tasks.push(tokio::spawn(idem_contender(shared.clone(), c, rng(c))));
-    }
-    for c in RATE_BASE..RATE_BASE + RATE_CONTENDERS {
-        tasks.push(tokio::spawn(rate_contender(shared.clone(), c, rng(c))));
+    // etcd keeps neither (it answers `Unsupported`): its workers run the rest.
+    if args.store.keeps_records_and_budgets() {
+        for c in IDEM_BASE..IDEM_BASE + IDEM_CONTENDERS {
+            tasks.push(tokio::spawn(idem_contender(shared.clone(), c, rng(c))));
+        }
+        for c in RATE_BASE..RATE_BASE + RATE_CONTENDERS {
+            tasks.push(tokio::spawn(rate_contender(shared.clone(), c, rng(c))));
+        }
     }
     for c in SEM_BASE..SEM_BASE + SEM_CONTENDERS {
         tasks.push(tokio::spawn(permit_contender(shared.clone(), c, rng(c))));

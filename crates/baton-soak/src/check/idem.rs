@@ -561,6 +561,7 @@ mod tests {
                 to: t(55),
                 back: t(60),
                 cause: Default::default(),
+                spared: Vec::new(),
             }],
             start: t(0),
         };

@@ -55,7 +55,7 @@ fn role(op: Op) -> Option<(&'static str, Option<Mode>, Role)> {
 const FAMILIES: [&str; 5] = ["lock", "lease", SEMAPHORE, RWLOCK, ELECTION];
 
 /// The history key prefix of semaphore permits.
-pub(super) const SEMAPHORE: &str = "sem";
+pub(crate) const SEMAPHORE: &str = "sem";
 /// The history key prefix of reader-writer locks (then `@read` or `@write`, see
 /// [`rw_key`]).
 pub(super) const RWLOCK: &str = "rw";
@@ -238,7 +238,7 @@ pub(super) fn overlap_explained(v: &baton_testkit::Violation, losses: &Losses) -
     let times = acquired_times(&v.ops);
     match (times.first(), times.last()) {
         (Some(&(_, earlier_requested)), Some(&(later_acquired, _))) => {
-            losses.explain(earlier_requested, later_acquired)
+            losses.explain_key(&v.key, earlier_requested, later_acquired)
         }
         _ => None,
     }
@@ -355,8 +355,11 @@ fn lost_updates(writes: &[WriteInfo], grants: &[Grant], losses: &Losses, report:
                 let (Some(ga), Some(gb)) = (inside(a), inside(b)) else {
                     continue;
                 };
-                let documented =
-                    losses.explain(ga.requested.min(gb.requested), ga.acquired.max(gb.acquired));
+                let documented = losses.explain_key(
+                    register,
+                    ga.requested.min(gb.requested),
+                    ga.acquired.max(gb.acquired),
+                );
                 report.find(
                     "lost-update",
                     register,
@@ -513,7 +516,21 @@ mod tests {
             to: t(110),
             back: t(150),
             cause: super::super::LossCause::Promotion,
+            spared: Vec::new(),
         };
+        // A killed cluster master that did not serve the key's slot spared it: its window
+        // explains nothing on the key, neither the overlap nor a value written twice.
+        let spared = Losses {
+            losses: vec![super::super::DataLoss {
+                spared: vec!["lock:k".into()],
+                ..loss.clone()
+            }],
+            start: t(0),
+        };
+        let report = overlap.clone().check(&spared);
+        assert_violations(&report, "no-overlap", 1);
+        assert_eq!(row(&report, "no-overlap").documented, 0);
+        assert_eq!(row(&report, "lost-update").documented, 0);
         let losses = Losses {
             losses: vec![loss],
             start: t(0),
@@ -538,6 +555,7 @@ mod tests {
                 to: t(260),
                 back: t(270),
                 cause: Default::default(),
+                spared: Vec::new(),
             }],
             start: t(0),
         };

@@ -25,8 +25,9 @@
 //! above), so a reported violation really happened.
 //!
 //! **Documented unsafe windows.** A Redis server restarted without persistence forgets every
-//! grant, record and budget, and a replica promoted without `min_replicas` misses what the
-//! primary had not yet sent it (see `docs/redis.md`). A finding that needs that loss to be
+//! grant, record and budget, and a replica promoted without `min_replicas` (by the sentinels,
+//! or by a Redis Cluster whose master was killed) misses what the primary had not yet sent
+//! it (see `docs/redis.md`). A finding that needs that loss to be
 //! explained — its earlier operation could have reached the store before the kill, its later
 //! one after it — is reported as *documented*, with the window, and does not fail the run.
 //! Nothing else is ever excused.
@@ -52,14 +53,15 @@ use baton_testkit::MonoTime;
 use serde::Serialize;
 
 use crate::journal::Events;
+use crate::plan::StoreKind;
 
 /// What the store's clock and the host's monotonic clock may drift apart by within one
 /// check (NTP slews a wall clock by at most 0.05 %): subtracted in favour of the store.
 pub const CLOCK_TOLERANCE: Duration = Duration::from_millis(5);
 
 /// A span in which the store lost its data (a Redis restart without persistence), or some
-/// of it (a replica promoted without `min_replicas`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// of it (a replica promoted without `min_replicas`, a Redis Cluster master killed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DataLoss {
     /// When the kill was sent.
     pub from: MonoTime,
@@ -71,6 +73,11 @@ pub struct DataLoss {
     /// What lost the data.
     #[serde(default)]
     pub cause: LossCause,
+    /// The history keys (`lock:lock-0`, `sem:sem-0`, ...) the loss is known not to have
+    /// touched: a killed Redis Cluster master spares the contended keys whose slots other
+    /// masters served. Empty: every key may have lost its data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spared: Vec<String>,
 }
 
 /// What lost a store's data.
@@ -83,6 +90,9 @@ pub enum LossCause {
     /// A Redis primary killed and its replica promoted without `min_replicas`: what the
     /// replica had not received when the primary died is gone.
     Promotion,
+    /// A Redis Cluster master killed and its replica taking over its slots (the cluster
+    /// store offers no `min_replicas`): what the replica had not received is gone.
+    MasterFailover,
 }
 
 impl LossCause {
@@ -94,6 +104,9 @@ impl LossCause {
             }
             LossCause::Promotion => {
                 "redis replica promoted without min_replicas: what the replica had not received is lost"
+            }
+            LossCause::MasterFailover => {
+                "redis cluster master killed, its replica took over (asynchronous replication): what the replica had not received is lost"
             }
         }
     }
@@ -121,12 +134,23 @@ impl Losses {
     /// reached the store as early as `earlier` and one that may have reached it as late as
     /// `later`, in words; `None` when no loss falls between them.
     pub fn explain(&self, earlier: MonoTime, later: MonoTime) -> Option<String> {
-        self.between(earlier, later).map(|l| {
+        self.explain_on(None, earlier, later)
+    }
+
+    /// As [`Losses::explain`], for a conflict on the history key `key` (`lock:lock-0`): a
+    /// loss that spared `key` explains nothing on it.
+    pub fn explain_key(&self, key: &str, earlier: MonoTime, later: MonoTime) -> Option<String> {
+        self.explain_on(Some(key), earlier, later)
+    }
+
+    fn explain_on(&self, key: Option<&str>, earlier: MonoTime, later: MonoTime) -> Option<String> {
+        self.between_on(key, earlier, later).map(|l| {
             format!(
                 "redis data loss ({}): killed at +{:.3}s, back at +{:.3}s",
                 match l.cause {
                     LossCause::Restart => "restart",
                     LossCause::Promotion => "replica promoted",
+                    LossCause::MasterFailover => "cluster master killed",
                 },
                 secs(l.from, self.start),
                 secs(l.back, self.start)
@@ -138,9 +162,21 @@ impl Losses {
     /// the store as early as `earlier` and one that may have reached it as late as `later`:
     /// one whose kill falls between them.
     pub fn between(&self, earlier: MonoTime, later: MonoTime) -> Option<&DataLoss> {
-        self.losses
-            .iter()
-            .find(|l| earlier <= l.to && later >= l.from)
+        self.between_on(None, earlier, later)
+    }
+
+    /// As [`Losses::between`], leaving out the losses that spared `key`.
+    fn between_on(
+        &self,
+        key: Option<&str>,
+        earlier: MonoTime,
+        later: MonoTime,
+    ) -> Option<&DataLoss> {
+        self.losses.iter().find(|l| {
+            earlier <= l.to
+                && later >= l.from
+                && key.is_none_or(|key| !l.spared.iter().any(|s| s == key))
+        })
     }
 }
 
@@ -284,13 +320,17 @@ pub fn secs(t: MonoTime, start: MonoTime) -> f64 {
 /// What the store said at the end about the scopes whose completion was acknowledged.
 pub type Audit = BTreeMap<String, Option<(String, u32)>>;
 
-/// Runs every checker over `events`.
-pub fn check_all(events: &Events, losses: &Losses, audit: &Audit) -> CheckReport {
+/// Runs every checker of `store`'s contenders over `events`: the idempotency and rate-limit
+/// checkers only where the store keeps records and budgets (not on etcd, whose workers run
+/// no such contenders).
+pub fn check_all(store: StoreKind, events: &Events, losses: &Losses, audit: &Audit) -> CheckReport {
     let mut report = CheckReport::default();
     let operations = events.operations();
     locks::check(&operations, losses, &mut report);
-    idem::check(&operations, losses, audit, &mut report);
-    rate::check(&operations, losses, &mut report);
+    if store.keeps_records_and_budgets() {
+        idem::check(&operations, losses, audit, &mut report);
+        rate::check(&operations, losses, &mut report);
+    }
     primitives::check(&operations, losses, &mut report);
     report
 }

@@ -232,6 +232,7 @@ mod tests {
                 to: t(110),
                 back: t(150),
                 cause: LossCause::Restart,
+                spared: Vec::new(),
             }],
             start: t(0),
         };
