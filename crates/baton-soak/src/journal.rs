@@ -118,13 +118,10 @@ impl Op {
         Op::ElectResign,
     ];
 
-    /// Whether the operation is an idempotency or rate-limit one, which only stores that keep
-    /// records and budgets run (see [`crate::plan::StoreKind::keeps_records_and_budgets`]).
-    pub fn needs_records_and_budgets(self) -> bool {
-        matches!(
-            self,
-            Op::IdemAcquire | Op::IdemEffect | Op::IdemFinalize | Op::RateAcquire
-        )
+    /// Whether the operation is a rate-limit one, which only stores that keep rate limits run
+    /// (see [`crate::plan::StoreKind::keeps_budgets`]).
+    pub fn needs_budgets(self) -> bool {
+        matches!(self, Op::RateAcquire)
     }
 
     /// The name in reports.

@@ -75,10 +75,10 @@ impl StoreKind {
         StoreKind::Etcd,
     ];
 
-    /// Whether the store keeps idempotency records and rate limits: etcd answers
-    /// `Unsupported` for both (see `baton_core::Capability`), so its workers run no
-    /// idempotency or rate contenders and its runs no checkers of theirs.
-    pub fn keeps_records_and_budgets(self) -> bool {
+    /// Whether the store keeps rate limits: etcd answers `Unsupported` (see
+    /// `baton_core::Capability`), so its workers run no rate contenders and its runs no
+    /// rate checker. Every store keeps idempotency records.
+    pub fn keeps_budgets(self) -> bool {
         !matches!(self, StoreKind::Etcd)
     }
 

@@ -426,13 +426,9 @@ fn summarize(
             Phase::Info | Phase::Invoke => row.indeterminate += 1,
         }
     }
-    // No rows for the operations the store's workers do not run (etcd: idempotency and rate
-    // limits), unless some ran anyway.
-    rows.retain(|op, row| {
-        record.store.keeps_records_and_budgets()
-            || !op.needs_records_and_budgets()
-            || row.invoked > 0
-    });
+    // No rows for the operations the store's workers do not run (etcd: rate limits), unless
+    // some ran anyway.
+    rows.retain(|op, row| record.store.keeps_budgets() || !op.needs_budgets() || row.invoked > 0);
     let start = record.start;
     let unsafe_windows = record
         .losses

@@ -279,11 +279,11 @@ async fn worker(args: WorkerArgs) -> Result<(), String> {
     for c in LEASE_BASE..LEASE_BASE + LEASE_CONTENDERS {
         tasks.push(tokio::spawn(lease_contender(shared.clone(), c, rng(c))));
     }
-    // etcd keeps neither (it answers `Unsupported`): its workers run the rest.
-    if args.store.keeps_records_and_budgets() {
-        for c in IDEM_BASE..IDEM_BASE + IDEM_CONTENDERS {
-            tasks.push(tokio::spawn(idem_contender(shared.clone(), c, rng(c))));
-        }
+    for c in IDEM_BASE..IDEM_BASE + IDEM_CONTENDERS {
+        tasks.push(tokio::spawn(idem_contender(shared.clone(), c, rng(c))));
+    }
+    // etcd keeps no rate limits (it answers `Unsupported`): its workers run the rest.
+    if args.store.keeps_budgets() {
         for c in RATE_BASE..RATE_BASE + RATE_CONTENDERS {
             tasks.push(tokio::spawn(rate_contender(shared.clone(), c, rng(c))));
         }

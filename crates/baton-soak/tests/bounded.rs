@@ -116,7 +116,7 @@ fn bounded(store: StoreKind) {
             .and_then(|row| row["ok"].as_u64())
             .unwrap_or(0)
     };
-    let records_and_budgets = store.keeps_records_and_budgets();
+    let budgets = store.keeps_budgets();
     for (op, at_least) in [
         ("lock.acquire", 50),
         ("lock.write", 20),
@@ -138,7 +138,7 @@ fn bounded(store: StoreKind) {
         ("elect.campaign", 10),
         ("elect.resign", 10),
     ] {
-        if !records_and_budgets && (op.starts_with("idem.") || op.starts_with("rate.")) {
+        if !budgets && op.starts_with("rate.") {
             // Not offered (etcd): not run, and not shown.
             assert!(
                 summary["operations"]
@@ -178,8 +178,7 @@ fn bounded(store: StoreKind) {
         "command-in-lock",
         "supervisor-death",
     ] {
-        let offered =
-            records_and_budgets || !(checker.starts_with("idem-") || checker.starts_with("rate-"));
+        let offered = budgets || !checker.starts_with("rate-");
         assert_eq!(
             checks.iter().any(|c| c["checker"] == checker),
             offered,
@@ -187,7 +186,7 @@ fn bounded(store: StoreKind) {
             !offered
         );
     }
-    if records_and_budgets {
+    if budgets {
         assert!(summary["stats"]["rate units admitted"].as_u64().unwrap() > 0);
     }
     // The permits and the reads were shared, not taken one at a time.

@@ -320,15 +320,14 @@ pub fn secs(t: MonoTime, start: MonoTime) -> f64 {
 /// What the store said at the end about the scopes whose completion was acknowledged.
 pub type Audit = BTreeMap<String, Option<(String, u32)>>;
 
-/// Runs every checker of `store`'s contenders over `events`: the idempotency and rate-limit
-/// checkers only where the store keeps records and budgets (not on etcd, whose workers run
-/// no such contenders).
+/// Runs every checker of `store`'s contenders over `events`: the rate-limit checker only
+/// where the store keeps rate limits (not on etcd, whose workers run no rate contenders).
 pub fn check_all(store: StoreKind, events: &Events, losses: &Losses, audit: &Audit) -> CheckReport {
     let mut report = CheckReport::default();
     let operations = events.operations();
     locks::check(&operations, losses, &mut report);
-    if store.keeps_records_and_budgets() {
-        idem::check(&operations, losses, audit, &mut report);
+    idem::check(&operations, losses, audit, &mut report);
+    if store.keeps_budgets() {
         rate::check(&operations, losses, &mut report);
     }
     primitives::check(&operations, losses, &mut report);
