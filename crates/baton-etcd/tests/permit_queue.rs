@@ -1,0 +1,325 @@
+//! Waiting for a semaphore's permits on etcd: processes (here, stores of their own) whose
+//! waiters wait for a permit queue once each, the queue decides who may take a free permit
+//! (its head, or anyone while nobody is queued), and a release wakes only the head. So
+//! processes take permits in the order they queued, a releaser asking again at once or a
+//! newcomer comes after them, and a process that dies while queued holds the others up only
+//! until its queue entry's lease ends.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_core::conformance::fresh_namespace;
+use baton_core::semaphore::PermitInfo;
+use baton_core::store::{Claim, HolderInfo, LeaseRequest, Release, Renewal, Wakeups};
+use baton_core::{
+    Holder, Key, KeyKind, LockOptions, Namespace, Result, Semaphore, SemaphoreStore, StoreKey,
+    Ttl,
+};
+use baton_etcd::EtcdStore;
+use baton_testkit::permit_order;
+use etcd_client::GetOptions;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, sleep};
+
+/// The number of processes queued for a permit of `key`, as a raw client reads the queue.
+async fn queued(raw: &mut etcd_client::Client, key: &StoreKey) -> usize {
+    let count = raw
+        .get(
+            format!("{}\u{1}q\u{0}", key.as_str()),
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .expect("read the queue")
+        .count();
+    usize::try_from(count).expect("a count")
+}
+
+/// Waits (at most 10s) until `n` processes are queued for a permit of `key`.
+async fn until_queued(raw: &mut etcd_client::Client, key: &StoreKey, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = queued(raw, key).await;
+        if now == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{n} processes never queued ({now})");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn semaphore_key(ns: &Namespace, key: &str) -> StoreKey {
+    ns.qualify(KeyKind::Semaphore, &Key::new(key).unwrap())
+}
+
+/// Stores take permits in the order they queued, the releaser asking again at once last (the
+/// rule is in `baton_testkit::permit_order`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_take_permits_in_the_order_they_queued() {
+    let cluster = common::cluster().await;
+    let raw = common::raw(&cluster).await;
+    let ns = fresh_namespace();
+    let key = semaphore_key(&ns, "fifo");
+    permit_order::stores_take_permits_in_the_order_they_queued(
+        || async { Arc::new(common::store(&cluster).await) as Arc<dyn SemaphoreStore> },
+        &ns,
+        "fifo",
+        || {
+            let (mut raw, key) = (raw.clone(), key.clone());
+            async move { queued(&mut raw, &key).await }
+        },
+    )
+    .await;
+}
+
+/// A permit that is free while a process is queued is that process's: a newcomer's claim (a
+/// process not queued) is `Held` by the queue, naming its head, for at most the queue entry's
+/// lease, and the queued process's claim takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_permit_is_the_queued_process_s_not_a_newcomer_s() {
+    let cluster = common::cluster().await;
+    let mut raw = common::raw(&cluster).await;
+    let (holder, queued_store, newcomer) = (
+        common::store(&cluster).await,
+        common::store(&cluster).await,
+        common::store(&cluster).await,
+    );
+    let key = semaphore_key(&fresh_namespace(), "free");
+    let ttl = Ttl::new(Duration::from_secs(60)).unwrap();
+    let claim = async |store: &EtcdStore, who: &Holder| {
+        store
+            .claim_permit(&key, LeaseRequest::new(who, ttl), 1)
+            .await
+            .expect("a permit claim")
+    };
+    let (first, waiting, late) = (Holder::random(), Holder::random(), Holder::random());
+    assert!(matches!(claim(&holder, &first).await, Claim::Granted { .. }));
+    // A waiter of the second process waits for the key: its claim queues the process.
+    let _waits = queued_store.permit_wakeups().hub.subscribe(&key);
+    assert!(matches!(
+        claim(&queued_store, &waiting).await,
+        Claim::Held { .. }
+    ));
+    until_queued(&mut raw, &key, 1).await;
+    assert_eq!(
+        holder.release_permit(&key, &first).await.unwrap(),
+        Release::Removed
+    );
+    match claim(&newcomer, &late).await {
+        Claim::Held { holder, remaining } => {
+            assert!(
+                holder.as_str().starts_with("queued:"),
+                "held by the queue, not {holder}"
+            );
+            assert!(
+                remaining <= Duration::from_secs(5) && remaining > Duration::ZERO,
+                "{remaining:?}"
+            );
+        }
+        other => panic!("the newcomer cut in before the queued process: {other:?}"),
+    }
+    assert!(
+        newcomer.permits(&key).await.unwrap().is_empty(),
+        "the queue is no holder"
+    );
+    assert!(matches!(
+        claim(&queued_store, &waiting).await,
+        Claim::Granted { .. }
+    ));
+    // Granted, the process left the queue in the same transaction.
+    assert_eq!(queued(&mut raw, &key).await, 0);
+    match claim(&newcomer, &late).await {
+        Claim::Held { holder, .. } => assert_eq!(holder, waiting),
+        other => panic!("one permit, held: {other:?}"),
+    }
+    queued_store.release_permit(&key, &waiting).await.unwrap();
+}
+
+/// A `try_acquire` (no waiter) never queues its process, even when it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_never_queues() {
+    let cluster = common::cluster().await;
+    let mut raw = common::raw(&cluster).await;
+    let ns = fresh_namespace();
+    let key = semaphore_key(&ns, "try");
+    let sem = |store: EtcdStore| Semaphore::new(Arc::new(store), ns.clone(), "try", 1).unwrap();
+    let (a, b) = (
+        sem(common::store(&cluster).await),
+        sem(common::store(&cluster).await),
+    );
+    let long = LockOptions::new(Duration::from_secs(60));
+    let held = a.try_acquire(&long).await.unwrap().expect("free");
+    for _ in 0..3 {
+        assert!(b.try_acquire(&long).await.unwrap().is_none());
+    }
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(queued(&mut raw, &key).await, 0, "a try_acquire queued");
+    held.release().await;
+}
+
+/// A semaphore store that counts the permit claims made through it.
+#[derive(Debug)]
+struct Counted {
+    store: EtcdStore,
+    claims: AtomicUsize,
+}
+
+#[async_trait]
+impl SemaphoreStore for Counted {
+    async fn claim_permit(
+        &self,
+        key: &StoreKey,
+        request: LeaseRequest<'_>,
+        permits: u32,
+    ) -> Result<Claim> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.store.claim_permit(key, request, permits).await
+    }
+
+    async fn renew_permit(&self, key: &StoreKey, holder: &Holder, ttl: Ttl) -> Result<Renewal> {
+        self.store.renew_permit(key, holder, ttl).await
+    }
+
+    async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
+        self.store.release_permit(key, holder).await
+    }
+
+    async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
+        self.store.permits(key).await
+    }
+
+    async fn list_permits(&self, prefix: &str, limit: usize) -> Result<Vec<PermitInfo>> {
+        self.store.list_permits(prefix, limit).await
+    }
+
+    fn permit_wakeups(&self) -> Wakeups {
+        self.store.permit_wakeups()
+    }
+}
+
+/// A release wakes only the head of the queue: of three processes waiting for the one permit
+/// (none of whose timers fires within the test: the permits last a minute), only the first
+/// claims when it is released; the others claim only when their turn comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_only_the_head_process() {
+    let cluster = common::cluster().await;
+    let mut raw = common::raw(&cluster).await;
+    let ns = fresh_namespace();
+    let key = semaphore_key(&ns, "herd");
+    let long = LockOptions::new(Duration::from_secs(60));
+    let holder = Semaphore::new(
+        Arc::new(common::store(&cluster).await),
+        ns.clone(),
+        "herd",
+        1,
+    )
+    .unwrap();
+    let held = holder.try_acquire(&long).await.unwrap().expect("free");
+    let (granted_tx, mut granted) = mpsc::unbounded_channel();
+    let mut counted = Vec::new();
+    let mut releases = Vec::new();
+    for process in 0..3 {
+        let store = Arc::new(Counted {
+            store: common::store(&cluster).await,
+            claims: AtomicUsize::new(0),
+        });
+        counted.push(Arc::clone(&store));
+        let sem = Semaphore::new(store, ns.clone(), "herd", 1).unwrap();
+        let (release, released) = oneshot::channel::<()>();
+        releases.push(release);
+        let (granted_tx, wait) = (granted_tx.clone(), long.clone().wait(Duration::from_secs(60)));
+        tokio::spawn(async move {
+            let guard = sem.acquire(&wait).await.expect("its turn comes");
+            granted_tx.send(process).unwrap();
+            let _ = released.await;
+            guard.release().await;
+        });
+        until_queued(&mut raw, &key, process + 1).await;
+    }
+    // Every process has claimed once (and was refused); from here on, count.
+    sleep(Duration::from_millis(200)).await;
+    for store in &counted {
+        store.claims.store(0, Ordering::SeqCst);
+    }
+    held.release().await;
+    let first = tokio::time::timeout(Duration::from_secs(10), granted.recv())
+        .await
+        .expect("the head took the released permit")
+        .unwrap();
+    assert_eq!(first, 0, "the first process queued");
+    // Time for any other process woken by the release to claim.
+    sleep(Duration::from_millis(500)).await;
+    let claims: Vec<usize> = counted
+        .iter()
+        .map(|s| s.claims.load(Ordering::SeqCst))
+        .collect();
+    assert_eq!(claims, [1, 0, 0], "claims after the release, by process");
+    // The others follow, one release each.
+    for (next, release) in releases.into_iter().enumerate() {
+        release.send(()).unwrap();
+        if next < 2 {
+            let got = tokio::time::timeout(Duration::from_secs(10), granted.recv())
+                .await
+                .expect("the next process's turn")
+                .unwrap();
+            assert_eq!(got, next + 1);
+        }
+    }
+    until_queued(&mut raw, &key, 0).await;
+    let claims: Vec<usize> = counted
+        .iter()
+        .map(|s| s.claims.load(Ordering::SeqCst))
+        .collect();
+    assert_eq!(claims, [1, 1, 1], "one claim per turn: {claims:?}");
+}
+
+/// A process that dies while queued first (its store dropped without leaving the queue)
+/// holds up the process behind it only until its queue entry's lease ends, although the
+/// holder's permit would last a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_died_in_the_queue_holds_up_the_next_only_until_its_entry_expires() {
+    let cluster = common::cluster().await;
+    let mut raw = common::raw(&cluster).await;
+    let ns = fresh_namespace();
+    let key = semaphore_key(&ns, "dead");
+    let sem = |store: EtcdStore| Semaphore::new(Arc::new(store), ns.clone(), "dead", 1).unwrap();
+    let long = LockOptions::new(Duration::from_secs(60));
+    let held = sem(common::store(&cluster).await)
+        .try_acquire(&long)
+        .await
+        .unwrap()
+        .expect("free");
+    let wait = long.clone().wait(Duration::from_secs(60));
+    let dies = {
+        let sem = sem(common::store(&cluster).await);
+        let wait = wait.clone();
+        tokio::spawn(async move { sem.acquire(&wait).await.map(|_| ()) })
+    };
+    until_queued(&mut raw, &key, 1).await;
+    let next = {
+        let sem = sem(common::store(&cluster).await);
+        tokio::spawn(async move {
+            let guard = sem.acquire(&wait).await.expect("its turn comes");
+            guard.release().await;
+        })
+    };
+    until_queued(&mut raw, &key, 2).await;
+    // The first process dies: its store stops without leaving the queue.
+    dies.abort();
+    let _ = dies.await;
+    let released = Instant::now();
+    held.release().await;
+    tokio::time::timeout(Duration::from_secs(20), next)
+        .await
+        .expect("the next process's turn came when the dead one's entry expired")
+        .unwrap();
+    let waited = released.elapsed();
+    assert!(
+        waited < Duration::from_secs(u64::try_from(baton_etcd::watch::QUEUE_LEASE).unwrap() + 3),
+        "{waited:?}"
+    );
+    until_queued(&mut raw, &key, 0).await;
+}
