@@ -34,13 +34,15 @@
 //! claim watches the prefix `k\0` for deletes (a release or the cluster expiring a permit's
 //! lease).
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use baton_core::semaphore::PermitInfo;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, Release, Renewal, Wakeups};
 use baton_core::{Holder, Result, SemaphoreStore, StoreKey, Ttl};
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse,
+    TxnOpResponse, TxnResponse,
 };
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -49,7 +51,7 @@ use crate::EtcdStore;
 use crate::grants::{
     EXPIRING, Layout, Stored, decode, encode, fence, lease_seconds, remaining_time,
 };
-use crate::watch::Range;
+use crate::watch::{QUEUE_LEASE, Range, permit_queue_end, permit_queue_prefix};
 
 /// How many of the oldest permits a contended claim asks the remaining time of, to report
 /// the one that ends soonest (one request each, made at once).
@@ -87,6 +89,101 @@ fn free_slot(taken: &[u32], permits: u32) -> Option<u32> {
     (0..permits)
         .map(|i| (start + i) % permits)
         .find(|slot| !taken.contains(slot))
+}
+
+/// Whether a claim with `permits` (its N) finds a free slot among `kvs` (the keys under a
+/// semaphore's prefix): fewer than N slots below N taken, and none from N on.
+pub(crate) fn has_free_slot(kvs: &[KeyValue], permits: u32) -> bool {
+    let taken: Vec<u32> = kvs.iter().filter_map(slot_of).collect();
+    taken.iter().all(|&t| t < permits) && free_slot(&taken, permits).is_some()
+}
+
+/// What a claim reads in one request: the permits of a key (oldest first), the head of its
+/// queue of processes, and this process's entry in it, at one revision.
+struct View {
+    permits: Vec<KeyValue>,
+    head: Option<KeyValue>,
+    mine: Option<KeyValue>,
+    revision: i64,
+}
+
+impl View {
+    /// The reads of a [`View`] of `key`, with `entry` this process's queue entry.
+    fn reads(key: &StoreKey, entry: &str) -> [TxnOp; 3] {
+        let keys = || GetOptions::new().with_keys_only();
+        [
+            TxnOp::get(
+                prefix(key),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
+                ),
+            ),
+            TxnOp::get(
+                permit_queue_prefix(key),
+                Some(
+                    keys()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                        .with_limit(1),
+                ),
+            ),
+            TxnOp::get(entry, Some(keys())),
+        ]
+    }
+
+    /// The view a transaction's answer holds (the reads of [`View::reads`], in order).
+    fn of(answer: TxnResponse) -> View {
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let mut gets = answer.op_responses().into_iter().filter_map(|r| match r {
+            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+            _ => None,
+        });
+        let permits = gets.next().unwrap_or_default();
+        let head = gets.next().and_then(|kvs| kvs.into_iter().next());
+        let mine = gets.next().and_then(|kvs| kvs.into_iter().next());
+        View {
+            permits,
+            head,
+            mine,
+            revision,
+        }
+    }
+
+    /// This process's place in the queue (its entry's create revision), if it is queued.
+    fn place(&self) -> Option<i64> {
+        self.mine.as_ref().map(KeyValue::create_revision)
+    }
+
+    /// Whether this process may take a free permit: nobody is queued, or it is the head.
+    fn my_turn(&self) -> bool {
+        match (&self.head, self.place()) {
+            (None, _) => true,
+            (Some(head), Some(place)) => head.create_revision() == place,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// `Held` by the queue of `key` whose head is `head` (an entry, keys only): a permit is free
+/// but processes queued before this one take it first. The holder is `queued:<store id>`
+/// (the head's); the remaining time is a queue entry's lease, the longest the head keeps a
+/// free permit from the others if it stopped without leaving, so a waiter's timer looks
+/// again then (its predecessor's delete wakes it sooner).
+fn held_by_queue(key: &StoreKey, head: Option<&KeyValue>) -> Claim {
+    let queue = permit_queue_prefix(key);
+    let id = head
+        .and_then(|kv| kv.key_str().ok())
+        .and_then(|k| k.strip_prefix(queue.as_str()))
+        .unwrap_or_default();
+    let holder = Holder::new(format!("queued:{id}"))
+        .or_else(|_| Holder::new("queued"))
+        .expect("a valid holder");
+    Claim::Held {
+        holder,
+        remaining: Duration::from_secs(QUEUE_LEASE.unsigned_abs()),
+    }
 }
 
 /// The permits among `kvs` (slot keys), oldest first; values baton did not write are left
@@ -218,7 +315,14 @@ impl SemaphoreStore for EtcdStore {
             seconds,
             &permits.to_string(),
         );
-        let lease = self.grant_lease(seconds).await?;
+        let entry = self.watches.permit_entry(key);
+        let read = || Txn::new().and_then(View::reads(key, &entry));
+        // The lease and the first read at once: one round trip less before the claim.
+        let (lease, first) = tokio::join!(
+            self.grant_lease(seconds),
+            self.txn("claim permit (read)", read())
+        );
+        let lease = lease?;
         let started = Instant::now();
         let timeout = self.options.get_response_timeout();
         let racing = || {
@@ -229,9 +333,9 @@ impl SemaphoreStore for EtcdStore {
             ))
         };
         let outcome = async {
-            let (mut kvs, mut revision) = self.read_permits(key, "claim permit (read)").await?;
+            let mut view = View::of(first?);
             loop {
-                let held = oldest_first(std::mem::take(&mut kvs));
+                let held = oldest_first(std::mem::take(&mut view.permits));
                 let taken: Vec<u32> = held.iter().filter_map(|(kv, _)| slot_of(kv)).collect();
                 if let Some((kv, mine)) = held.iter().find(|(_, s)| s.holder == *request.holder) {
                     // Ours already: onto the new lease, same fence.
@@ -245,43 +349,81 @@ impl SemaphoreStore for EtcdStore {
                         });
                     }
                     // It changed under the extension: read again.
-                    (kvs, revision) = self.read_permits(key, "claim permit (read)").await?;
+                    view = View::of(self.txn("claim permit (read)", read()).await?);
                 } else if let Some(slot) =
                     free_slot(&taken, permits).filter(|_| taken.iter().all(|&t| t < permits))
                 {
+                    if !view.my_turn() {
+                        // A free permit, but processes queued before this one: theirs.
+                        self.watches.ensure_range(
+                            key,
+                            Range::Permits { permits },
+                            view.revision + 1,
+                        );
+                        return Ok(held_by_queue(key, view.head.as_ref()));
+                    }
+                    let place = view.place();
+                    // The queue decides inside the transaction too: a claim of the head
+                    // (its entry still there, none older) or, with nobody queued, of anyone.
+                    let queue = match place {
+                        Some(place) => vec![
+                            Compare::create_revision(entry.as_str(), CompareOp::Equal, place),
+                            Compare::create_revision(
+                                permit_queue_prefix(key),
+                                CompareOp::Greater,
+                                place - 1,
+                            )
+                            .with_range(permit_queue_end(key)),
+                        ],
+                        None => vec![
+                            // An empty range compares as a key never created.
+                            Compare::create_revision(permit_queue_prefix(key), CompareOp::Equal, 0)
+                                .with_range(permit_queue_end(key)),
+                        ],
+                    };
+                    let mut grant = vec![TxnOp::put(
+                        slot_key(key, slot),
+                        value.clone(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    )];
+                    if place.is_some() {
+                        // Granted, the process leaves the queue in the same step.
+                        grant.push(TxnOp::delete(entry.as_str(), None));
+                    }
                     let txn = Txn::new()
-                        .when([
-                            Compare::create_revision(slot_key(key, slot), CompareOp::Equal, 0),
-                            Compare::create_revision(slot_key(key, permits), CompareOp::Equal, 0)
+                        .when(
+                            [
+                                Compare::create_revision(slot_key(key, slot), CompareOp::Equal, 0),
+                                Compare::create_revision(
+                                    slot_key(key, permits),
+                                    CompareOp::Equal,
+                                    0,
+                                )
                                 .with_range(prefix_end(key)),
-                        ])
-                        .and_then([TxnOp::put(
-                            slot_key(key, slot),
-                            value.clone(),
-                            Some(PutOptions::new().with_lease(lease)),
-                        )])
-                        .or_else([TxnOp::get(
-                            prefix(key),
-                            Some(GetOptions::new().with_prefix()),
-                        )]);
+                            ]
+                            .into_iter()
+                            .chain(queue)
+                            .collect::<Vec<_>>(),
+                        )
+                        .and_then(grant)
+                        .or_else(View::reads(key, &entry));
                     let answer = self.txn("claim permit (txn)", txn).await?;
-                    let at = answer.header().map_or(0, |h| h.revision());
                     if answer.succeeded() {
+                        let at = answer.header().map_or(0, |h| h.revision());
+                        if place.is_some() {
+                            // Queue again at the end if more of this process's waiters wait.
+                            self.watches.granted(key);
+                        }
                         return Ok(Claim::Granted { fence: fence(at) });
                     }
-                    // Taken since the read: the transaction read the slots again.
-                    kvs = answer
-                        .op_responses()
-                        .into_iter()
-                        .find_map(|r| match r {
-                            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
-                            _ => None,
-                        })
-                        .unwrap_or_default();
-                    revision = at;
+                    // Taken, or the queue changed, since the read: the transaction read
+                    // both again.
+                    view = View::of(answer);
                 } else {
-                    // Waiters of this process wake on any permit's delete from here on.
-                    self.watches.ensure_range(key, Range::Permits, revision + 1);
+                    // This process queues (if a waiter of it waits), and its waiters wake
+                    // when its turn may have come.
+                    self.watches
+                        .ensure_range(key, Range::Permits { permits }, view.revision + 1);
                     return self.held_by_soonest(&held).await;
                 }
                 if started.elapsed() >= timeout {

@@ -40,10 +40,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use baton_core::signals::ReleaseHub;
+use baton_core::telemetry::{self, events};
 use baton_core::{CancellationToken, StoreKey};
 use etcd_client::{
-    Client, GetOptions, PutOptions, SortOrder, SortTarget, WatchFilterType, WatchOptions,
-    WatchStream,
+    Client, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    WatchFilterType, WatchOptions,
 };
 use tokio::sync::Notify;
 
@@ -58,13 +59,23 @@ pub const QUEUE_LEASE: i64 = 5;
 /// The value of a queue entry.
 const QUEUE_VALUE: &str = "baton:queue:v1";
 
-/// What a watch covers.
+/// What a process waits for, through its key's queue of processes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Range {
-    /// The waited key itself (a lock's or lease's grant), through the queue of processes.
+    /// The waited key itself (a lock's or lease's grant).
     Key,
-    /// The permits of the waited key (a semaphore's), the keys under its prefix.
-    Permits,
+    /// A permit of the waited key (a semaphore's), of a claim with `permits` (its N).
+    Permits { permits: u32 },
+}
+
+impl Range {
+    /// The prefix of the queue entries of `key` for this range.
+    fn queue_prefix(self, key: &StoreKey) -> String {
+        match self {
+            Range::Key => queue_prefix(key),
+            Range::Permits { .. } => permit_queue_prefix(key),
+        }
+    }
 }
 
 /// The watch of one key.
@@ -97,6 +108,19 @@ pub(crate) fn queue_prefix(key: &StoreKey) -> String {
     format!("{}\u{0}q\u{0}", key.as_str())
 }
 
+/// The prefix of the queue entries of the processes that wait for a permit of `key`: `key`,
+/// the byte 1, `q` and NUL. No key holds a control character, so these entries are outside
+/// the range of `key`'s permits (`key` and NUL up to `key` and the byte 1, exclusive) and of
+/// every other key's permits and queue.
+pub(crate) fn permit_queue_prefix(key: &StoreKey) -> String {
+    format!("{}\u{1}q\u{0}", key.as_str())
+}
+
+/// The end of the range of the queue entries of `key`'s permits.
+pub(crate) fn permit_queue_end(key: &StoreKey) -> String {
+    format!("{}\u{1}q\u{1}", key.as_str())
+}
+
 pub(crate) struct Watches {
     client: Client,
     hub: Arc<ReleaseHub>,
@@ -115,10 +139,26 @@ impl std::fmt::Debug for Watches {
     }
 }
 
+/// This process's entry in a queue: its lease, and its create revision (its place).
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    lease: i64,
+    place: i64,
+}
+
+/// What a queued process reads of its queue: see [`Watches::predecessor`].
+struct Turn {
+    before: Option<String>,
+    free: bool,
+    revision: i64,
+}
+
 /// Why a watch of the queue ended.
 enum Ended {
-    /// Nobody in this process waits any more, or the watch failed: leave.
+    /// Nobody in this process waits any more: leave.
     Leave,
+    /// A request, the watch or the entry's lease failed: leave, and the waiters claim again.
+    Failed(&'static str),
     /// This process was granted the key: queue again if some waiter still waits.
     Granted,
 }
@@ -144,8 +184,14 @@ impl Watches {
         self.ensure_range(key, Range::Key, revision);
     }
 
-    /// Makes sure `range` is watched for deletes from `revision` on, waking the waiters for
-    /// `key`.
+    /// This process's queue entry for a permit of `key` (whether it is queued or not).
+    pub(crate) fn permit_entry(&self, key: &StoreKey) -> String {
+        format!("{}{}", permit_queue_prefix(key), self.id)
+    }
+
+    /// Makes sure this process is queued for `range` of `key` and woken when its turn may
+    /// have come, from `revision` on (a lock's key; a permit's head reads the permits
+    /// afresh).
     pub(crate) fn ensure_range(self: &Arc<Self>, key: &StoreKey, range: Range, revision: i64) {
         // A waiter subscribes to the hub before its claim, so a `Held` answer that nobody in
         // this process waits on (a `try_acquire` without a wait) queues nothing.
@@ -173,7 +219,17 @@ impl Watches {
         let key = key.clone();
         tokio::spawn(async move {
             tokio::select! {
-                () = watches.run(&key, range, id, revision, &granted) => {}
+                failed = watches.queue(&key, range, id, revision, &granted) => {
+                    if let Some(why) = failed {
+                        telemetry::emit(
+                            &events::STORE_PUSH_LOST,
+                            Some(key.as_str()),
+                            format_args!(
+                                "etcd: this process left the queue for {key} ({why}); its waiters claim again, queue again at the end, and wake at the holder's TTL meanwhile"
+                            ),
+                        );
+                    }
+                }
                 () = watches.stopped.cancelled() => {}
             }
             watches.active().remove(&key, id);
@@ -195,45 +251,6 @@ impl Watches {
         self.stopped.cancel();
     }
 
-    async fn run(&self, key: &StoreKey, range: Range, id: u64, revision: i64, granted: &Notify) {
-        match range {
-            Range::Permits => {
-                let options = WatchOptions::new()
-                    .with_start_revision(revision)
-                    .with_filters([WatchFilterType::NoPut])
-                    .with_prefix();
-                let mut client = self.client.watch_client();
-                let Ok(mut stream) = client
-                    .watch(crate::permits::prefix(key), Some(options))
-                    .await
-                else {
-                    return;
-                };
-                while self.wake_on_deletes(key, id, &mut stream).await {}
-            }
-            Range::Key => self.queue(key, id, revision, granted).await,
-        }
-    }
-
-    /// Waits for the next answer of `stream` (at most [`IDLE_CHECK`]), waking `key`'s waiters
-    /// on deletes; whether to go on (somebody still waits and the stream is fine).
-    async fn wake_on_deletes(&self, key: &StoreKey, id: u64, stream: &mut WatchStream) -> bool {
-        match tokio::time::timeout(IDLE_CHECK, stream.message()).await {
-            Ok(Ok(Some(answer))) => {
-                if answer.canceled() {
-                    return false;
-                }
-                if !answer.events().is_empty() {
-                    self.hub.notify(key);
-                }
-            }
-            // The stream ended or failed.
-            Ok(Ok(None) | Err(_)) => return false,
-            Err(_idle) => {}
-        }
-        self.still_waited(key, id)
-    }
-
     /// Whether some waiter still waits for `key`; if not, forgets watch `id` while holding
     /// the map's lock, so that a claim that finds this watch running never relies on one
     /// that is leaving.
@@ -246,34 +263,44 @@ impl Watches {
         false
     }
 
-    /// Queues this process for `key` until nobody in it waits, queueing again after each
-    /// grant.
-    async fn queue(&self, key: &StoreKey, id: u64, revision: i64, granted: &Notify) {
+    /// Queues this process for `range` of `key` until nobody in it waits, queueing again
+    /// after each grant. Why it failed, if it did while waiters still wait.
+    async fn queue(
+        &self,
+        key: &StoreKey,
+        range: Range,
+        id: u64,
+        revision: i64,
+        granted: &Notify,
+    ) -> Option<&'static str> {
         let mut from = revision;
         loop {
-            let Some((lease, place)) = self.enqueue(key).await else {
-                return;
+            let Some(entry) = self.enqueue(key, range).await else {
+                return self
+                    .still_waited(key, id)
+                    .then_some("its queue entry could not be made");
             };
             let ended = self
-                .wait_in_queue(key, id, from, lease, place, granted)
+                .wait_in_queue(key, range, id, from, entry, granted)
                 .await;
             // Leaving deletes the entry: the process behind is woken by its delete.
             let mut leases = self.client.lease_client();
-            let _ = tokio::time::timeout(IDLE_CHECK, leases.revoke(lease)).await;
+            let _ = tokio::time::timeout(IDLE_CHECK, leases.revoke(entry.lease)).await;
             match ended {
                 Ended::Granted if self.still_waited(key, id) => {
                     // Behind everyone queued now; the key is this process's, so its next
                     // delete is after now.
                     from = 0;
                 }
-                _ => return,
+                Ended::Failed(why) if self.still_waited(key, id) => return Some(why),
+                _ => return None,
             }
         }
     }
 
     /// Puts this process's queue entry for `key` on a lease of its own: the lease and the
     /// entry's create revision, or `None` when the cluster did not answer.
-    async fn enqueue(&self, key: &StoreKey) -> Option<(i64, i64)> {
+    async fn enqueue(&self, key: &StoreKey, range: Range) -> Option<Entry> {
         let mut leases = self.client.lease_client();
         let lease = tokio::time::timeout(IDLE_CHECK, leases.grant(QUEUE_LEASE, None))
             .await
@@ -281,14 +308,17 @@ impl Watches {
             .ok()?
             .id();
         let mut kv = self.client.kv_client();
-        let entry = format!("{}{}", queue_prefix(key), self.id);
+        let entry = format!("{}{}", range.queue_prefix(key), self.id);
         let put = kv.put(
             entry,
             QUEUE_VALUE,
             Some(PutOptions::new().with_lease(lease)),
         );
         match tokio::time::timeout(IDLE_CHECK, put).await {
-            Ok(Ok(answer)) => Some((lease, answer.header()?.revision())),
+            Ok(Ok(answer)) => Some(Entry {
+                lease,
+                place: answer.header()?.revision(),
+            }),
             _ => {
                 let _ = tokio::time::timeout(IDLE_CHECK, leases.revoke(lease)).await;
                 None
@@ -296,74 +326,110 @@ impl Watches {
         }
     }
 
-    /// The entry just older than `place` in `key`'s queue (`None` for the head), and the
-    /// revision it was read at.
-    async fn predecessor(&self, key: &StoreKey, place: i64) -> Option<(Option<String>, i64)> {
+    /// The entry just older than `place` in the queue of `range` of `key` (`None` for the
+    /// head), whether a permit is free (a semaphore's queue; else `false`), and the revision
+    /// both were read at, in one request.
+    async fn predecessor(&self, key: &StoreKey, range: Range, place: i64) -> Option<Turn> {
         let options = GetOptions::new()
             .with_prefix()
             .with_max_create_revision(place - 1)
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
+        let mut reads = vec![TxnOp::get(range.queue_prefix(key), Some(options))];
+        if let Range::Permits { .. } = range {
+            let slots = GetOptions::new().with_prefix().with_keys_only();
+            reads.push(TxnOp::get(crate::permits::prefix(key), Some(slots)));
+        }
         let mut kv = self.client.kv_client();
-        let mut answer = tokio::time::timeout(IDLE_CHECK, kv.get(queue_prefix(key), Some(options)))
-            .await
-            .ok()?
-            .ok()?;
+        let txn = kv.txn(Txn::new().and_then(reads));
+        let answer = tokio::time::timeout(IDLE_CHECK, txn).await.ok()?.ok()?;
         let revision = answer.header()?.revision();
-        let before = answer
-            .take_kvs()
+        let mut gets = answer.op_responses().into_iter().filter_map(|r| match r {
+            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+            _ => None,
+        });
+        let before = gets
+            .next()?
             .into_iter()
             .next()
             .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
-        Some((before, revision))
+        let free = match range {
+            Range::Key => false,
+            Range::Permits { permits } => crate::permits::has_free_slot(&gets.next()?, permits),
+        };
+        Some(Turn {
+            before,
+            free,
+            revision,
+        })
     }
 
-    /// Waits in `key`'s queue at `place`, keeping the entry's `lease` alive: watches the
-    /// predecessor until this process is the head, then `key` itself from `from` (0: from
-    /// now), waking the waiters when it may be free.
+    /// Waits in the queue of `range` of `key` with `entry`, keeping the entry's lease alive:
+    /// watches the predecessor until this process is the head, then what it waits for,
+    /// waking the waiters when it may be free: a lock's key from `from` (0: from now), or
+    /// a semaphore's permits, which the head reads first to wake its waiters at once when
+    /// one is free.
     async fn wait_in_queue(
         &self,
         key: &StoreKey,
+        range: Range,
         id: u64,
         mut from: i64,
-        lease: i64,
-        place: i64,
+        entry: Entry,
         granted: &Notify,
     ) -> Ended {
         let mut leases = self.client.lease_client();
-        let Ok((mut keeper, mut answers)) = leases.keep_alive(lease).await else {
-            return Ended::Leave;
+        let Ok((mut keeper, mut answers)) = leases.keep_alive(entry.lease).await else {
+            return Ended::Failed("the keep-alive of its queue entry could not start");
         };
         let mut keep_alive = tokio::time::interval(IDLE_CHECK);
         let mut moved_up = false;
         loop {
-            let Some((before, read_at)) = self.predecessor(key, place).await else {
-                return Ended::Leave;
+            let Some(Turn {
+                before,
+                free,
+                revision: read_at,
+            }) = self.predecessor(key, range, entry.place).await
+            else {
+                return Ended::Failed("the queue could not be read");
             };
-            let (watched, start) = match &before {
-                Some(entry) => (entry.clone(), read_at + 1),
-                None => {
+            let (watched, start, prefix) = match (&before, range) {
+                (Some(ahead), _) => (ahead.clone(), read_at + 1, false),
+                (None, Range::Key) => {
                     if moved_up {
                         // Head now: the key may have been free since; claim once.
                         self.hub.notify(key);
                         from = read_at + 1;
                     }
                     let start = if from > 0 { from } else { read_at + 1 };
-                    (key.as_str().to_owned(), start)
+                    (key.as_str().to_owned(), start, false)
+                }
+                (None, Range::Permits { .. }) => {
+                    // Head now (or from the start): a permit may be free already, and only
+                    // this process's claims may take it; claim once if one is.
+                    if free {
+                        self.hub.notify(key);
+                    }
+                    (crate::permits::prefix(key), read_at + 1, true)
                 }
             };
-            let options = WatchOptions::new()
+            let mut options = WatchOptions::new()
                 .with_start_revision(start)
                 .with_filters([WatchFilterType::NoPut]);
+            if prefix {
+                options = options.with_prefix();
+            }
             let mut client = self.client.watch_client();
             let Ok(mut stream) = client.watch(watched, Some(options)).await else {
-                return Ended::Leave;
+                return Ended::Failed("its watch could not start");
             };
             loop {
                 tokio::select! {
                     answer = stream.message() => match answer {
-                        Ok(Some(answer)) if answer.canceled() => return Ended::Leave,
+                        Ok(Some(answer)) if answer.canceled() => {
+                            return Ended::Failed("the cluster cancelled its watch");
+                        }
                         Ok(Some(answer)) => {
                             if answer.events().is_empty() {
                                 continue;
@@ -375,19 +441,19 @@ impl Watches {
                             }
                             self.hub.notify(key);
                         }
-                        Ok(None) | Err(_) => return Ended::Leave,
+                        Ok(None) | Err(_) => return Ended::Failed("its watch failed"),
                     },
                     () = granted.notified() => return Ended::Granted,
                     _ = keep_alive.tick() => {
                         if keeper.keep_alive().await.is_err() {
-                            return Ended::Leave;
+                            return Ended::Failed("a keep-alive of its queue entry failed");
                         }
                     }
                     // The keep-alives' answers are read so they never pile up; a lease that
                     // is gone (TTL 0) or a failed stream ends the wait.
                     answer = answers.message() => match answer {
                         Ok(Some(answer)) if answer.ttl() > 0 => {}
-                        _ => return Ended::Leave,
+                        _ => return Ended::Failed("its queue entry's lease ended"),
                     },
                 }
                 if !self.still_waited(key, id) {

@@ -16,8 +16,7 @@ use baton_core::conformance::fresh_namespace;
 use baton_core::semaphore::PermitInfo;
 use baton_core::store::{Claim, HolderInfo, LeaseRequest, Release, Renewal, Wakeups};
 use baton_core::{
-    Holder, Key, KeyKind, LockOptions, Namespace, Result, Semaphore, SemaphoreStore, StoreKey,
-    Ttl,
+    Holder, Key, KeyKind, LockOptions, Namespace, Result, Semaphore, SemaphoreStore, StoreKey, Ttl,
 };
 use baton_etcd::EtcdStore;
 use baton_testkit::permit_order;
@@ -46,7 +45,10 @@ async fn until_queued(raw: &mut etcd_client::Client, key: &StoreKey, n: usize) {
         if now == n {
             return;
         }
-        assert!(Instant::now() < deadline, "{n} processes never queued ({now})");
+        assert!(
+            Instant::now() < deadline,
+            "{n} processes never queued ({now})"
+        );
         sleep(Duration::from_millis(20)).await;
     }
 }
@@ -96,7 +98,10 @@ async fn a_free_permit_is_the_queued_process_s_not_a_newcomer_s() {
             .expect("a permit claim")
     };
     let (first, waiting, late) = (Holder::random(), Holder::random(), Holder::random());
-    assert!(matches!(claim(&holder, &first).await, Claim::Granted { .. }));
+    assert!(matches!(
+        claim(&holder, &first).await,
+        Claim::Granted { .. }
+    ));
     // A waiter of the second process waits for the key: its claim queues the process.
     let _waits = queued_store.permit_wakeups().hub.subscribe(&key);
     assert!(matches!(
@@ -230,7 +235,10 @@ async fn a_release_wakes_only_the_head_process() {
         let sem = Semaphore::new(store, ns.clone(), "herd", 1).unwrap();
         let (release, released) = oneshot::channel::<()>();
         releases.push(release);
-        let (granted_tx, wait) = (granted_tx.clone(), long.clone().wait(Duration::from_secs(60)));
+        let (granted_tx, wait) = (
+            granted_tx.clone(),
+            long.clone().wait(Duration::from_secs(60)),
+        );
         tokio::spawn(async move {
             let guard = sem.acquire(&wait).await.expect("its turn comes");
             granted_tx.send(process).unwrap();

@@ -152,11 +152,16 @@ async fn a_release_wakes_a_waiter_of_another_store() {
 
 /// Four OS processes, each with its store, share two permits: the merged history never has
 /// more than two holders believing they hold at once, and no two permits share a fence.
+///
+/// Each permit is held 100 ms: waiting processes take released permits in the order they
+/// queued, one handoff after another, and a handoff (a watch event and three requests) can
+/// take longer than the workload's default 3 ms hold on a busy machine, so the two permits
+/// would seldom be held at once.
 #[test]
 fn four_processes_never_hold_more_than_the_permits() {
     let cluster = baton_testkit::etcd::EtcdCluster::start().expect("a private etcd cluster");
     let dir = tempfile::tempdir().unwrap();
-    PermitWorkload::new(2).run_in_processes(
+    workload().run_in_processes(
         "permit_contender_process",
         4,
         dir.path(),
@@ -167,9 +172,14 @@ fn four_processes_never_hold_more_than_the_permits() {
 #[test]
 #[ignore = "a child process of four_processes_never_hold_more_than_the_permits"]
 fn permit_contender_process() {
-    PermitWorkload::new(2).run_as_child(|| async {
+    workload().run_as_child(|| async {
         let url = baton_testkit::process::parent_env("STORE_URL");
         let store: Arc<dyn SemaphoreStore> = Arc::new(EtcdStore::connect(&url).await.unwrap());
         Semaphore::new(store, Namespace::default(), "history", 2).unwrap()
     });
+}
+
+/// The permit workload of the processes above.
+fn workload() -> PermitWorkload {
+    PermitWorkload::new(2).hold(Duration::from_millis(100))
 }

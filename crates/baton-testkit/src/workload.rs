@@ -535,6 +535,13 @@ impl PermitWorkload {
         PermitWorkload { rounds, ..self }
     }
 
+    /// How long each contender holds each permit: longer than a handoff on the store, so
+    /// that the permits are held at once (a store that hands released permits to waiting
+    /// processes one after another needs more than the default's 3 ms).
+    pub fn hold(self, hold: Duration) -> Self {
+        PermitWorkload { hold, ..self }
+    }
+
     /// The parent side: runs `child_test` (which calls [`run_as_child`](Self::run_as_child))
     /// in `processes` processes and checks the merged history: well formed, every round
     /// granted, never more than the permits believed at once, no fence given twice, and at
