@@ -21,9 +21,9 @@
 //! - The cache ([`CacheStore`](baton_core::CacheStore)): a key per value on an etcd lease of
 //!   its own ([`cache`]).
 //! - [`EtcdOptions`]: timeouts and the TLS files, also given in the URL's query.
-//! - Wake-ups: each process that waits for a lock queues once and watches only the process
-//!   queued before it, so a release wakes one process ([`watch`]); a semaphore's waiters
-//!   watch its slots.
+//! - Wake-ups: each process that waits for a lock or a permit queues once and watches only
+//!   the process queued before it, so a release wakes one process ([`watch`]); for permits
+//!   the queue also decides who takes a free one, so processes get them in FIFO order.
 //! - Requests that went to a member that is down are sent again to another.
 //!
 //! Every other capability answers `Unsupported` when it is asked for, with the reason and

@@ -22,7 +22,8 @@
 //! or any slot at or beyond N is (a permit of a claim with a larger N), the answer is
 //! `Held`, with the permit that ends soonest among the oldest [`SOONEST_AMONG`]. Otherwise
 //! one transaction creates a free slot below N, picked at random, **only if that slot is
-//! still free and every slot from N on is still free** (etcd compares a whole key range).
+//! still free and every slot from N on is still free** (etcd compares a whole key range),
+//! and only if the queue of waiting processes lets this claim's process take it (below).
 //! So at most N permits of claims with N are live at once, claims with a smaller N wait
 //! until the permits beyond their N end, and concurrent claims conflict only when they pick
 //! the same slot; a claim whose transaction failed goes round again with the slots the
@@ -30,9 +31,41 @@
 //! `Unavailable`.
 //!
 //! `renew_permit` and `release_permit` find the holder's slot, then renew or release it as a
-//! lock's grant is renewed or released; a release wakes the waiters for `k`, and a `Held`
-//! claim watches the prefix `k\0` for deletes (a release or the cluster expiring a permit's
-//! lease).
+//! lock's grant is renewed or released.
+//!
+//! ## Waiting: a queue of processes decides who takes a free permit
+//! A process one of whose waiters got `Held` queues once for `k`: an entry
+//! `k\u{1}q\0<store id>` on a short lease it keeps alive while it waits
+//! ([`watch`](crate::watch) says how: the head watches the permits, every other process
+//! only its predecessor, so a release wakes one process). The entries are outside the
+//! range `k\0`..`k\u{1}` of the slots (no key holds a control character), so slot reads
+//! and the slot compares never see them.
+//!
+//! The queue is enforced **inside the claim's transaction**, with range compares on the
+//! queue's prefix (etcd compares every key of a range; an empty range compares as a key
+//! never created, create revision 0):
+//! - a process that is queued may create a slot only if its entry is still there at its
+//!   place (create revision) and every entry's create revision is at least its own (it is
+//!   the **head**); the same transaction deletes its entry, so it leaves the queue as it is
+//!   granted, and the process queues again at the end if more of its waiters wait;
+//! - a process that is not queued (a newcomer, a `try_acquire`) may create a slot only if
+//!   the queue is empty.
+//!
+//! The claim's first read (one transaction: the slots, the queue's head, this process's
+//! entry) tells which rule applies, and a claim that may not take the free permit answers
+//! `Held` at once, without a transaction, with the holder `queued:<store id of the head>`
+//! and the remaining time of a queue entry's lease ([`QUEUE_LEASE`]): the longest the head
+//! keeps a free permit from the others if it stopped without leaving. A waiter's timer
+//! looks again then; its predecessor's delete wakes it sooner. A claim that finds no free
+//! permit answers `Held` by the permit that ends soonest, as before, queued or not.
+//!
+//! So processes take permits in the order they queued: a releaser asking again at once, or
+//! a newcomer, comes after every process queued before its claim. The cost: free permits
+//! are handed out one after another (each head is woken by the grant of the one before), so
+//! permits held for less than a handoff (a watch event and about three requests) are seldom
+//! held all at once; and a queued process that dies keeps a free permit from everyone for up
+//! to its entry's lease. A queue is per key, not per N: a head whose claim has a smaller N
+//! than the permits held waits, and the processes behind it wait with it.
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
-//! Wake-ups on etcd: each process that waits for a lock queues once, and watches only the
-//! process queued just before it, as etcd's own `concurrency.Mutex` waits on its
-//! predecessor: a release wakes one process, not every process that waits.
+//! Wake-ups on etcd: each process that waits for a lock or a semaphore's permit queues
+//! once, and watches only the process queued just before it, as etcd's own
+//! `concurrency.Mutex` waits on its predecessor: a release wakes one process, not every
+//! process that waits.
 //!
 //! ## Locks and leases: a queue of processes
 //! When a claim answers `Held`, the store makes sure its process is queued for the key `k`:
@@ -19,21 +20,36 @@
 //! turns. The waiters of one process take turns among themselves through the store's
 //! [`ReleaseHub`].
 //!
-//! ## Semaphores: a watch on the permits
-//! A `Held` permit claim watches every slot of the semaphore (the prefix `k\0`) for deletes,
-//! and wakes this process's waiters at each one.
+//! ## Semaphores: the same queue, which decides
+//! A process waiting for a permit of `k` queues the same way, with entries
+//! `k\u{1}q\0<store id>` (outside the range of the permits' slots, `k\0`..). The head
+//! watches the permits (the prefix `k\0`) for deletes; when it becomes the head it reads
+//! the permits in the same request as its predecessor and wakes its waiters at once if one
+//! is free for its claim's N (a permit may have been free since, and only the head may take
+//! it). Every other process watches its predecessor only. Here the queue decides: while
+//! anybody is queued only the head's claim may take a free permit, enforced in the claim's
+//! transaction ([`permits`](crate::permits) says how), and the head leaves the queue in the
+//! transaction that grants it.
 //!
 //! ## Behavior
 //! - A watch (and a queue entry) lives while some waiter of this process waits for its key
 //!   (checked after each event and every [`IDLE_CHECK`]), and stops with the store; a stopped
 //!   store's entry is gone when its lease ends.
-//! - The queue never decides who is granted: a claim still decides. A process that is not
-//!   the head still claims when its waiters' timers fire (at the holder's remaining TTL),
-//!   and a newcomer's first claim may take a free key before the head's.
+//! - For locks and leases the queue never decides who is granted: a claim still decides. A
+//!   process that is not the head still claims when its waiters' timers fire (at the
+//!   holder's remaining TTL), and a newcomer's first claim may take a free key before the
+//!   head's. For permits the queue decides (above); the timers of processes that are not the
+//!   head only ever find `Held`.
+//! - A process that dies while queued holds up the ones behind it until its entry's lease
+//!   ends: at most [`QUEUE_LEASE`] seconds, plus up to half a second for the cluster's leader
+//!   to sweep the expired lease. A shorter lease would free them sooner but would also drop
+//!   live processes to the back of the queue whenever their keep-alives (every
+//!   [`IDLE_CHECK`]) are late, e.g. across a leader election of the cluster.
 //! - A watch that fails (its member died, the start revision was compacted, the cluster
-//!   cancelled it), or a queue entry that cannot be made, wakes the key's waiters, which claim
-//!   again: a `Held` answer starts over, a fault is the lock policy's to ride out. No delete
-//!   is missed in between, because the new watch starts after the new claim's read.
+//!   cancelled it), or a queue entry that cannot be made or kept, is reported as
+//!   `baton.store.push_lost` and wakes the key's waiters, which claim again: a `Held` answer
+//!   queues the process again, at the end, a fault is the lock policy's to ride out. No
+//!   delete is missed in between, because the new watch starts after the new claim's read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
