@@ -331,3 +331,64 @@ async fn a_process_that_died_in_the_queue_holds_up_the_next_only_until_its_entry
     );
     until_queued(&mut raw, &key, 0).await;
 }
+
+/// The etcd semantics the claim's queue compares rely on, on the real cluster: a compare
+/// with a range end applies to every key of the range, and an empty range compares as a key
+/// never created (create revision 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_range_compares_hold_for_every_key_and_an_empty_range_is_revision_0() {
+    use etcd_client::{Compare, CompareOp, Txn};
+    let cluster = common::cluster().await;
+    let mut raw = common::raw(&cluster).await;
+    let key = semaphore_key(&fresh_namespace(), "compare");
+    let (queue, end) = (
+        format!("{}\u{1}q\u{0}", key.as_str()),
+        format!("{}\u{1}q\u{1}", key.as_str()),
+    );
+    let holds = async |raw: &mut etcd_client::Client, op, revision| {
+        raw.txn(Txn::new().when([
+            Compare::create_revision(queue.as_str(), op, revision).with_range(end.as_str()),
+        ]))
+        .await
+        .expect("a transaction")
+        .succeeded()
+    };
+    assert!(
+        holds(&mut raw, CompareOp::Equal, 0).await,
+        "empty: revision 0"
+    );
+    assert!(
+        !holds(&mut raw, CompareOp::Greater, 0).await,
+        "empty: nothing above 0"
+    );
+    let first = raw
+        .put(format!("{queue}a"), "x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let second = raw
+        .put(format!("{queue}b"), "x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    assert!(!holds(&mut raw, CompareOp::Equal, 0).await, "not empty");
+    assert!(
+        holds(&mut raw, CompareOp::Greater, first - 1).await,
+        "the first entry is the oldest"
+    );
+    assert!(
+        !holds(&mut raw, CompareOp::Greater, second - 1).await,
+        "the second is not: every key is compared"
+    );
+    raw.delete(
+        queue.as_str(),
+        Some(etcd_client::DeleteOptions::new().with_prefix()),
+    )
+    .await
+    .unwrap();
+    assert!(holds(&mut raw, CompareOp::Equal, 0).await, "empty again");
+}
