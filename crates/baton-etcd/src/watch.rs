@@ -328,12 +328,18 @@ impl Watches {
         let put = kv.put(
             entry,
             QUEUE_VALUE,
-            Some(PutOptions::new().with_lease(lease)),
+            Some(PutOptions::new().with_lease(lease).with_prev_key()),
         );
         match tokio::time::timeout(IDLE_CHECK, put).await {
+            // An entry left by an earlier wait of this process whose lease has not ended yet
+            // (its revoke failed) keeps its create revision: that is the place, not the put's
+            // revision, or the entry would be its own predecessor.
             Ok(Ok(answer)) => Some(Entry {
                 lease,
-                place: answer.header()?.revision(),
+                place: match answer.prev_key() {
+                    Some(earlier) => earlier.create_revision(),
+                    None => answer.header()?.revision(),
+                },
             }),
             _ => {
                 let _ = tokio::time::timeout(IDLE_CHECK, leases.revoke(lease)).await;

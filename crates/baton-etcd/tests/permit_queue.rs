@@ -392,3 +392,70 @@ async fn etcd_range_compares_hold_for_every_key_and_an_empty_range_is_revision_0
     .unwrap();
     assert!(holds(&mut raw, CompareOp::Equal, 0).await, "empty again");
 }
+
+/// A process that queues again while an entry of an earlier wait of its own is still there
+/// (its revoke failed; here an operator's put on a lease of its own stands in for it) keeps
+/// that entry's place, and is woken as the head by the release: it is not its own
+/// predecessor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_finds_its_own_entry_left_over_keeps_its_place() {
+    let cluster = common::cluster().await;
+    let mut raw = common::raw(&cluster).await;
+    let ns = fresh_namespace();
+    let key = semaphore_key(&ns, "left");
+    let sem = |store: EtcdStore| Semaphore::new(Arc::new(store), ns.clone(), "left", 1).unwrap();
+    let long = LockOptions::new(Duration::from_secs(60));
+    let held = sem(common::store(&cluster).await)
+        .try_acquire(&long)
+        .await
+        .unwrap()
+        .expect("free");
+    let waiting = sem(common::store(&cluster).await);
+    // A first wait queues the process, and leaves when it gives up.
+    let first = tokio::spawn({
+        let waiting = waiting.clone();
+        let wait = long.clone().wait(Duration::from_secs(2));
+        async move { waiting.acquire(&wait).await.map(|_| ()) }
+    });
+    until_queued(&mut raw, &key, 1).await;
+    let entry = raw
+        .get(
+            format!("{}\u{1}q\u{0}", key.as_str()),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .unwrap()
+        .kvs()[0]
+        .key()
+        .to_vec();
+    assert!(
+        first.await.unwrap().is_err(),
+        "held throughout the first wait"
+    );
+    until_queued(&mut raw, &key, 0).await;
+    // The entry is back, as a failed revoke would have left it.
+    let lease = raw.lease_grant(30, None).await.unwrap().id();
+    raw.put(
+        entry,
+        "baton:queue:v1",
+        Some(etcd_client::PutOptions::new().with_lease(lease)),
+    )
+    .await
+    .unwrap();
+    let second = tokio::spawn({
+        let wait = long.clone().wait(Duration::from_secs(30));
+        async move {
+            let guard = waiting.acquire(&wait).await.expect("the released permit");
+            guard.release().await;
+        }
+    });
+    // Its claim found the permit held, and its process queued again (on the same entry).
+    sleep(Duration::from_millis(500)).await;
+    held.release().await;
+    tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("the head was woken by the release")
+        .unwrap();
+    raw.lease_revoke(lease).await.ok();
+    until_queued(&mut raw, &key, 0).await;
+}
