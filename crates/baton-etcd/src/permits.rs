@@ -199,6 +199,22 @@ impl View {
     }
 }
 
+/// The compares by which the queue of `key` decides, inside a claim's transaction, that this
+/// process (queue entry `entry`, at `place` if it is queued) may take a free permit: its
+/// entry is still there and none is older (it is the head), or, not queued, nobody is.
+fn queue_rule(key: &StoreKey, entry: &str, place: Option<i64>) -> Vec<Compare> {
+    let (queue, end) = (permit_queue_prefix(key), permit_queue_end(key));
+    match place {
+        Some(place) => vec![
+            Compare::create_revision(entry, CompareOp::Equal, place),
+            // Every entry of the range is compared.
+            Compare::create_revision(queue, CompareOp::Greater, place - 1).with_range(end),
+        ],
+        // An empty range compares as a key never created.
+        None => vec![Compare::create_revision(queue, CompareOp::Equal, 0).with_range(end)],
+    }
+}
+
 /// `Held` by the queue of `key` whose head is `head` (an entry, keys only): a permit is free
 /// but processes queued before this one take it first. The holder is `queued:<store id>`
 /// (the head's); the remaining time is a queue entry's lease, the longest the head keeps a
@@ -235,14 +251,13 @@ fn oldest_first(kvs: Vec<KeyValue>) -> Vec<(KeyValue, Stored)> {
 }
 
 impl EtcdStore {
-    /// The key-values under `key`'s permit prefix and the revision they were read at.
-    async fn read_permits(&self, key: &StoreKey, what: &str) -> Result<(Vec<KeyValue>, i64)> {
+    /// The key-values under `key`'s permit prefix.
+    async fn read_permits(&self, key: &StoreKey, what: &str) -> Result<Vec<KeyValue>> {
         let options = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
         let mut answer = self.get(what, &prefix(key), Some(options)).await?;
-        let revision = answer.header().map_or(0, |h| h.revision());
-        Ok((answer.take_kvs(), revision))
+        Ok(answer.take_kvs())
     }
 
     /// The etcd key of the slot that holds `holder`'s permit of `key`, if any.
@@ -252,7 +267,7 @@ impl EtcdStore {
         holder: &Holder,
         what: &str,
     ) -> Result<Option<StoreKey>> {
-        let (kvs, _) = self.read_permits(key, what).await?;
+        let kvs = self.read_permits(key, what).await?;
         Ok(oldest_first(kvs)
             .into_iter()
             .find(|(_, stored)| stored.holder == *holder)
@@ -396,24 +411,6 @@ impl SemaphoreStore for EtcdStore {
                         return Ok(held_by_queue(key, view.head.as_ref()));
                     }
                     let place = view.place();
-                    // The queue decides inside the transaction too: a claim of the head
-                    // (its entry still there, none older) or, with nobody queued, of anyone.
-                    let queue = match place {
-                        Some(place) => vec![
-                            Compare::create_revision(entry.as_str(), CompareOp::Equal, place),
-                            Compare::create_revision(
-                                permit_queue_prefix(key),
-                                CompareOp::Greater,
-                                place - 1,
-                            )
-                            .with_range(permit_queue_end(key)),
-                        ],
-                        None => vec![
-                            // An empty range compares as a key never created.
-                            Compare::create_revision(permit_queue_prefix(key), CompareOp::Equal, 0)
-                                .with_range(permit_queue_end(key)),
-                        ],
-                    };
                     let mut grant = vec![TxnOp::put(
                         slot_key(key, slot),
                         value.clone(),
@@ -435,7 +432,7 @@ impl SemaphoreStore for EtcdStore {
                                 .with_range(prefix_end(key)),
                             ]
                             .into_iter()
-                            .chain(queue)
+                            .chain(queue_rule(key, &entry, place))
                             .collect::<Vec<_>>(),
                         )
                         .and_then(grant)
@@ -492,7 +489,7 @@ impl SemaphoreStore for EtcdStore {
     }
 
     async fn permits(&self, key: &StoreKey) -> Result<Vec<HolderInfo>> {
-        let (kvs, _) = self.read_permits(key, "permits").await?;
+        let kvs = self.read_permits(key, "permits").await?;
         Ok(self
             .live_permits(key, kvs)
             .await?
