@@ -57,6 +57,22 @@ fn semaphore_key(ns: &Namespace, key: &str) -> StoreKey {
     ns.qualify(KeyKind::Semaphore, &Key::new(key).unwrap())
 }
 
+/// The one-permit semaphore `key` in `ns`, through a new store (a process of its own).
+async fn semaphore_of_a_new_store(ns: &Namespace, key: &str) -> Semaphore {
+    let store = common::store(&*common::cluster().await).await;
+    Semaphore::new(Arc::new(store), ns.clone(), key, 1).unwrap()
+}
+
+/// The permit of `key` in `ns` for a minute, taken through a new store.
+async fn held_for_a_minute(ns: &Namespace, key: &str) -> baton_core::LockGuard {
+    semaphore_of_a_new_store(ns, key)
+        .await
+        .try_acquire(&LockOptions::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("free")
+}
+
 /// Stores take permits in the order they queued, the releaser asking again at once last (the
 /// rule is in `baton_testkit::permit_order`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,13 +166,9 @@ async fn try_acquire_never_queues() {
     let mut raw = common::raw(&cluster).await;
     let ns = fresh_namespace();
     let key = semaphore_key(&ns, "try");
-    let sem = |store: EtcdStore| Semaphore::new(Arc::new(store), ns.clone(), "try", 1).unwrap();
-    let (a, b) = (
-        sem(common::store(&cluster).await),
-        sem(common::store(&cluster).await),
-    );
     let long = LockOptions::new(Duration::from_secs(60));
-    let held = a.try_acquire(&long).await.unwrap().expect("free");
+    let held = held_for_a_minute(&ns, "try").await;
+    let b = semaphore_of_a_new_store(&ns, "try").await;
     for _ in 0..3 {
         assert!(b.try_acquire(&long).await.unwrap().is_none());
     }
@@ -215,14 +227,7 @@ async fn a_release_wakes_only_the_head_process() {
     let ns = fresh_namespace();
     let key = semaphore_key(&ns, "herd");
     let long = LockOptions::new(Duration::from_secs(60));
-    let holder = Semaphore::new(
-        Arc::new(common::store(&cluster).await),
-        ns.clone(),
-        "herd",
-        1,
-    )
-    .unwrap();
-    let held = holder.try_acquire(&long).await.unwrap().expect("free");
+    let held = held_for_a_minute(&ns, "herd").await;
     let (granted_tx, mut granted) = mpsc::unbounded_channel();
     let mut counted = Vec::new();
     let mut releases = Vec::new();
@@ -293,22 +298,17 @@ async fn a_process_that_died_in_the_queue_holds_up_the_next_only_until_its_entry
     let mut raw = common::raw(&cluster).await;
     let ns = fresh_namespace();
     let key = semaphore_key(&ns, "dead");
-    let sem = |store: EtcdStore| Semaphore::new(Arc::new(store), ns.clone(), "dead", 1).unwrap();
     let long = LockOptions::new(Duration::from_secs(60));
-    let held = sem(common::store(&cluster).await)
-        .try_acquire(&long)
-        .await
-        .unwrap()
-        .expect("free");
+    let held = held_for_a_minute(&ns, "dead").await;
     let wait = long.clone().wait(Duration::from_secs(60));
     let dies = {
-        let sem = sem(common::store(&cluster).await);
+        let sem = semaphore_of_a_new_store(&ns, "dead").await;
         let wait = wait.clone();
         tokio::spawn(async move { sem.acquire(&wait).await.map(|_| ()) })
     };
     until_queued(&mut raw, &key, 1).await;
     let next = {
-        let sem = sem(common::store(&cluster).await);
+        let sem = semaphore_of_a_new_store(&ns, "dead").await;
         tokio::spawn(async move {
             let guard = sem.acquire(&wait).await.expect("its turn comes");
             guard.release().await;
@@ -403,14 +403,9 @@ async fn a_process_that_finds_its_own_entry_left_over_keeps_its_place() {
     let mut raw = common::raw(&cluster).await;
     let ns = fresh_namespace();
     let key = semaphore_key(&ns, "left");
-    let sem = |store: EtcdStore| Semaphore::new(Arc::new(store), ns.clone(), "left", 1).unwrap();
     let long = LockOptions::new(Duration::from_secs(60));
-    let held = sem(common::store(&cluster).await)
-        .try_acquire(&long)
-        .await
-        .unwrap()
-        .expect("free");
-    let waiting = sem(common::store(&cluster).await);
+    let held = held_for_a_minute(&ns, "left").await;
+    let waiting = semaphore_of_a_new_store(&ns, "left").await;
     // A first wait queues the process, and leaves when it gives up.
     let first = tokio::spawn({
         let waiting = waiting.clone();
