@@ -32,7 +32,7 @@
 //!   lease revoked. A key that names another holder is `Held`, with its lease's remaining
 //!   TTL as the cluster reports it; the unused lease is revoked in the background.
 //! - `renew`: read the key; if it names the holder, one keep-alive exchange on its lease
-//!   (the lease's TTL starts again), on a stream kept for the grant ([`keepers`](crate::keepers)).
+//!   (the lease's TTL starts again), on a stream kept for the grant (see `keepers.rs`).
 //!   Once the store has renewed a grant, a renewal sends the keep-alive and the read at once
 //!   (one round trip), and is `Renewed` when the read finds the key still on that lease and
 //!   the keep-alive finds the lease alive. A renewal to another TTL than the lease's moves the
