@@ -136,7 +136,7 @@ pub(crate) async fn subscribe(global: &GlobalArgs, args: &SubscribeArgs) -> Resu
     let baton = store::connect(global).await?;
     let broadcast = baton.broadcast()?;
     let mut subscription = broadcast.subscribe::<Value>(&args.channel).await?;
-    eprintln!("baton: subscribed to {}", args.channel);
+    say!("baton: subscribed to {}", args.channel);
     let mut messages = 0u64;
     if args.count == Some(0) {
         return Ok(SUCCESS);

@@ -224,7 +224,7 @@ impl Child {
         if !group_has_members(self.group) {
             self.emptied();
         } else if self.kill_at.is_none() {
-            eprintln!(
+            say!(
                 "baton: {} exited; processes it started still run in its process group: sent SIGTERM, SIGKILL follows in {}",
                 self.label,
                 human_duration(self.grace)
@@ -247,7 +247,7 @@ impl Child {
     /// The grace after SIGTERM is over.
     fn kill_due(&mut self) {
         self.kill_at = None;
-        eprintln!(
+        say!(
             "baton: {} still running {} after SIGTERM; sending SIGKILL to its process group",
             self.label,
             human_duration(self.grace)

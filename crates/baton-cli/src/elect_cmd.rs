@@ -230,7 +230,7 @@ pub(crate) async fn leader(global: &GlobalArgs, args: &LeaderArgs) -> Result<u8,
         match leader {
             Ok(leader) => print_leader(output, &args.name, leader.as_ref())?,
             Err(e) if e.kind() == baton::ErrorKind::Unavailable => {
-                eprintln!(
+                say!(
                     "baton: cannot read the leader of {:?}: {e}; trying again",
                     args.name
                 );

@@ -82,14 +82,14 @@ pub(crate) fn watch() -> u8 {
             ("-", Ok(group)) => {
                 groups.remove(&group);
             }
-            _ => eprintln!("baton: group watchdog: ignoring {line:?}"),
+            _ => say!("baton: group watchdog: ignoring {line:?}"),
         }
     }
     for &group in &groups {
         let _ = nix::sys::signal::killpg(Pid::from_raw(group), Signal::SIGKILL);
     }
     if !groups.is_empty() {
-        eprintln!(
+        say!(
             "baton: exited while {} COMMAND process group(s) still ran; sent them SIGKILL",
             groups.len()
         );
@@ -140,7 +140,7 @@ fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
     }
     // After the signal is set, so that a supervisor dying now is seen by one or the other.
     if getppid() != Pid::from_raw(args.parent) {
-        eprintln!(
+        say!(
             "baton: the supervisor (pid {}) exited before COMMAND started; COMMAND did not run",
             args.parent
         );
@@ -164,7 +164,7 @@ fn report_failure(report: Option<std::fs::File>, status: u8, message: &str) -> u
             .is_ok()
     });
     if !written {
-        eprintln!("baton: {message}");
+        say!("baton: {message}");
     }
     status
 }

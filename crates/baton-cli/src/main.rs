@@ -23,6 +23,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+/// `eprintln!` in one write (see [`output::say`]): a line baton prints to stderr is never
+/// split by what COMMAND, which shares stderr, prints at the same moment.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::say(::std::format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod broadcast_cmd;
 mod cache_cmd;
@@ -84,7 +92,7 @@ fn main() -> ExitCode {
         Ok(status) => status,
         Err(failure) => {
             if !failure.is_quiet() {
-                eprintln!("baton: {failure}");
+                say!("baton: {failure}");
             }
             failure.status
         }
@@ -125,9 +133,7 @@ fn init_logging() {
     let filter = match std::env::var(LOG_ENV) {
         Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
             .unwrap_or_else(|e| {
-                eprintln!(
-                    "baton: ignoring {LOG_ENV}={directives:?}: {e}; logging at {DEFAULT_LOG}"
-                );
+                say!("baton: ignoring {LOG_ENV}={directives:?}: {e}; logging at {DEFAULT_LOG}");
                 EnvFilter::new(DEFAULT_LOG)
             }),
         _ => EnvFilter::new(DEFAULT_LOG),

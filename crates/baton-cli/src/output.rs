@@ -15,6 +15,17 @@ use serde::Serialize;
 
 use crate::exit::{BROKEN_PIPE, Failure, INTERNAL};
 
+/// Prints one diagnostic line to stderr with a single write (the `say!` macro's body).
+/// `eprintln!` writes each piece of its format separately, so a line could be cut by the
+/// output of COMMAND, which shares stderr (`baton: lost the Terminated\nlock "job"`); one
+/// write of a line this short is never interleaved with another process's. A failed write
+/// is ignored, as `eprintln!` would have panicked on it with nowhere to report.
+pub(crate) fn say(args: std::fmt::Arguments<'_>) {
+    let mut line = args.to_string();
+    line.push('\n');
+    let _ = io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Where a command's data goes: lines and tables for people, or one JSON document on
 /// stdout with `--json`.
 #[derive(Debug, Clone, Copy)]

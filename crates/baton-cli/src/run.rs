@@ -307,7 +307,7 @@ pub(crate) async fn supervise(
                     }
                     OnLost::Ignore => format!("letting {} finish (--on-lost ignore)", child.name()),
                 };
-                eprintln!(
+                say!(
                     "baton: lost the {} (fence {fence}) while {} ran; {action}",
                     held.what, child.name()
                 );
@@ -358,7 +358,7 @@ pub(crate) fn finish(
             ))
         }
         Ended::Released(ReleaseOutcome::Faulted) => {
-            eprintln!(
+            say!(
                 "baton: could not release the {}; it stays held until its TTL ({}) lapses",
                 held.what,
                 human_duration(held.ttl)
@@ -366,7 +366,7 @@ pub(crate) fn finish(
             Ok(status)
         }
         Ended::Kept(KeepOutcome::Faulted) => {
-            eprintln!(
+            say!(
                 "baton: could not set the {} to end after the cooldown; it stays held until its TTL ({}) lapses",
                 held.what,
                 human_duration(held.ttl)

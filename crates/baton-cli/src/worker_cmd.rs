@@ -214,7 +214,7 @@ impl Context {
     /// Records that COMMAND could not be started and stops the claiming; answers the error
     /// the item is failed with.
     fn cannot_run(&self, job: &Job, failure: Failure) -> String {
-        eprintln!(
+        say!(
             "baton: {}; item {} of queue {} failed (attempt {} of {})",
             failure.message,
             job.id(),
@@ -224,7 +224,7 @@ impl Context {
         );
         let mut fatal = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
         if fatal.is_none() {
-            eprintln!(
+            say!(
                 "baton: no more items are claimed: every one would fail the same way; exiting with {} once the running COMMANDs are done",
                 failure.status
             );
@@ -315,13 +315,13 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
                     context.shutdown.cancel();
                     let running = context.running();
                     if running > 0 {
-                        eprintln!(
+                        say!(
                             "baton: {signal} received: no more claims; {running} running COMMAND(s) may finish within --drain {}",
                             human_duration(args.drain)
                         );
                     }
                 } else if !context.terminate.is_cancelled() {
-                    eprintln!("baton: {signal} received again: ending the drain now");
+                    say!("baton: {signal} received again: ending the drain now");
                     end_drain(&context);
                 }
             }
@@ -353,7 +353,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &WorkerArgs) -> Result<u8, Fa
 fn end_drain(context: &Context) {
     let running = context.running();
     if running > 0 {
-        eprintln!(
+        say!(
             "baton: terminating {running} running COMMAND(s) (SIGTERM, SIGKILL after --grace {}); their items are released",
             human_duration(context.grace)
         );
@@ -440,7 +440,7 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
             () = lost.cancelled(), if stopped.is_none() => {
                 stopped = Some(Stopped::LeaseLost);
                 child.terminate();
-                eprintln!(
+                say!(
                     "baton: lost the lease of item {id} of queue {} (attempt {}) while {} ran; sent SIGTERM to {}, SIGKILL follows in {}",
                     context.queue,
                     job.attempt(),
@@ -479,7 +479,7 @@ async fn run_item(context: Arc<Context>, job: Job) -> Result<(), String> {
     } else {
         "it will be retried after a backoff"
     };
-    eprintln!(
+    say!(
         "baton: item {id} of queue {} (attempt {} of {}): {error}; {next}",
         context.queue,
         job.attempt(),

@@ -123,7 +123,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &ServeMetricsArgs) -> Result<
         )
         .fallback(|| async { http::not_found(&["/metrics"]) })
         .with_state(scrape);
-    let announce = |local| eprintln!("baton serve-metrics: serving http://{local}/metrics");
+    let announce = |local| say!("baton serve-metrics: serving http://{local}/metrics");
     serve_at(args.listen, announce, router).await
 }
 

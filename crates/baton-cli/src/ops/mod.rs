@@ -50,7 +50,7 @@ impl LazyStore {
                 return Err(e.into());
             }
             Err(e) => {
-                eprintln!(
+                say!(
                     "baton: the store is unavailable ({e}); serving anyway, and trying again at each request"
                 );
                 None

@@ -176,8 +176,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: &StatusArgs) -> Result<u8, Fa
         limit: args.limit,
         cached: Mutex::new(None),
     });
-    let announce =
-        |local| eprintln!("baton status: serving http://{local}/ (JSON at /status.json)");
+    let announce = |local| say!("baton status: serving http://{local}/ (JSON at /status.json)");
     let router = Router::new()
         .route("/", get(page_html))
         .route("/index.html", get(page_html))
