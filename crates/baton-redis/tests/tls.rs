@@ -6,11 +6,12 @@
 //! (the parent's environment is left alone). The parent, without that variable, must be
 //! refused: certificate verification is on.
 
+use std::path::Path;
 use std::time::Duration;
 
 use baton_core::ErrorKind;
 use baton_core::store::{Claim, LeaseRequest, LeaseStore, Release};
-use baton_core::{Holder, Key, KeyKind, Namespace, Ttl};
+use baton_core::{Holder, Key, KeyKind, Namespace, StoreKey, Ttl};
 use baton_redis::{RedisClusterStore, RedisStore};
 use baton_testkit::process::{self, ChildTest};
 use baton_testkit::redis::{RedisOptions as ServerOptions, RedisServer};
@@ -58,15 +59,7 @@ async fn rediss_connects_with_a_trusted_certificate_and_refuses_an_untrusted_one
     let err = RedisStore::connect(&url).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
 
-    let mut child = ChildTest::new("tls_client", "client")
-        .env("SSL_CERT_FILE", path("ca.crt"))
-        .env(URL_ENV, &url)
-        .spawn()
-        .unwrap();
-    let waited = tokio::task::spawn_blocking(move || child.wait_success(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    waited.unwrap_or_else(|e| panic!("{e}"));
+    run_client_trusting(dir.path(), "tls_client", URL_ENV, &url).await;
     drop(server);
 }
 
@@ -81,33 +74,8 @@ async fn tls_client() {
     let key = Namespace::new("tls")
         .unwrap()
         .qualify(KeyKind::Lock, &Key::new("k").unwrap());
-    let holder = Holder::random();
-    let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
-    assert!(matches!(
-        store
-            .claim(&key, LeaseRequest::new(&holder, ttl))
-            .await
-            .unwrap(),
-        Claim::Granted { .. }
-    ));
-    // A waiter of another store queues; the release hands it the key with a wake-up that
-    // arrives over that store's TLS pub/sub connection.
     let other = RedisStore::connect(&url).await.expect("rediss:// connects");
-    let mut released = other.wakeups().hub.subscribe(&key);
-    assert!(matches!(
-        other
-            .claim(&key, LeaseRequest::new(&Holder::random(), ttl))
-            .await
-            .unwrap(),
-        Claim::Held { .. }
-    ));
-    assert_eq!(
-        store.release(&key, &holder).await.unwrap(),
-        Release::Removed
-    );
-    tokio::time::timeout(Duration::from_secs(5), released.released())
-        .await
-        .expect("the wake-up came over TLS pub/sub");
+    hands_over_by_push(&store, &other, &key).await;
     // The certificate names localhost too.
     let by_name = url.replace("127.0.0.1", "localhost");
     RedisStore::connect(&by_name)
@@ -144,18 +112,7 @@ async fn rediss_cluster_connects_with_a_trusted_certificate_and_refuses_an_untru
     let err = RedisClusterStore::connect(&url).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
 
-    let mut child = ChildTest::new("tls_cluster_client", "client")
-        .env(
-            "SSL_CERT_FILE",
-            dir.path().join("ca.crt").to_string_lossy().into_owned(),
-        )
-        .env(CLUSTER_URL_ENV, &url)
-        .spawn()
-        .unwrap();
-    let waited = tokio::task::spawn_blocking(move || child.wait_success(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    waited.unwrap_or_else(|e| panic!("{e}"));
+    run_client_trusting(dir.path(), "tls_cluster_client", CLUSTER_URL_ENV, &url).await;
     drop(cluster);
 }
 
@@ -193,27 +150,48 @@ async fn tls_cluster_client() {
     // A waiter of another store queues; the release hands it the key with a wake-up that
     // arrives over that store's sharded pub/sub connection, on TLS.
     let key = namespace.qualify(KeyKind::Lock, &Key::new("handed").unwrap());
+    hands_over_by_push(&store, &other, &key).await;
+}
+
+/// Runs the client half `test` in a child process that trusts the CA in `certificates`
+/// (`SSL_CERT_FILE`), given `url` in `url_env`, and waits for it to pass.
+async fn run_client_trusting(certificates: &Path, test: &str, url_env: &str, url: &str) {
+    let mut child = ChildTest::new(test, "client")
+        .env(
+            "SSL_CERT_FILE",
+            certificates.join("ca.crt").to_string_lossy().into_owned(),
+        )
+        .env(url_env, url)
+        .spawn()
+        .unwrap();
+    let waited = tokio::task::spawn_blocking(move || child.wait_success(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    waited.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `store` holds `key`; a waiter of `other` queues for it, and `store`'s release hands it
+/// the key with a wake-up that arrives over `other`'s pub/sub connection, on TLS.
+async fn hands_over_by_push(store: &dyn LeaseStore, other: &dyn LeaseStore, key: &StoreKey) {
+    let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
     let holder = Holder::random();
     assert!(matches!(
         store
-            .claim(&key, LeaseRequest::new(&holder, ttl))
+            .claim(key, LeaseRequest::new(&holder, ttl))
             .await
             .unwrap(),
         Claim::Granted { .. }
     ));
-    let mut released = other.wakeups().hub.subscribe(&key);
+    let mut released = other.wakeups().hub.subscribe(key);
     assert!(matches!(
         other
-            .claim(&key, LeaseRequest::new(&Holder::random(), ttl))
+            .claim(key, LeaseRequest::new(&Holder::random(), ttl))
             .await
             .unwrap(),
         Claim::Held { .. }
     ));
-    assert_eq!(
-        store.release(&key, &holder).await.unwrap(),
-        Release::Removed
-    );
+    assert_eq!(store.release(key, &holder).await.unwrap(), Release::Removed);
     tokio::time::timeout(Duration::from_secs(5), released.released())
         .await
-        .expect("the wake-up came over TLS sharded pub/sub");
+        .expect("the wake-up came over TLS pub/sub");
 }
