@@ -10,17 +10,45 @@
 //!   `permits` is the N of the claim that was granted the permit, for listings; it was added
 //!   later (`ADD COLUMN IF NOT EXISTS`, default 0 = not recorded), not by a new schema
 //!   version, which every older replica would refuse.
-//! - `baton_permit_claim_v4(...)`: the claim ([`CLAIM_FUNCTION`]): a permit reserved for
-//!   the caller's store, or a free slot below N taken by one `INSERT ... ON CONFLICT`, so
+//! - `baton_permit_claim_v5(...)`: the claim ([`CLAIM_FUNCTION`]): a permit reserved for
+//!   the caller's store, or a free slot below N taken by one `INSERT ... ON CONFLICT DO
+//!   NOTHING` (or, for a slot whose permit ended unreleased, one `UPDATE` of that row), so
 //!   claims of one key take no lock beyond the slot's row and commit in parallel. A later
 //!   algorithm gets a new name rather than replacing this one under running replicas: v2 is
 //!   v1 that also records N, v3 is v2 that reads the key's live permits once (the count and
 //!   the free slot from one materialized scan, instead of a count and a probe per slot), v4
-//!   is v3 that takes reservations and queues its store, and the earlier ones are left for
+//!   is v3 that takes reservations and queues its store, v5 is v4 that keeps concurrent
+//!   claims off each other's slots (below), and the earlier ones are left for
 //!   the older replicas that call them (v1's permits record no N; one that reuses a slot
 //!   leaves the slot's earlier N, so during a rolling upgrade a listing's N may be stale; v3
 //!   counts a reservation as a held permit, and never queues, so its waiters are woken by
 //!   their timers).
+//!
+//! Concurrent claims of one key read the same free slots (a claim's snapshot does not see
+//! another's uncommitted insert), and a claim that writes a slot another claim is writing
+//! waits for that claim's commit, WAL flush included, before it can choose again. So each
+//! claim takes the first free slot whose transaction-scoped advisory lock
+//! (`pg_try_advisory_xact_lock(hashtext(key), slot)`, the two-integer form) it gets, skipping
+//! slots that concurrent claims are taking; only when every free slot is being taken does it
+//! wait on one, as v4 always might. It writes a free slot with `ON CONFLICT DO NOTHING`, so it
+//! never locks a live permit's row (v4's `ON CONFLICT DO UPDATE ... WHERE` ended locked the
+//! row even when it was live, and the holder's release then waited for that claim's
+//! commit). The advisory locks end with the claim's transaction; one taken by an
+//! application with the same two integers only makes a claim skip that slot.
+//!
+//! Both functions plan their statements once per session, for any arguments
+//! (`plan_cache_mode = force_generic_plan`), and only as index scans (`enable_seqscan = off`,
+//! `enable_bitmapscan = off`); these are settings of the functions, so they apply to their
+//! own statements only. Every statement finds one key's rows through the primary key or
+//! `baton_permit_holder`, whatever the key, the holder or N, and a busy key's index entries
+//! are mostly dead between two vacuums (every release deletes a row, every claim inserts
+//! one). Left to choose, the server planned the claim's read of the live permits again at
+//! every call (about 0.4 ms of CPU, more than running it); on a table not yet analyzed it
+//! chose bitmap scans, which never mark dead index entries, so each read walked every entry
+//! the key's churn had left since the last vacuum; and on few live rows it chose sequential
+//! scans that read every page. `baton_permit_release_v2` is v1 with these settings; v1 is
+//! left for older replicas.
+//! `plan_cache_mode` needs PostgreSQL 12 or later.
 //!
 //! Fences come from the `baton_fence` sequence, as lock grants' do, so they increase across
 //! every permit of a key (and every grant of the database).
@@ -79,18 +107,21 @@ ALTER TABLE baton_permit ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAU
 /// caller's store (`p_pid`, its LISTEN backend's pid, given only while one of its waiters
 /// waits for the key) is deleted first, making room for this claim. Then,
 /// while fewer than `p_permits` live permits and reservations are held, a free slot below
-/// `p_permits` is chosen at random and taken with one `INSERT ... ON CONFLICT` that replaces
-/// only an ended permit: two claims that chose the same slot meet at its primary key, the
-/// second finds it live and chooses again. Slots are what bound the holders, so clients that
+/// `p_permits` is chosen (the first whose advisory lock it gets, see the module docs) and
+/// taken with one `INSERT ... ON CONFLICT DO NOTHING`, or an `UPDATE` of an ended permit's
+/// row: two claims that chose the same slot meet at its primary key, the second finds it
+/// live and chooses again. Slots are what bound the holders, so clients that
 /// agree on N never see more than N; a client with a smaller N than others is refused while
 /// as many permits as its N are held (a smaller N revokes nothing). A claim with `p_pid`
 /// that finds the key full queues its store in `baton_wait` (keeping its place if queued);
 /// one that is granted takes its store out of the queue.
 pub const CLAIM_FUNCTION: &str = r#"
-CREATE OR REPLACE FUNCTION baton_permit_claim_v4(
+CREATE OR REPLACE FUNCTION baton_permit_claim_v5(
     p_key text, p_holder text, p_ttl_ms bigint, p_permits bigint, p_pid integer)
 RETURNS TABLE (outcome text, fence bigint, holder text, remaining_us bigint)
-LANGUAGE plpgsql VOLATILE AS $claim$
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $claim$
 DECLARE
     until timestamptz;
     free  integer;
@@ -120,14 +151,21 @@ BEGIN
     LOOP
         -- One read of the key's live permits and reservations: how many, and a free slot
         -- below N.
+        -- The first one no concurrent claim is taking (its advisory lock is free, and now
+        -- this claim's), or else any, chosen at random.
         WITH live AS MATERIALIZED (
             SELECT p.slot FROM baton_permit AS p
             WHERE p.key = p_key AND p.expires_at > clock_timestamp()
+        ),
+        unheld AS MATERIALIZED (
+            SELECT s::integer AS s FROM generate_series(0, p_permits - 1) AS s
+            WHERE s NOT IN (SELECT l.slot FROM live AS l)
         )
         SELECT CASE WHEN (SELECT count(*) FROM live) < p_permits THEN
-                   (SELECT s FROM generate_series(0, p_permits - 1) AS s
-                    WHERE s NOT IN (SELECT l.slot FROM live AS l)
-                    ORDER BY random() LIMIT 1)
+                   coalesce((SELECT u.s FROM unheld AS u
+                             WHERE pg_try_advisory_xact_lock(hashtext(p_key), u.s)
+                             LIMIT 1),
+                            (SELECT u.s FROM unheld AS u ORDER BY random() LIMIT 1))
                END
         INTO free;
         IF free IS NULL THEN
@@ -149,14 +187,21 @@ BEGIN
             -- Every permit ended or was released meanwhile: look again.
             CONTINUE;
         END IF;
+        -- A released slot has no row; one whose permit ended unreleased is taken by an update
+        -- that, unlike ON CONFLICT DO UPDATE, locks no row it does not change.
         INSERT INTO baton_permit AS p (key, slot, holder, fence, expires_at, permits)
         VALUES (p_key, free, p_holder, nextval('baton_fence'), until, p_permits)
-        ON CONFLICT (key, slot) DO UPDATE
-            SET holder = excluded.holder, fence = excluded.fence, expires_at = excluded.expires_at,
-                permits = excluded.permits
-            WHERE p.expires_at <= clock_timestamp()
+        ON CONFLICT (key, slot) DO NOTHING
         RETURNING 'granted', p.fence, NULL::text, NULL::bigint
         INTO outcome, fence, holder, remaining_us;
+        IF NOT FOUND THEN
+            UPDATE baton_permit AS p
+            SET holder = p_holder, fence = nextval('baton_fence'), expires_at = until,
+                permits = p_permits
+            WHERE p.key = p_key AND p.slot = free AND p.expires_at <= clock_timestamp()
+            RETURNING 'granted', p.fence, NULL::text, NULL::bigint
+            INTO outcome, fence, holder, remaining_us;
+        END IF;
         IF FOUND THEN
             IF p_pid IS NOT NULL THEN
                 DELETE FROM baton_wait AS w WHERE w.key = p_key AND w.pid = p_pid;
@@ -177,8 +222,8 @@ SELECT to_regclass('baton_permit') IS NOT NULL
    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                WHERE attrelid = to_regclass('baton_permit') AND attname = 'permits'
                  AND NOT attisdropped)
-   AND to_regprocedure('baton_permit_claim_v4(text, text, bigint, bigint, integer)') IS NOT NULL
-   AND to_regprocedure('baton_permit_release_v1(text, text, bigint)') IS NOT NULL";
+   AND to_regprocedure('baton_permit_claim_v5(text, text, bigint, bigint, integer)') IS NOT NULL
+   AND to_regprocedure('baton_permit_release_v2(text, text, bigint)') IS NOT NULL";
 
 /// A claim.
 ///
@@ -186,7 +231,7 @@ SELECT to_regclass('baton_permit') IS NOT NULL
 /// pid of the claiming store while one of its waiters waits for the key (`integer`, `NULL`
 /// otherwise: the claim then neither takes a reservation nor queues).
 pub const CLAIM: &str =
-    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v4($1, $2, $3, $4, $5)";
+    "SELECT outcome, fence, holder, remaining_us FROM baton_permit_claim_v5($1, $2, $3, $4, $5)";
 
 /// Renews the caller's live permit (one changed row: renewed).
 ///
@@ -214,10 +259,12 @@ WHERE key = $1 AND holder = $2 AND expires_at > clock_timestamp()";
 /// A store that is told of a reservation while none of its waiters wants the permit any more
 /// calls this with `handoff:<its pid>` as the holder: the reservation goes to the next store.
 pub const RELEASE_FUNCTION: &str = r#"
-CREATE OR REPLACE FUNCTION baton_permit_release_v1(
+CREATE OR REPLACE FUNCTION baton_permit_release_v2(
     p_key text, p_holder text, p_reserve_ms bigint)
 RETURNS TABLE (live boolean)
-LANGUAGE plpgsql VOLATILE AS $release$
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $release$
 DECLARE
     freed integer;
     waiter record;
@@ -268,7 +315,7 @@ $release$;
 /// ([`RELEASE_FUNCTION`]). Returns one row, `live`, when the caller had a row.
 ///
 /// Parameters: `$1` key, `$2` holder (or `handoff:<pid>`), `$3` reservation (ms).
-pub const RELEASE: &str = "SELECT live FROM baton_permit_release_v1($1, $2, $3)";
+pub const RELEASE: &str = "SELECT live FROM baton_permit_release_v2($1, $2, $3)";
 
 /// The live permits of a key, oldest fence first: `holder`, `fence`, `remaining_us`.
 ///

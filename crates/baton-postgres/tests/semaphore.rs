@@ -90,3 +90,46 @@ async fn stores_take_permits_in_the_order_they_queued() {
     )
     .await;
 }
+
+/// A claim does not wait for another claim of the same key that is still committing: while
+/// one claim's transaction has taken the first slot and not committed (as a claim waiting
+/// for its WAL flush has), ten claims in turn each take the second slot at once, instead of
+/// choosing the first and waiting on its uncommitted row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_does_not_wait_for_a_concurrent_claim_still_committing() {
+    use std::time::Duration;
+
+    use baton_core::store::{Claim, LeaseRequest, Release};
+    use baton_core::{Holder, Ttl};
+    use sqlx::Row;
+
+    let url = shared().await.url();
+    let store = connect(&url).await;
+    let key = fresh_namespace().qualify(KeyKind::Semaphore, &Key::new("committing").unwrap());
+    let mut committing = raw(&url).await;
+    execute(&mut committing, "BEGIN").await;
+    let first = sqlx::query(baton_postgres::semaphore::CLAIM)
+        .bind(key.as_str())
+        .bind("committing")
+        .bind(30_000_i64)
+        .bind(2_i64)
+        .bind(None::<i32>)
+        .fetch_one(&mut committing)
+        .await
+        .unwrap();
+    assert_eq!(first.get::<String, _>("outcome"), "granted");
+    let ttl = Ttl::new(Duration::from_secs(30)).unwrap();
+    for _ in 0..10 {
+        let holder = Holder::random();
+        let claim = tokio::time::timeout(
+            Duration::from_secs(2),
+            store.claim_permit(&key, LeaseRequest::new(&holder, ttl), 2),
+        )
+        .await
+        .expect("the claim waited for the uncommitted one");
+        assert!(matches!(claim, Ok(Claim::Granted { .. })), "{claim:?}");
+        let release = store.release_permit(&key, &holder).await.unwrap();
+        assert_eq!(release, Release::Removed);
+    }
+    execute(&mut committing, "ROLLBACK").await;
+}
