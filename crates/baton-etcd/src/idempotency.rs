@@ -24,9 +24,19 @@
 //! and at most about two seconds after it. Remaining times are reported as the cluster
 //! reports them (whole seconds).
 //!
+//! A lease's time to live decides nothing on its own. A member answers it from its own
+//! lessor, and a member back from a pause can still believe it leads and answer "unknown"
+//! for a lease granted while it was away, or "run out" for one the new leader kept alive.
+//! The cluster deletes a key when its lease runs out, so a key that a read finds while its
+//! lease reads as run out is read again every 50 ms, for up to the call deadline, until it
+//! is gone or its lease reads as live; an acquire that still finds it so answers
+//! `Unavailable`, and the other atoms answer from the last read.
+//!
 //! ## The atoms
 //! - `acquire`: read both keys (one transaction) and the remaining time of their leases;
-//!   decide as the contract says (insert, take over, own retried acquire, or duplicate);
+//!   decide as the contract says (insert, take over, own retried acquire, or duplicate),
+//!   where a record counts as ended, or its owner's lease as lapsed, only once its key is gone
+//!   (see below);
 //!   to write, grant the two leases and put both keys in one transaction that holds only if
 //!   neither key changed since the read (their mod revisions). A lost race reads again.
 //! - `renew`: if the record is the owner's and pending, put `Q\0owner` on a new lease in a
@@ -57,6 +67,10 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpRes
 use crate::EtcdStore;
 use crate::error;
 use crate::grants::{RACE_ATTEMPTS, lease_seconds};
+
+/// How often an atom reads a record again while a key of it outlives its lease (see
+/// [`Seen::expiring`]).
+const EXPIRING_POLL: Duration = Duration::from_millis(50);
 
 /// The first line of a record's value.
 const TAG: &str = "baton:idempotency:v1";
@@ -162,6 +176,20 @@ impl Seen {
         Some(stored.read(self.expires_in, self.lease_remaining))
     }
 
+    /// Whether a key this read found is still there although its lease reads as run out:
+    /// the record's, or the owner's of a pending record. The cluster deletes a key when its
+    /// lease runs out, so such a key is either about to go or alive with its lease answered
+    /// wrongly: a member answers a lease's time to live from its own lessor, which after a
+    /// pause of that member can still believe it leads and know nothing of the leases
+    /// granted meanwhile. Nothing is decided on such a read (see [`EtcdStore::see_settled`]).
+    fn expiring(&self) -> bool {
+        let record_out = self.record.is_none() && self.record_revision != 0;
+        let owner_out = matches!(&self.record, Some((stored, _, _)) if stored.status == Status::Pending)
+            && self.owner_revision != 0
+            && self.lease_remaining == Duration::ZERO;
+        record_out || owner_out
+    }
+
     /// The compares that hold only while neither key changed since this read.
     fn unchanged(&self, key: &StoreKey) -> [Compare; 2] {
         [
@@ -231,6 +259,27 @@ impl EtcdStore {
         Ok(seen)
     }
 
+    /// [`see`](Self::see), read again every [`EXPIRING_POLL`] while the read is
+    /// [expiring](Seen::expiring), for at most the call deadline (`connect_timeout +
+    /// response_timeout`): so a record or an owner's lease counts as ended only once the
+    /// cluster deleted its key, never on a lease's time to live alone. The last read, and
+    /// whether it is still expiring.
+    async fn see_settled(&self, key: &StoreKey, what: &str) -> Result<(Seen, bool)> {
+        let deadline = tokio::time::Instant::now()
+            + self.options.get_connect_timeout()
+            + self.options.get_response_timeout();
+        loop {
+            let seen = self.see(key, what).await?;
+            if !seen.expiring() {
+                return Ok((seen, false));
+            }
+            if tokio::time::Instant::now() + EXPIRING_POLL > deadline {
+                return Ok((seen, true));
+            }
+            tokio::time::sleep(EXPIRING_POLL).await;
+        }
+    }
+
     /// Two new leases, of `first` and `second` seconds; neither when one fails.
     async fn grant_two(&self, first: i64, second: i64) -> Result<(i64, i64)> {
         match tokio::join!(self.grant_lease(first), self.grant_lease(second)) {
@@ -257,7 +306,14 @@ impl IdempotencyStore for EtcdStore {
     async fn acquire(&self, key: &StoreKey, request: AcquireRequest<'_>) -> Result<AcquireAnswer> {
         const WHAT: &str = "idempotency acquire";
         for _ in 0..RACE_ATTEMPTS {
-            let seen = self.see(key, WHAT).await?;
+            let (seen, expiring) = self.see_settled(key, WHAT).await?;
+            if expiring {
+                // Neither a new attempt nor a takeover is started on a lease's word alone.
+                return Err(Error::unavailable(format!(
+                    "{}: {WHAT} of {key} failed: a key of the record outlived its lease and the cluster has not deleted it within the call deadline",
+                    self.cluster()
+                )));
+            }
             let (attempt, previous, old_record_lease) = match &seen.record {
                 None => (1, None, None),
                 Some((stored, _, _)) if stored.owner == *request.attempt => {
@@ -269,8 +325,9 @@ impl IdempotencyStore for EtcdStore {
                     });
                 }
                 Some((stored, _, lease)) => {
-                    let lapsed =
-                        stored.status == Status::Pending && seen.lease_remaining == Duration::ZERO;
+                    // Lapsed: the owner's key is gone, which the cluster does when its lease
+                    // runs out (a settled read never shows it present with no time left).
+                    let lapsed = stored.status == Status::Pending && seen.owner_revision == 0;
                     let retry = stored.status == Status::Failed && request.retry_failed;
                     if stored.fingerprint != request.fingerprint || !(lapsed || retry) {
                         let record = seen.record().expect("a live record");
@@ -328,7 +385,7 @@ impl IdempotencyStore for EtcdStore {
     async fn renew(&self, key: &StoreKey, owner: &Holder, lease: Ttl) -> Result<Renewal> {
         const WHAT: &str = "idempotency renewal";
         for _ in 0..RACE_ATTEMPTS {
-            let seen = self.see(key, WHAT).await?;
+            let (seen, _) = self.see_settled(key, WHAT).await?;
             match &seen.record {
                 Some((stored, _, _))
                     if stored.owner == *owner && stored.status == Status::Pending => {}
@@ -363,7 +420,7 @@ impl IdempotencyStore for EtcdStore {
     async fn finalize(&self, key: &StoreKey, end: AttemptEnd<'_>) -> Result<FinalizeAnswer> {
         const WHAT: &str = "idempotency finalize";
         for _ in 0..RACE_ATTEMPTS {
-            let seen = self.see(key, WHAT).await?;
+            let (seen, _) = self.see_settled(key, WHAT).await?;
             let stored = match &seen.record {
                 Some((stored, _, _)) if stored.owner == *end.owner => stored,
                 _ => return Ok(FinalizeAnswer::NotOwner),
@@ -411,7 +468,7 @@ impl IdempotencyStore for EtcdStore {
     }
 
     async fn get(&self, key: &StoreKey) -> Result<Option<StoredRecord>> {
-        Ok(self.see(key, "idempotency read").await?.record())
+        Ok(self.see_settled(key, "idempotency read").await?.0.record())
     }
 }
 
@@ -449,6 +506,38 @@ mod tests {
         ] {
             assert_eq!(Stored::decode(value), None, "{value:?}");
         }
+    }
+
+    /// A read that finds a key whose lease reads as run out decides nothing: the soak saw a
+    /// member just back from a pause answer a live record's lease as unknown (-1), and an
+    /// acquire then wrote attempt 1 over a completed record, so its effect ran twice.
+    #[test]
+    fn a_key_that_outlives_its_lease_is_expiring_not_ended() {
+        let stored = |status| Stored {
+            status,
+            owner: Holder::random(),
+            attempt: 1,
+            previous: None,
+            fingerprint: String::new(),
+            metadata: Vec::new(),
+        };
+        let seen = |record: Option<Stored>, record_revision, owner_revision, lease_left| Seen {
+            record: record.map(|r| (r, record_revision, 1)),
+            record_revision,
+            owner_revision,
+            owner_lease: (owner_revision != 0).then_some(2),
+            expires_in: Duration::from_secs(5),
+            lease_remaining: Duration::from_secs(lease_left),
+        };
+        // The record's key is there, its lease read as run out or unknown.
+        assert!(seen(None, 7, 0, 0).expiring());
+        // A pending record whose owner key is there, its lease read as run out.
+        assert!(seen(Some(stored(Status::Pending)), 7, 8, 0).expiring());
+        // Settled reads: absent, a lapsed owner (its key is gone), a live owner, an outcome.
+        assert!(!seen(None, 0, 0, 0).expiring());
+        assert!(!seen(Some(stored(Status::Pending)), 7, 0, 0).expiring());
+        assert!(!seen(Some(stored(Status::Pending)), 7, 8, 3).expiring());
+        assert!(!seen(Some(stored(Status::Completed)), 7, 0, 0).expiring());
     }
 
     #[test]
