@@ -265,9 +265,7 @@ impl EtcdStore {
     /// cluster deleted its key, never on a lease's time to live alone. The last read, and
     /// whether it is still expiring.
     async fn see_settled(&self, key: &StoreKey, what: &str) -> Result<(Seen, bool)> {
-        let deadline = tokio::time::Instant::now()
-            + self.options.get_connect_timeout()
-            + self.options.get_response_timeout();
+        let deadline = tokio::time::Instant::now() + self.options.call_deadline();
         loop {
             let seen = self.see(key, what).await?;
             if !seen.expiring() {

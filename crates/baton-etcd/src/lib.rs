@@ -150,7 +150,7 @@ impl EtcdStore {
             connect = connect.with_user(user.clone(), password.clone());
         }
         let cluster = target.redacted.clone();
-        let deadline = options.get_connect_timeout() + options.get_response_timeout();
+        let deadline = options.call_deadline();
         let endpoints = target.endpoints.clone();
         let client = tokio::time::timeout(deadline, Client::connect(endpoints, Some(connect)))
             .await

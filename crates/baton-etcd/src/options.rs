@@ -132,6 +132,11 @@ impl EtcdOptions {
         self.response_timeout
     }
 
+    /// The longest any one store call may take: a reconnect plus a request.
+    pub(crate) fn call_deadline(&self) -> Duration {
+        self.connect_timeout + self.response_timeout
+    }
+
     /// Sets the option `name` from its URL text.
     pub(crate) fn set(mut self, name: &str, value: &str) -> Result<Self> {
         match name {

@@ -47,8 +47,7 @@
 //! chose bitmap scans, which never mark dead index entries, so each read walked every entry
 //! the key's churn had left since the last vacuum; and on few live rows it chose sequential
 //! scans that read every page. `baton_permit_release_v2` is v1 with these settings; v1 is
-//! left for older replicas.
-//! `plan_cache_mode` needs PostgreSQL 12 or later.
+//! left for older replicas. `plan_cache_mode` needs PostgreSQL 12 or later.
 //!
 //! Fences come from the `baton_fence` sequence, as lock grants' do, so they increase across
 //! every permit of a key (and every grant of the database).
@@ -150,9 +149,8 @@ BEGIN
     END IF;
     LOOP
         -- One read of the key's live permits and reservations: how many, and a free slot
-        -- below N.
-        -- The first one no concurrent claim is taking (its advisory lock is free, and now
-        -- this claim's), or else any, chosen at random.
+        -- below N, the first one no concurrent claim is taking (its advisory lock is free,
+        -- and now this claim's), or else any, chosen at random.
         WITH live AS MATERIALIZED (
             SELECT p.slot FROM baton_permit AS p
             WHERE p.key = p_key AND p.expires_at > clock_timestamp()
