@@ -78,13 +78,18 @@ macro_rules! release {
             "\
 WITH c AS (SELECT clock_timestamp() AS now),
 queue AS (
-    SELECT w.pid, w.holder, w.ttl_ms, w.since,
-           EXISTS (SELECT 1 FROM pg_stat_get_activity(w.pid) AS a
-                   WHERE a.application_name IS NULL OR a.application_name = 'baton-listen') AS alive
+    SELECT w.pid, w.holder, w.ttl_ms, w.since
     FROM baton_wait AS w
     WHERE w.key = $1 AND w.holder <> $2
 ),
-next AS (SELECT pid, holder, ttl_ms FROM queue WHERE alive ORDER BY since, pid LIMIT 1),
+next AS (
+    SELECT q.pid, q.holder, q.ttl_ms, q.since
+    FROM (SELECT * FROM queue ORDER BY since, pid OFFSET 0) AS q
+    WHERE EXISTS (SELECT 1 FROM pg_stat_get_activity(q.pid) AS a
+                  WHERE a.application_name IS NULL OR a.application_name = 'baton-listen')
+    ORDER BY q.since, q.pid
+    LIMIT 1
+),
 released AS (
     UPDATE baton_lease AS l SET
         holder     = n.holder,
@@ -103,7 +108,8 @@ released AS (
 ),
 dequeued AS (
     DELETE FROM baton_wait AS w USING queue AS q, released AS r
-    WHERE w.key = $1 AND w.pid = q.pid AND (NOT q.alive OR q.pid = r.pid)
+    WHERE w.key = $1 AND w.pid = q.pid
+      AND (r.pid IS NULL OR (q.since, q.pid) <= (SELECT n.since, n.pid FROM next AS n))
 ),
 notified AS (
     SELECT CASE WHEN pid IS NULL THEN pg_notify('baton_released', key)
@@ -358,13 +364,17 @@ RETURNING set_config('synchronous_commit', 'off', true) AS commit_mode";
 /// Release: ends the holder's live grant and, in the same statement, hands the key to the
 /// store that has waited longest for it, or frees it when no store waits.
 ///
-/// - `queue` and `next`: the key's entries in `baton_wait`, oldest first, each checked for
-///   life (its `pid` is a backend named [`LISTENER_APPLICATION`](crate::wakeups::LISTENER_APPLICATION));
-///   `next` is the oldest live one.
+/// - `queue` and `next`: the key's entries in `baton_wait`; `next` is the oldest live one
+///   (its `pid` is a backend named [`LISTENER_APPLICATION`](crate::wakeups::LISTENER_APPLICATION)),
+///   found by checking the entries oldest first and stopping at the first live one, so a
+///   release looks up one backend when the head of the queue lives, however many wait (the
+///   subquery's `OFFSET 0` keeps the check above its sort, where `LIMIT` stops it).
 /// - `released`: with a `next`, the row becomes `next`'s grant: its holder, a new fence
 ///   (as [`CLAIM`] draws one), expiry `now + ttl_ms`. Without one, the row is freed, keeping
 ///   its fence.
-/// - `dequeued`: deletes `next`'s entry and every dead one.
+/// - `dequeued`: deletes `next`'s entry and the dead ones before it; with no live `next`,
+///   every entry (all were found dead). A dead entry behind `next` goes when it reaches the
+///   head.
 /// - `notified`: [`CHANNEL`] gets the key when the key was freed; when it was handed over,
 ///   the channel of `next`'s store alone ([`HANDOFF_CHANNEL`] followed by `pid`) gets
 ///   `U+001F pid U+001F fence U+001F holder U+001F key`, which that store takes as its

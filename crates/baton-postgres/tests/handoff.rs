@@ -593,6 +593,49 @@ async fn a_release_passes_over_a_store_that_is_gone() {
     next.release().await;
 }
 
+/// A release looks up the backends of the queue only up to the first live store, however
+/// many wait: the entry of a store that is gone behind it is left alone, and deleted once it
+/// reaches the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_looks_at_the_queue_only_up_to_the_first_live_store() {
+    let Queued {
+        pool,
+        key,
+        guard,
+        mut stores,
+        mut waiters,
+        ..
+    } = queued(2).await;
+    let gone = queue(&pool, &key).await[1].0;
+    // The second store dies: its waiter and store are dropped, its backend ends.
+    drop(stores.remove(1));
+    give_up(waiters.remove(1)).await;
+    eventually("the gone store's backend ended", || {
+        let pool = pool.clone();
+        async move {
+            let left: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+                    .bind(gone)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            (left == 0).then_some(())
+        }
+    })
+    .await;
+
+    guard.release().await;
+    let next = grant("the hand-over to the head", waiters.remove(0)).await;
+    let left: Vec<i32> = queue(&pool, &key).await.iter().map(|e| e.0).collect();
+    assert_eq!(left, [gone], "the entry behind the head was not looked at");
+    next.release().await;
+    assert!(
+        queue(&pool, &key).await.is_empty(),
+        "at the head, the gone store's entry is deleted"
+    );
+    drop(stores);
+}
+
 /// A hand-over to a store whose waiter stopped waiting (its acquire was dropped; the store
 /// still listens) is given back at once, and that release hands the key to the next store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
