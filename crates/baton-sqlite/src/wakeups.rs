@@ -568,11 +568,12 @@ impl FileWakeups {
         };
         let rest = handover.rest;
         if handover.owner == push.id {
-            // Granted: the process leaves the queue, as after a claim that granted; first,
-            // so that a claim of the woken waiter that finds the key held again queues anew.
-            shared.leave(&handover.entry);
+            // Granted: the process leaves the queue, as after a claim that granted (see
+            // `forget`).
+            shared.forget(&handover.entry);
             shared.take_grant(handover.key, handover.holder, handover.fence);
             shared.send_first(Kind::Next, &mut rest.iter());
+            shared.delete(&handover.entry);
             return;
         }
         let text = format!(
@@ -839,11 +840,33 @@ impl Shared {
 
     /// Deletes this process's `entry`.
     fn leave(&self, entry: &str) {
+        self.forget(entry);
+        self.delete(entry);
+    }
+
+    /// Takes this process's `entry` out of its queue records, not yet off the disk; answers
+    /// its key, `None` for an entry it does not know.
+    ///
+    /// A process granted a key by a hand-over forgets the entry, wakes the waiter, and only
+    /// then deletes the file ([`delete`](Self::delete)), so the wake-up does not wait for the
+    /// unlink (about 20 µs). Forgotten first, because a grant that ended while this process
+    /// was paused sends the waiter to claim, and a claim that finds the key held must queue
+    /// anew, under a new entry, not write into the one being deleted. Until the file is gone
+    /// a release may still find it, but only a release of this process (the key is granted
+    /// to its holder), which passes over an entry of its own that no waiter wants
+    /// (`next_in_line`).
+    fn forget(&self, entry: &str) -> Option<StoreKey> {
+        self.push
+            .as_ref()?
+            .queued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove_entry(entry)
+    }
+
+    /// Deletes the file of this process's `entry`.
+    fn delete(&self, entry: &str) {
         if let Some(push) = self.push.as_ref() {
-            push.queued
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove_entry(entry);
             push.delete(entry);
         }
     }
@@ -871,14 +894,11 @@ impl Shared {
                     Some((Kind::Granted, text)) => {
                         if let Some((entry, fence, holder)) = parse_grant(text) {
                             watches.remove(entry);
-                            if let Some(key) = self.key_of(entry) {
-                                // Granted: the process leaves the queue, as after a claim
-                                // that granted. Before the waiter is woken: a grant that
-                                // ended while this process was paused sends it to claim,
-                                // and a claim that finds the key held must queue anew, not
-                                // write into the entry being deleted here.
-                                self.leave(entry);
+                            // Granted: the process leaves the queue, as after a claim that
+                            // granted (see `forget`).
+                            if let Some(key) = self.forget(entry) {
                                 self.take_grant(key, holder, fence);
+                                self.delete(entry);
                             }
                         }
                     }
