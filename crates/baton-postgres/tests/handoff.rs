@@ -446,6 +446,23 @@ async fn grant(what: &str, waiter: Waiting) -> LockGuard {
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// Waits until the backend `pid` has ended (its store was dropped).
+async fn backend_ended(pool: &sqlx::PgPool, pid: i32) {
+    eventually("the gone store's backend ended", || {
+        let pool = pool.clone();
+        async move {
+            let left: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+                    .bind(pid)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            (left == 0).then_some(())
+        }
+    })
+    .await;
+}
+
 /// Ends `waiter`'s wait, as a dropped acquire (a timeout, a cancelled request) does.
 async fn give_up(waiter: Waiting) {
     waiter.abort();
@@ -565,19 +582,7 @@ async fn a_release_passes_over_a_store_that_is_gone() {
     // The first store dies: its waiter and store are dropped, its backend ends.
     drop(stores);
     give_up(waiters.remove(0)).await;
-    eventually("the gone store's backend ended", || {
-        let pool = pool.clone();
-        async move {
-            let left: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
-                    .bind(gone)
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
-            (left == 0).then_some(())
-        }
-    })
-    .await;
+    backend_ended(&pool, gone).await;
     assert_eq!(
         queue(&pool, &key).await.len(),
         2,
@@ -610,19 +615,7 @@ async fn a_release_looks_at_the_queue_only_up_to_the_first_live_store() {
     // The second store dies: its waiter and store are dropped, its backend ends.
     drop(stores.remove(1));
     give_up(waiters.remove(1)).await;
-    eventually("the gone store's backend ended", || {
-        let pool = pool.clone();
-        async move {
-            let left: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
-                    .bind(gone)
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
-            (left == 0).then_some(())
-        }
-    })
-    .await;
+    backend_ended(&pool, gone).await;
 
     guard.release().await;
     let next = grant("the hand-over to the head", waiters.remove(0)).await;
