@@ -14,9 +14,9 @@
 //! (`Unavailable`).
 //!
 //! The handler is a plain function (SQLite's callback carries no state of ours), so the
-//! deadline of the operation running on this thread, and when the current lock attempt was
-//! first refused, are kept in thread locals, set by [`within`] around every use of a
-//! connection.
+//! deadline of the operation running on this thread is kept in a thread local, set by
+//! [`within`] around every use of a connection, and when the current lock attempt was first
+//! refused in another, set by the handler itself at each attempt's first refusal.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
