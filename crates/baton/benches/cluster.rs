@@ -1,20 +1,37 @@
 //! Redis Cluster benchmark: uncontended acquire+release pairs per second at C = 64 over many
 //! keys spread across the cluster's three masters, against the raw `SET NX PX` +
-//! compare-and-delete pair on the same cluster, and against baton on one single Redis server
-//! on the same machine, in one run (DESIGN §9).
+//! compare-and-delete pair on the same cluster, against two fenced pairs by hand on the same
+//! cluster, and against baton on one single Redis server on the same machine, in one run
+//! (DESIGN §9).
 //!
 //! ```text
-//! cargo bench -p baton --bench cluster              # full run (about a minute)
+//! cargo bench -p baton --bench cluster              # full run (about a minute and a half)
 //! cargo bench -p baton --bench cluster -- --quick   # short run (or BATON_BENCH_QUICK=1)
+//! cargo bench -p baton --bench cluster -- --only raw # one subject: cluster, raw, bare,
+//!                                                    # counted or single
 //! ```
+//!
+//! `--only` runs one subject for every slice and prints its rate alone: for reading one
+//! subject's CPU time or profile with nothing else running.
 //!
 //! `TASKS` tasks take and give back locks, one pair after another, each task cycling through
 //! `KEYS_PER_TASK` keys of its own, so nobody waits and the keys' slots cover the three
 //! masters. The raw pair is the same workload with the redis crate's cluster client and no
 //! baton in between: a `SET key token NX PX ttl`, then a Lua compare-and-delete, each routed
-//! to the key's master. The three subjects run in alternating slices, the order rotating each
-//! round; a figure is the median of its slices and a ratio the median of the per-round
-//! ratios. Benchmarks are not tests: nothing here asserts.
+//! to the key's master. The two fenced pairs by hand are the same with a claim script in place
+//! of the `SET`, over the same client and with nothing of baton:
+//! - the bare fenced pair ([`BARE_FENCED_CLAIM`]) takes the master's clock as the fence and
+//!   writes it into the grant with `SET NX PX`: the least any lock that hands out fences must
+//!   do on the server;
+//! - the counted fenced pair ([`COUNTED_FENCED_CLAIM`]) also keeps the key's fence counter,
+//!   as baton's rule does (the larger of the counter plus one and the clock, so fences do not
+//!   repeat after the clock steps back or a failover): the least a lock with baton's fence
+//!   guarantee must do.
+//!
+//! Their ratios to the raw pair bound what baton's can be on the machine. The subjects run in
+//! alternating slices, the order rotating each round; a figure is the median of its slices
+//! and a ratio the median of the per-round ratios. Benchmarks are not tests: nothing here
+//! asserts.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +60,48 @@ end
 return 0
 ";
 
+/// The bare fenced claim: the fence is the master's clock in microseconds (`TIME`), written
+/// into the grant with `SET NX PX`. It keeps no fence counter, so it may repeat a fence after
+/// the clock steps back: the floor of any fenced claim made by one script, not a lock to use.
+const BARE_FENCED_CLAIM: &str = "\
+local t = redis.call('TIME')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if redis.call('SET', KEYS[1], string.format('%d:%s', fence, ARGV[1]), 'NX', 'PX', ARGV[2]) then
+    return fence
+end
+return 0
+";
+
+/// The counted fenced claim: the bare one with baton's fence rule, the larger of the key's
+/// counter (`KEYS[2]`) plus one and the clock, written back to the counter with `SET ... GET`
+/// (its common path is the same calls as baton's claim of a free key; the counter's life is
+/// baton's too, the grant's TTL plus an hour).
+const COUNTED_FENCED_CLAIM: &str = "\
+local t = redis.call('TIME')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local keep = string.format('%d', tonumber(ARGV[2]) + 3600000)
+local last = redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', keep, 'GET')
+if last and tonumber(last) >= fence then
+    fence = tonumber(last) + 1
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', keep)
+end
+if redis.call('SET', KEYS[1], string.format('%d:%s', fence, ARGV[1]), 'NX', 'PX', ARGV[2]) then
+    return fence
+end
+return 0
+";
+
+/// How a pair by hand takes its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandClaim {
+    /// `SET key token NX PX ttl`.
+    Plain,
+    /// [`BARE_FENCED_CLAIM`].
+    Bare,
+    /// [`COUNTED_FENCED_CLAIM`].
+    Counted,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Subject {
     /// baton on the cluster.
@@ -51,6 +110,12 @@ enum Subject {
     Raw,
     /// baton on one single server.
     Single,
+    /// The bare fenced pair by hand on the cluster ([`BARE_FENCED_CLAIM`], then the raw
+    /// compare-and-delete): what a fence costs at least, whoever makes it.
+    Bare,
+    /// The counted fenced pair by hand on the cluster ([`COUNTED_FENCED_CLAIM`], then the
+    /// raw compare-and-delete): what baton's fence rule costs at least.
+    Counted,
 }
 
 fn main() {
@@ -60,6 +125,14 @@ fn main() {
     } else {
         (7, Duration::from_secs(2))
     };
+    let only = args.value("--only").map(|name| match name.as_str() {
+        "cluster" => Subject::Cluster,
+        "raw" => Subject::Raw,
+        "single" => Subject::Single,
+        "bare" => Subject::Bare,
+        "counted" => Subject::Counted,
+        other => panic!("--only takes cluster, raw, bare, counted or single, not {other:?}"),
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -73,7 +146,7 @@ fn main() {
             .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
             .unwrap_or_default()
     );
-    let (cluster_rate, raw_rate, single_rate, to_raw, to_single) = runtime.block_on(async {
+    let compared = runtime.block_on(async {
         let on_cluster = baton::connect(&cluster.url())
             .await
             .expect("baton on the cluster");
@@ -91,57 +164,128 @@ fn main() {
             .get_async_connection()
             .await
             .expect("connect to the cluster");
-        compare(&on_cluster, &raw, &on_single, slices, slice).await
+        let subjects = (&on_cluster, &raw, &on_single);
+        if let Some(subject) = only {
+            let rates = run_one(subjects, subject, slices, slice).await;
+            println!("{subject:?} alone: {} pairs/s", thousands(median(&rates)));
+            return None;
+        }
+        Some(compare(subjects, slices, slice).await)
     });
+    let Some(Compared {
+        rates,
+        ratios,
+        to_raw,
+    }) = compared
+    else {
+        return;
+    };
     println!();
-    println!("| subject | pairs/s | baton on the cluster against it |");
-    println!("|---|---:|---:|");
-    println!("| baton on the cluster | {} | — |", thousands(cluster_rate));
-    println!(
-        "| raw `SET NX PX` + compare-and-delete on the cluster (floor) | {} | {to_raw:.2}x |",
-        thousands(raw_rate)
-    );
-    println!(
-        "| baton on one server | {} | {to_single:.2}x |",
-        thousands(single_rate)
-    );
+    println!("| subject | pairs/s | baton on the cluster against it | against the raw pair |");
+    println!("|---|---:|---:|---:|");
+    for (name, s) in [
+        ("baton on the cluster", Subject::Cluster),
+        (
+            "raw `SET NX PX` + compare-and-delete on the cluster (floor)",
+            Subject::Raw,
+        ),
+        ("bare fenced pair by hand on the cluster", Subject::Bare),
+        (
+            "counted fenced pair by hand on the cluster",
+            Subject::Counted,
+        ),
+        ("baton on one server", Subject::Single),
+    ] {
+        let ratio = |of: Subject, figures: &[f64]| {
+            if s == of {
+                "—".to_owned()
+            } else {
+                format!("{:.2}x", figures[s as usize])
+            }
+        };
+        println!(
+            "| {name} | {} | {} | {} |",
+            thousands(rates[s as usize]),
+            ratio(Subject::Cluster, &ratios),
+            ratio(Subject::Raw, &to_raw)
+        );
+    }
 }
 
-/// The three subjects in alternating slices: each one's median pairs/s, and the median
-/// per-round ratios of baton on the cluster to the raw pair and to one server.
+/// What [`compare`] measured, indexed by `Subject as usize`: each subject's median pairs/s,
+/// the median per-round ratio of baton on the cluster to each subject, and the median
+/// per-round ratio of each subject to the raw pair.
+struct Compared {
+    rates: [f64; SUBJECTS.len()],
+    ratios: [f64; SUBJECTS.len()],
+    to_raw: [f64; SUBJECTS.len()],
+}
+
+/// Every subject, in the order of their indices.
+const SUBJECTS: [Subject; 5] = [
+    Subject::Cluster,
+    Subject::Raw,
+    Subject::Single,
+    Subject::Bare,
+    Subject::Counted,
+];
+
+/// The subjects in alternating slices, the order rotating each round.
 async fn compare(
-    on_cluster: &Baton,
-    raw: &ClusterConnection,
-    on_single: &Baton,
+    on: (&Baton, &ClusterConnection, &Baton),
     slices: usize,
     slice: Duration,
-) -> (f64, f64, f64, f64, f64) {
-    let subjects = [Subject::Cluster, Subject::Raw, Subject::Single];
-    let mut rates: [Vec<f64>; 3] = Default::default();
-    let (mut to_raw, mut to_single) = (Vec::new(), Vec::new());
+) -> Compared {
+    let mut rates: [Vec<f64>; SUBJECTS.len()] = Default::default();
+    let mut ratios: [Vec<f64>; SUBJECTS.len()] = Default::default();
+    let mut to_raw: [Vec<f64>; SUBJECTS.len()] = Default::default();
     for round in 0..slices {
-        let mut this = [0.0; 3];
-        for i in 0..subjects.len() {
-            let subject = subjects[(round + i) % subjects.len()];
-            this[subject as usize] = match subject {
-                Subject::Cluster => baton_pairs(on_cluster, round, slice).await,
-                Subject::Raw => raw_pairs(raw, round, slice).await,
-                Subject::Single => baton_pairs(on_single, round, slice).await,
-            };
+        let mut this = [0.0; SUBJECTS.len()];
+        for i in 0..SUBJECTS.len() {
+            let subject = SUBJECTS[(round + i) % SUBJECTS.len()];
+            this[subject as usize] = pairs(on, subject, round, slice).await;
         }
-        for (rate, figure) in rates.iter_mut().zip(this) {
-            rate.push(figure);
+        for (i, figure) in this.into_iter().enumerate() {
+            rates[i].push(figure);
+            ratios[i].push(this[Subject::Cluster as usize] / figure);
+            to_raw[i].push(figure / this[Subject::Raw as usize]);
         }
-        to_raw.push(this[0] / this[1]);
-        to_single.push(this[0] / this[2]);
     }
-    (
-        median(&rates[0]),
-        median(&rates[1]),
-        median(&rates[2]),
-        median(&to_raw),
-        median(&to_single),
-    )
+    Compared {
+        rates: rates.map(|r| median(&r)),
+        ratios: ratios.map(|r| median(&r)),
+        to_raw: to_raw.map(|r| median(&r)),
+    }
+}
+
+/// One subject's pairs/s in each of `slices` slices, nothing else running.
+async fn run_one(
+    on: (&Baton, &ClusterConnection, &Baton),
+    subject: Subject,
+    slices: usize,
+    slice: Duration,
+) -> Vec<f64> {
+    let mut rates = Vec::new();
+    for round in 0..slices {
+        rates.push(pairs(on, subject, round, slice).await);
+    }
+    rates
+}
+
+/// One slice of `subject`'s pairs/s.
+async fn pairs(
+    (on_cluster, raw, on_single): (&Baton, &ClusterConnection, &Baton),
+    subject: Subject,
+    round: usize,
+    slice: Duration,
+) -> f64 {
+    match subject {
+        Subject::Cluster => baton_pairs(on_cluster, round, slice).await,
+        Subject::Raw => hand_pairs(raw, round, slice, HandClaim::Plain).await,
+        Subject::Single => baton_pairs(on_single, round, slice).await,
+        Subject::Bare => hand_pairs(raw, round, slice, HandClaim::Bare).await,
+        Subject::Counted => hand_pairs(raw, round, slice, HandClaim::Counted).await,
+    }
 }
 
 /// The key a task uses for its `n`th pair in `round`.
@@ -177,9 +321,10 @@ async fn baton_pairs(baton: &Baton, round: usize, slice: Duration) -> f64 {
     pairs.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Pairs per second of `TASKS` tasks running the raw pair on the cluster, on as many keys
-/// as baton's subject uses, each its own hash tag (so spread over the slots as those are).
-async fn raw_pairs(raw: &ClusterConnection, round: usize, slice: Duration) -> f64 {
+/// Pairs per second of `TASKS` tasks running a pair by hand on the cluster, on as many keys
+/// as baton's subject uses, each its own hash tag (so spread over the slots as those are):
+/// `how` takes the key, the compare-and-delete gives it back.
+async fn hand_pairs(raw: &ClusterConnection, round: usize, slice: Duration, how: HandClaim) -> f64 {
     let pairs = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -187,23 +332,45 @@ async fn raw_pairs(raw: &ClusterConnection, round: usize, slice: Duration) -> f6
         let (mut conn, pairs) = (raw.clone(), Arc::clone(&pairs));
         tasks.push(tokio::spawn(async move {
             let release = redis::Script::new(COMPARE_AND_DELETE);
+            let bare = redis::Script::new(BARE_FENCED_CLAIM);
+            let counted = redis::Script::new(COUNTED_FENCED_CLAIM);
             let token = format!("raw-{task}");
             let mut n = 0;
             while started.elapsed() < slice {
                 let key = format!("{{raw:{}}}", key(round, task, n));
-                let taken: Option<String> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(TTL.as_millis() as u64)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("SET NX PX");
-                assert!(taken.is_some(), "the raw pair's key was taken");
+                let value = if how == HandClaim::Plain {
+                    let taken: Option<String> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(TTL.as_millis() as u64)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET NX PX");
+                    assert!(taken.is_some(), "the raw pair's key was taken");
+                    token.clone()
+                } else {
+                    let mut call = if how == HandClaim::Bare {
+                        bare.key(&key)
+                    } else {
+                        counted.key(&key)
+                    };
+                    if how == HandClaim::Counted {
+                        call.key(format!("{key}:fence"));
+                    }
+                    let fence: u64 = call
+                        .arg(&token)
+                        .arg(TTL.as_millis() as u64)
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("the fenced claim");
+                    assert!(fence > 0, "the fenced pair's key was taken");
+                    format!("{fence}:{token}")
+                };
                 let removed: i64 = release
                     .key(&key)
-                    .arg(&token)
+                    .arg(&value)
                     .invoke_async(&mut conn)
                     .await
                     .expect("compare-and-delete");
