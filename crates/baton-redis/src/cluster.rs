@@ -524,7 +524,7 @@ impl GiveUp for Turns {
             .arg(keys::queue(&key))
             .arg(keys::who(&key))
             .arg(keys::fence(&key))
-            .arg(self.names.of(&key));
+            .arg(self.names.of(&key).name());
         self.scripts
             .send_in_background(format!("giving up the turn for {key}"), key, invocation);
     }
@@ -534,7 +534,7 @@ impl GiveUp for Turns {
         invocation
             .arg(keys::queue(&key))
             .arg(keys::permits(&key))
-            .arg(self.names.of(&key));
+            .arg(self.names.of(&key).name());
         self.scripts.send_in_background(
             format!("giving up the permit turn for {key}"),
             key,
@@ -560,8 +560,8 @@ fn release_call(
     key: &StoreKey,
     holder: &Holder,
 ) -> Evalsha<'static> {
-    let waiting = if waiting { '1' } else { '0' };
-    let store = format!("{waiting}{}", names.of(key));
+    let channel = names.of(key);
+    let store = channel.flagged(waiting);
     let size = 4 * key.as_str().len() + holder.as_str().len() + store.len();
     let mut invocation = Evalsha::new(&SCRIPTS.release, 4, size);
     invocation
@@ -570,7 +570,7 @@ fn release_call(
         .arg(keys::who(key))
         .arg(keys::fence(key))
         .arg(holder.as_str())
-        .arg(&store);
+        .arg(store);
     invocation
 }
 
@@ -677,7 +677,7 @@ impl LeaseStore for RedisClusterStore {
         let size = 4 * key.as_str().len()
             + holder.as_str().len()
             + reason.len()
-            + channel.as_ref().map_or(0, String::len);
+            + channel.as_ref().map_or(0, |c| c.name().len());
         // Every key the script touches is declared: the queue only with a channel, the
         // waiting holders only with a hand-over.
         let key_count = 2 + usize::from(channel.is_some()) + usize::from(hand_over);
@@ -691,8 +691,8 @@ impl LeaseStore for RedisClusterStore {
         }
         invocation.arg(holder.as_str()).arg(ttl.as_millis());
         match (&channel, reason.is_empty()) {
-            (Some(channel), true) => invocation.arg(channel),
-            (Some(channel), false) => invocation.arg(channel).arg(reason),
+            (Some(channel), true) => invocation.arg(channel.name()),
+            (Some(channel), false) => invocation.arg(channel.name()).arg(reason),
             (None, true) => &mut invocation,
             (None, false) => invocation.arg("").arg(reason),
         };
@@ -818,7 +818,8 @@ impl SemaphoreStore for RedisClusterStore {
         } else {
             None
         };
-        let mut invocation = semaphore::claim_call(key, &request, permits, channel.as_deref());
+        let mut invocation =
+            semaphore::claim_call(key, &request, permits, channel.as_ref().map(|c| c.name()));
         crate::locks::confirm(&self.options, &mut invocation);
         let what = || format!("permit claim of {key}");
         // A claim that ran and was retried comes back as an extension: a permit either way.
@@ -830,8 +831,9 @@ impl SemaphoreStore for RedisClusterStore {
         {
             // A permit that a failover could lose is not handed out: it is given back.
             if let Claim::Granted { .. } = claim {
-                let idle = format!("0{}", self.names.of(key));
-                let release = semaphore::release_call(key, request.holder.as_str(), &idle);
+                let channel = self.names.of(key);
+                let release =
+                    semaphore::release_call(key, request.holder.as_str(), channel.flagged(false));
                 self.give_back_unconfirmed(key, &release).await;
             }
             return Err(e);
@@ -850,9 +852,9 @@ impl SemaphoreStore for RedisClusterStore {
     }
 
     async fn release_permit(&self, key: &StoreKey, holder: &Holder) -> Result<Release> {
-        let waiting = if self.hub.has_waiters(key) { '1' } else { '0' };
-        let store = format!("{waiting}{}", self.names.of(key));
-        let mut invocation = semaphore::release_call(key, holder.as_str(), &store);
+        let channel = self.names.of(key);
+        let store = channel.flagged(self.hub.has_waiters(key));
+        let mut invocation = semaphore::release_call(key, holder.as_str(), store);
         crate::locks::confirm(&self.options, &mut invocation);
         let what = || format!("permit release of {key}");
         let released = self

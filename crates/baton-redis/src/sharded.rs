@@ -120,8 +120,30 @@ struct Channels {
 pub(crate) struct ChannelNames {
     /// The store's random id, the end of each of its channel names.
     id: String,
-    /// The hash tag of each slot the store has named a channel in.
-    tags: Mutex<HashMap<Slot, String>>,
+    /// The store's channel in each slot it has named one in. Built once per slot: a release
+    /// names its store's channel on every call.
+    channels: Mutex<HashMap<Slot, Arc<SlotChannel>>>,
+}
+
+/// One store's channel in one slot, also in the two forms a release sends it in.
+#[derive(Debug)]
+pub(crate) struct SlotChannel {
+    /// `0<channel>` and `1<channel>`: the channel after a flag that says whether one of the
+    /// store's waiters waits for the key (`release.lua`'s and `permit_release.lua`'s store
+    /// argument).
+    flagged: [String; 2],
+}
+
+impl SlotChannel {
+    /// The channel's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.flagged[0][1..]
+    }
+
+    /// The channel after the flag `1` when `waiting`, else `0`.
+    pub(crate) fn flagged(&self, waiting: bool) -> &str {
+        &self.flagged[usize::from(waiting)]
+    }
 }
 
 impl ChannelNames {
@@ -131,21 +153,32 @@ impl ChannelNames {
         slot_tags();
         ChannelNames {
             id: id.to_owned(),
-            tags: Mutex::default(),
+            channels: Mutex::default(),
         }
     }
 
     /// The store's channel in the slot of `key`'s Redis keys (`{Q}`).
-    pub(crate) fn of(&self, key: &StoreKey) -> String {
-        let slot = Slot::for_key(format!("{{{}}}", key.as_str()));
-        let tag = self
-            .tags
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(slot)
-            .or_insert_with(|| tag_of(slot))
-            .clone();
-        format!("baton:wake:{{{tag}}}:{}", self.id)
+    pub(crate) fn of(&self, key: &StoreKey) -> Arc<SlotChannel> {
+        let slot = slot_of(key);
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        let channel = channels.entry(slot).or_insert_with(|| {
+            let name = format!("baton:wake:{{{}}}:{}", tag_of(slot), self.id);
+            Arc::new(SlotChannel {
+                flagged: [format!("0{name}"), format!("1{name}")],
+            })
+        });
+        Arc::clone(channel)
+    }
+}
+
+/// The slot of `key`'s Redis keys, whose hash tag is `{Q}`. Without braces in `Q`, the tag is
+/// all of `Q`, and `Q` alone (no tag) hashes the same: so it is hashed without writing `{Q}`.
+fn slot_of(key: &StoreKey) -> Slot {
+    let q = key.as_str();
+    if q.is_empty() || q.contains(['{', '}']) {
+        Slot::for_key(format!("{{{q}}}"))
+    } else {
+        Slot::for_key(q)
     }
 }
 
@@ -197,19 +230,22 @@ impl ShardedPush {
     /// not. `None` when it is not subscribed now: the subscription failed (the loss is
     /// reported, and the waiters poll), or subscriptions are down, and the task's rounds
     /// subscribe it with the others.
-    pub(crate) async fn subscribed(&self, key: &StoreKey) -> Option<String> {
+    pub(crate) async fn subscribed(&self, key: &StoreKey) -> Option<Arc<SlotChannel>> {
         let channel = self.shared.names.of(key);
         {
             let mut channels = self.shared.lock();
-            let subscribed = channels.subscribed.entry(channel.clone()).or_insert(false);
-            if *subscribed {
-                return Some(channel);
+            match channels.subscribed.get(channel.name()) {
+                Some(true) => return Some(channel),
+                Some(false) => {}
+                None => {
+                    channels.subscribed.insert(channel.name().to_owned(), false);
+                }
             }
         }
         if !self.is_healthy() {
             return None;
         }
-        match self.shared.subscribe(&channel).await {
+        match self.shared.subscribe(channel.name()).await {
             Ok(()) => Some(channel),
             Err(why) => {
                 self.shared.lose(why);
@@ -595,7 +631,10 @@ mod tests {
         let names = ChannelNames::new("0123456789abcdef");
         for q in ["ns:lock:a", "ns:lock:b", "x:semaphore:{odd}", "ns:lock:}"] {
             let key = StoreKey::from_stored(q.to_owned());
-            let channel = names.of(&key);
+            let slot = names.of(&key);
+            let channel = slot.name();
+            assert_eq!(slot.flagged(false), format!("0{channel}"));
+            assert_eq!(slot.flagged(true), format!("1{channel}"));
             assert!(channel.starts_with("baton:wake:{"), "{channel}");
             assert!(channel.ends_with("}:0123456789abcdef"), "{channel}");
             assert!(
@@ -603,11 +642,28 @@ mod tests {
                 "{channel}"
             );
             assert_eq!(
-                Slot::for_key(&channel),
+                Slot::for_key(channel),
                 Slot::for_key(format!("{{{q}}}")),
                 "{q}"
             );
-            assert_eq!(names.of(&key), channel, "named once per slot");
+            assert!(Arc::ptr_eq(&names.of(&key), &slot), "named once per slot");
+        }
+    }
+
+    #[test]
+    fn a_key_is_hashed_as_its_tag_is() {
+        for q in [
+            "ns:lock:a",
+            "x",
+            "ns:semaphore:jobs/nightly",
+            "x:lock:{odd}",
+            "x:lock:}",
+            "x:lock:{",
+            "}x",
+            "x:lock:caf\u{e9}",
+        ] {
+            let key = StoreKey::from_stored(q.to_owned());
+            assert_eq!(slot_of(&key), Slot::for_key(format!("{{{q}}}")), "{q}");
         }
     }
 }
