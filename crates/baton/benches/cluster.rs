@@ -102,6 +102,17 @@ enum HandClaim {
     Counted,
 }
 
+impl HandClaim {
+    /// The claim's script, none for the plain `SET`.
+    fn script(self) -> Option<redis::Script> {
+        match self {
+            HandClaim::Plain => None,
+            HandClaim::Bare => Some(redis::Script::new(BARE_FENCED_CLAIM)),
+            HandClaim::Counted => Some(redis::Script::new(COUNTED_FENCED_CLAIM)),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Subject {
     /// baton on the cluster.
@@ -332,30 +343,13 @@ async fn hand_pairs(raw: &ClusterConnection, round: usize, slice: Duration, how:
         let (mut conn, pairs) = (raw.clone(), Arc::clone(&pairs));
         tasks.push(tokio::spawn(async move {
             let release = redis::Script::new(COMPARE_AND_DELETE);
-            let bare = redis::Script::new(BARE_FENCED_CLAIM);
-            let counted = redis::Script::new(COUNTED_FENCED_CLAIM);
+            let claim = how.script();
             let token = format!("raw-{task}");
             let mut n = 0;
             while started.elapsed() < slice {
                 let key = format!("{{raw:{}}}", key(round, task, n));
-                let value = if how == HandClaim::Plain {
-                    let taken: Option<String> = redis::cmd("SET")
-                        .arg(&key)
-                        .arg(&token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(TTL.as_millis() as u64)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("SET NX PX");
-                    assert!(taken.is_some(), "the raw pair's key was taken");
-                    token.clone()
-                } else {
-                    let mut call = if how == HandClaim::Bare {
-                        bare.key(&key)
-                    } else {
-                        counted.key(&key)
-                    };
+                let value = if let Some(claim) = &claim {
+                    let mut call = claim.key(&key);
                     if how == HandClaim::Counted {
                         call.key(format!("{key}:fence"));
                     }
@@ -367,6 +361,18 @@ async fn hand_pairs(raw: &ClusterConnection, round: usize, slice: Duration, how:
                         .expect("the fenced claim");
                     assert!(fence > 0, "the fenced pair's key was taken");
                     format!("{fence}:{token}")
+                } else {
+                    let taken: Option<String> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(TTL.as_millis() as u64)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET NX PX");
+                    assert!(taken.is_some(), "the raw pair's key was taken");
+                    token.clone()
                 };
                 let removed: i64 = release
                     .key(&key)
